@@ -1,0 +1,78 @@
+"""build_loader: the default six-stage graph in one call."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from zarr.abc.store import Store
+
+from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
+from insitubatch_nodes.loader import Loader
+from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
+from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
+from insitubatch_nodes.nodes.gather import GatherNode
+from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode
+from insitubatch_nodes.nodes.read_plan import ReadPlanNode
+from insitubatch_nodes.nodes.shuffle_block import ShuffleBlockNode
+
+
+def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """Explicit values first, then an initialised torch.distributed, then RANK/WORLD_SIZE."""
+    if rank is not None and world_size is not None:
+        return rank, world_size
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        found = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    else:
+        found = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    return (found[0] if rank is None else rank), (found[1] if world_size is None else world_size)
+
+
+def build_loader(
+    source: str | Path | Store,
+    variables: Sequence[str] | None = None,
+    split: str = "train",
+    *,
+    batch_size: int = 32,
+    block_chunks: int = 8,
+    max_inflight: int = 64,
+    prefetch_blocks: int = 2,
+    seed: int = 0,
+    rank: int | None = None,
+    world_size: int | None = None,
+    device: str | torch.device | None = None,
+    manifest: ManifestLike | None = None,
+    drop_last: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    decode_threads: int | None = None,
+) -> Loader[dict[str, torch.Tensor]]:
+    """Shuffled, split-aware, resumable batches from a Zarr group.
+
+    Each batch is `{variable: tensor (batch, *sample_shape), "sample_index": int64}`.
+    `block_chunks` units are read and shuffled together: larger blocks shuffle better and
+    hold more memory. Every rank yields the same number of batches per epoch.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if block_chunks < 1:
+        raise ValueError(f"block_chunks must be >= 1, got {block_chunks}")
+    rank, world_size = resolve_rank(rank, world_size)
+    opened = ZarrSource.open(source, variables, manifest=manifest, storage_options=storage_options)
+    permute = ChunkPermuteNode(
+        opened.geometry, opened.split_units(split), seed=seed, rank=rank, world_size=world_size
+    )
+    plans = ReadPlanNode(permute, opened.geometry, block_chunks=block_chunks)
+    blocks = AsyncFetchNode(
+        plans,
+        opened.store,
+        opened.layouts,
+        max_inflight=max_inflight,
+        prefetch_blocks=prefetch_blocks,
+        decode_threads=decode_threads,
+        where=opened.where,
+    )
+    draws = ShuffleBlockNode(blocks, batch_size=batch_size, drop_last=drop_last)
+    return Loader(PinToDeviceNode(GatherNode(draws), device=device))

@@ -1,0 +1,184 @@
+"""Split manifests: which units belong to train, val, test, recorded against the store layout.
+
+Splits are whole units so that a chunk never feeds two splits, and contiguous by default
+so that neighbouring time steps (which are strongly correlated) do not leak from train into
+validation. The manifest remembers the layout it was cut for, so a manifest reused on a
+different or since-rewritten store is refused instead of silently mis-splitting it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
+from insitubatch_nodes.core.seeding import rng_for
+
+MANIFEST_FORMAT = 1
+DEFAULT_FRACTIONS: Mapping[str, float] = {"train": 0.8, "val": 0.1, "test": 0.1}
+ALL_SPLIT = "all"
+
+
+def _units_to_ranges(units: np.ndarray) -> list[list[int]]:
+    """Run-length encode sorted unit ids as [start, stop) pairs: a contiguous split is one pair."""
+    units = np.sort(np.asarray(units, dtype=np.int64))
+    if units.size == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(units) != 1) + 1
+    starts = np.concatenate([[0], breaks])
+    stops = np.concatenate([breaks, [units.size]])
+    return [[int(units[a]), int(units[b - 1]) + 1] for a, b in zip(starts, stops, strict=True)]
+
+
+def _ranges_to_units(ranges: Sequence[Sequence[int]]) -> np.ndarray:
+    if not ranges:
+        return np.zeros(0, dtype=np.int64)
+    return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in ranges])
+
+
+@dataclass(frozen=True)
+class SplitManifest:
+    """Unit ranges per split plus the store layout they were computed for."""
+
+    num_samples: int
+    unit_length: int
+    layouts: Mapping[str, VariableLayout]
+    splits: Mapping[str, list[list[int]]]
+    rule: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_units(self) -> int:
+        return math.ceil(self.num_samples / self.unit_length)
+
+    def split_names(self) -> list[str]:
+        return [*self.splits, ALL_SPLIT] if ALL_SPLIT not in self.splits else list(self.splits)
+
+    def units(self, split: str) -> np.ndarray:
+        """Sorted unit ids of `split`; `"all"` is every unit unless the manifest defines it."""
+        if split == ALL_SPLIT and ALL_SPLIT not in self.splits:
+            return np.arange(self.num_units, dtype=np.int64)
+        if split not in self.splits:
+            raise ValueError(f"unknown split {split!r}: this manifest has {self.split_names()}")
+        units = _ranges_to_units(self.splits[split])
+        if units.size == 0:
+            raise ValueError(
+                f"split {split!r} is empty: the store has {self.num_units} chunk-aligned units "
+                f"along the sample axis; give this split a larger fraction or use smaller chunks"
+            )
+        return units
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": MANIFEST_FORMAT,
+            "num_samples": self.num_samples,
+            "unit_length": self.unit_length,
+            "layouts": {name: layout.to_json() for name, layout in self.layouts.items()},
+            "splits": {name: [list(r) for r in ranges] for name, ranges in self.splits.items()},
+            "rule": dict(self.rule),
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SplitManifest:
+        if data.get("format") != MANIFEST_FORMAT:
+            raise ValueError(
+                f"manifest format {data.get('format')!r} is not supported (expected "
+                f"{MANIFEST_FORMAT}); recreate it with make_manifest()"
+            )
+        return cls(
+            num_samples=int(data["num_samples"]),
+            unit_length=int(data["unit_length"]),
+            layouts={n: VariableLayout.from_json(v) for n, v in data["layouts"].items()},
+            splits={n: [[int(a), int(b)] for a, b in r] for n, r in data["splits"].items()},
+            rule=dict(data.get("rule", {})),
+        )
+
+    @classmethod
+    def loads(cls, text: str) -> SplitManifest:
+        return cls.from_json(json.loads(text))
+
+    def geometry_for(self, layouts: Mapping[str, VariableLayout]) -> SampleGeometry:
+        """Check this manifest fits the store's current `layouts`; return the loader geometry.
+
+        Variables recorded in the manifest must be unchanged; variables it does not record
+        must still share its sample axis and chunk evenly into its units.
+        """
+        problems = []
+        for name, layout in layouts.items():
+            recorded = self.layouts.get(name)
+            if recorded is not None and recorded != layout:
+                problems.append(
+                    f"{name!r} is now shape={layout.shape} chunks={layout.chunks} "
+                    f"dtype={layout.dtype} but the manifest recorded shape={recorded.shape} "
+                    f"chunks={recorded.chunks} dtype={recorded.dtype}"
+                )
+            elif layout.shape[0] != self.num_samples:
+                problems.append(
+                    f"{name!r} has {layout.shape[0]} samples but the manifest was made for "
+                    f"{self.num_samples}"
+                )
+            elif self.unit_length % layout.sample_chunk:
+                problems.append(
+                    f"{name!r} has sample-axis chunk length {layout.sample_chunk}, which does "
+                    f"not divide the manifest's unit length {self.unit_length}"
+                )
+        if problems:
+            raise ValueError(
+                "the manifest does not match this store (was the store changed, or is the "
+                "manifest from another store?): "
+                + "; ".join(problems)
+                + ". Make a new manifest with make_manifest() for this store."
+            )
+        return SampleGeometry.from_layouts(layouts, unit_length=self.unit_length)
+
+
+def make_manifest(
+    geometry: SampleGeometry,
+    fractions: Mapping[str, float] = DEFAULT_FRACTIONS,
+    *,
+    shuffle: bool = False,
+    seed: int = 0,
+) -> SplitManifest:
+    """Cut the unit grid into named splits by `fractions` (in the order given).
+
+    Contiguous by default: split k takes the k-th stretch of the time axis. With
+    `shuffle=True` units are dealt out in a seeded random order instead (no leakage
+    guard: only for data whose samples are independent).
+    """
+    if not fractions:
+        raise ValueError("fractions is empty: give at least one split, e.g. {'train': 1.0}")
+    bad = {n: f for n, f in fractions.items() if not (f > 0)}
+    if bad:
+        raise ValueError(f"split fractions must be > 0, got {bad}")
+    total = float(sum(fractions.values()))
+    if not math.isclose(total, 1.0, abs_tol=1e-6):
+        raise ValueError(f"split fractions must sum to 1, got {dict(fractions)} (sum {total:g})")
+    if ALL_SPLIT in fractions:
+        raise ValueError(f"{ALL_SPLIT!r} is reserved for the whole sample axis; rename that split")
+    n = geometry.num_units
+    bounds = np.rint(np.cumsum([0.0, *fractions.values()]) * n).astype(np.int64)
+    bounds[-1] = n
+    order = rng_for(seed, "manifest").permutation(n) if shuffle else np.arange(n, dtype=np.int64)
+    splits: dict[str, list[list[int]]] = {}
+    for (name, _), lo, hi in zip(fractions.items(), bounds[:-1], bounds[1:], strict=True):
+        if hi <= lo:
+            raise ValueError(
+                f"split {name!r} would be empty: {n} units of {geometry.unit_length} samples "
+                f"cannot give it a fraction of {fractions[name]}; use fewer splits, a larger "
+                f"fraction or smaller chunks"
+            )
+        splits[name] = _units_to_ranges(order[lo:hi])
+    return SplitManifest(
+        num_samples=geometry.num_samples,
+        unit_length=geometry.unit_length,
+        layouts=dict(geometry.variables),
+        splits=splits,
+        rule={"fractions": dict(fractions), "shuffle": shuffle, "seed": seed},
+    )

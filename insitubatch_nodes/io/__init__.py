@@ -1,0 +1,1 @@
+"""Everything that touches storage: opening stores, reading layouts, the fetch event loop."""

@@ -1,0 +1,1 @@
+"""The six stages of the default graph, one module each."""

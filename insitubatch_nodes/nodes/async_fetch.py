@@ -1,0 +1,134 @@
+"""AsyncFetchNode: reads planned blocks ahead on one event loop, yields them in plan order.
+
+Plans are pulled from the source in the caller's thread (they are cheap), and their reads
+run on the loop while the caller works on earlier blocks. The loop starts with the first
+`next()` after a reset (so a reset that only restores an end-of-epoch state, or a
+`state_dict()` call, reads nothing) and stops when the epoch's last block is out, on
+`reset`, on `close`, on error and when the node is garbage collected. Each pending block
+remembers the source state right after its plan was pulled; the node's state is that of
+the last block it handed out, so blocks read ahead but not yet delivered are simply read
+again on resume.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import copy
+import weakref
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+from torchdata.nodes import BaseNode
+from zarr.abc.store import Store
+
+from insitubatch_nodes.core.geometry import VariableLayout
+from insitubatch_nodes.core.read_plan import ReadPlan
+from insitubatch_nodes.io.chunk_reader import ChunkReader, FetchStats
+from insitubatch_nodes.io.event_loop import EventLoopThread, default_decode_threads
+from insitubatch_nodes.items import FetchedBlock
+
+
+class AsyncFetchNode(BaseNode[FetchedBlock]):
+    """At most `prefetch_blocks` blocks and `max_inflight` chunk reads are under way at once."""
+
+    SOURCE_KEY = "source"
+
+    def __init__(
+        self,
+        source: BaseNode[ReadPlan],
+        store: Store,
+        layouts: Mapping[str, VariableLayout],
+        *,
+        max_inflight: int = 64,
+        prefetch_blocks: int = 2,
+        decode_threads: int | None = None,
+        where: str = "the store",
+    ) -> None:
+        super().__init__()
+        if max_inflight < 1:
+            raise ValueError(f"max_inflight must be >= 1, got {max_inflight}")
+        if prefetch_blocks < 1:
+            raise ValueError(f"prefetch_blocks must be >= 1, got {prefetch_blocks}")
+        self.source = source
+        self.store = store
+        self.layouts = dict(layouts)
+        self.max_inflight = max_inflight
+        self.prefetch_blocks = prefetch_blocks
+        self.decode_threads = decode_threads or default_decode_threads()
+        self.where = where
+        self.stats = FetchStats()
+        self._runtime: EventLoopThread | None = None
+        self._reader: ChunkReader | None = None
+        self._finalizer: weakref.finalize | None = None
+        self._pending: deque[tuple[concurrent.futures.Future[FetchedBlock], dict[str, Any]]]
+        self._pending = deque()
+        self._source_done = False
+        self._delivered_source_state: dict[str, Any] = {}
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        self.close()
+        self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])
+        self._delivered_source_state = self.source.state_dict()
+        self._source_done = False
+
+    def close(self) -> None:
+        """Stop the event loop and its threads; safe to call at any time, any number of times."""
+        for future, _ in self._pending:
+            future.cancel()
+        self._pending.clear()
+        if self._finalizer is not None:
+            self._finalizer()  # runs EventLoopThread.close once
+            self._finalizer = None
+        self._runtime = None
+        self._reader = None
+
+    def _start(self) -> None:
+        runtime = EventLoopThread("fetch", self.decode_threads)
+        self._runtime = runtime
+        self._reader = ChunkReader(
+            self.store,
+            self.layouts,
+            max_inflight=self.max_inflight,
+            where=self.where,
+            stats=self.stats,
+        )
+        self._finalizer = weakref.finalize(self, runtime.close)
+
+    def _read_ahead(self) -> None:
+        while not self._source_done and len(self._pending) < self.prefetch_blocks:
+            try:
+                plan = next(self.source)
+            except StopIteration:
+                self._source_done = True
+                break
+            if self._runtime is None:
+                self._start()
+            assert self._runtime is not None and self._reader is not None
+            future = self._runtime.submit(self._fetch(self._reader, plan))
+            self._pending.append((future, self.source.state_dict()))
+
+    @staticmethod
+    async def _fetch(reader: ChunkReader, plan: ReadPlan) -> FetchedBlock:
+        return FetchedBlock(plan, await reader.read_block(plan))
+
+    def next(self) -> FetchedBlock:
+        self._read_ahead()
+        if not self._pending:
+            self.close()
+            raise StopIteration
+        future, source_state = self._pending.popleft()
+        try:
+            block = future.result()
+        except BaseException:
+            self.close()
+            raise
+        self._delivered_source_state = source_state
+        self._read_ahead()
+        if not self._pending:
+            self.close()  # that was the last block: no IO left to do
+        return block
+
+    def get_state(self) -> dict[str, Any]:
+        return {self.SOURCE_KEY: copy.deepcopy(self._delivered_source_state)}
