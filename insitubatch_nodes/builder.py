@@ -64,6 +64,12 @@ def build_loader(
     permute = ChunkPermuteNode(
         opened.geometry, opened.split_units(split), seed=seed, rank=rank, world_size=world_size
     )
+    if permute.samples_per_rank(batch_size, drop_last) == 0:
+        raise ValueError(
+            f"batch_size={batch_size} with drop_last=True leaves no full batch: the smallest "
+            f"rank holds {permute.min_rank_samples} samples of split {split!r}; lower "
+            f"batch_size or set drop_last=False"
+        )
     plans = ReadPlanNode(permute, opened.geometry, block_chunks=block_chunks)
     blocks = AsyncFetchNode(
         plans,

@@ -145,12 +145,14 @@ def make_manifest(
     *,
     shuffle: bool = False,
     seed: int = 0,
+    allow_empty: bool = False,
 ) -> SplitManifest:
     """Cut the unit grid into named splits by `fractions` (in the order given).
 
     Contiguous by default: split k takes the k-th stretch of the time axis. With
     `shuffle=True` units are dealt out in a seeded random order instead (no leakage
-    guard: only for data whose samples are independent).
+    guard: only for data whose samples are independent). A split too small to get a unit
+    is an error unless `allow_empty` (then asking for that split is the error).
     """
     if not fractions:
         raise ValueError("fractions is empty: give at least one split, e.g. {'train': 1.0}")
@@ -168,7 +170,7 @@ def make_manifest(
     order = rng_for(seed, "manifest").permutation(n) if shuffle else np.arange(n, dtype=np.int64)
     splits: dict[str, list[list[int]]] = {}
     for (name, _), lo, hi in zip(fractions.items(), bounds[:-1], bounds[1:], strict=True):
-        if hi <= lo:
+        if hi <= lo and not allow_empty:
             raise ValueError(
                 f"split {name!r} would be empty: {n} units of {geometry.unit_length} samples "
                 f"cannot give it a fraction of {fractions[name]}; use fewer splits, a larger "

@@ -17,9 +17,43 @@ from insitubatch_nodes.core.seeding import rng_for
 
 
 def chunk_permutation(split_units: np.ndarray, seed: int, epoch: int) -> np.ndarray:
-    """The split's units in the order of epoch `epoch`: a pure function of (seed, epoch)."""
+    """`split_units` in the order of epoch `epoch`: a pure function of (seed, epoch)."""
     units = np.sort(np.asarray(split_units, dtype=np.int64))
     return units[rng_for(seed, "chunk-permutation", epoch).permutation(units.size)]
+
+
+def _full_and_ragged(
+    geometry: SampleGeometry, split_units: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    units = np.sort(np.asarray(split_units, dtype=np.int64))
+    short = geometry.unit_sizes(units) < geometry.unit_length
+    return units[~short], units[short]  # at most one short unit: the array's last
+
+
+def rank_sample_counts(
+    geometry: SampleGeometry, split_units: np.ndarray, world_size: int
+) -> np.ndarray:
+    """Samples each rank holds per epoch: the same every epoch.
+
+    Full units are dealt round-robin; the one ragged unit (if the split has the array's
+    last unit) always takes the last dealing slot, so which rank holds it, and therefore
+    every rank's count, never depends on the epoch.
+    """
+    full, ragged = _full_and_ragged(geometry, split_units)
+    total = full.size + ragged.size
+    if total < world_size:
+        raise ValueError(
+            f"the split has {total} chunk-aligned units, fewer than world_size="
+            f"{world_size}: every rank needs at least one; use fewer ranks or a larger split"
+        )
+    counts = np.array([len(range(r, total, world_size)) for r in range(world_size)]) * (
+        geometry.unit_length
+    )
+    if ragged.size:
+        counts[(total - 1) % world_size] -= geometry.unit_length - int(
+            geometry.unit_sizes(ragged)[0]
+        )
+    return counts
 
 
 @dataclass(frozen=True, eq=False)
@@ -36,15 +70,22 @@ class EpochAssignment:
     max_rank_samples: int
 
     def samples_per_rank(self, batch_size: int, drop_last: bool) -> int:
-        """Samples every rank yields this epoch, so that all ranks step the same number of times.
+        """Samples every rank yields per epoch, so that all ranks step the same number of times.
 
         Without `drop_last` each rank yields as many as the largest share; a rank with a
         smaller share pads by repeating draws from its last block. With `drop_last` each rank
-        yields the largest multiple of `batch_size` that the smallest share can fill.
+        yields the largest multiple of `batch_size` that the smallest share can fill. Shares
+        do not change between epochs, so neither does this.
         """
-        if drop_last:
-            return (self.min_rank_samples // batch_size) * batch_size
-        return self.max_rank_samples
+        return samples_per_rank(self.min_rank_samples, self.max_rank_samples, batch_size, drop_last)
+
+
+def samples_per_rank(
+    min_rank_samples: int, max_rank_samples: int, batch_size: int, drop_last: bool
+) -> int:
+    if drop_last:
+        return (min_rank_samples // batch_size) * batch_size
+    return max_rank_samples
 
 
 def check_rank(rank: int, world_size: int) -> None:
@@ -63,22 +104,22 @@ def assign_epoch(
     rank: int,
     world_size: int,
 ) -> EpochAssignment:
+    """Rank `rank`'s units for `epoch`; the ragged unit sits at a seeded place in its share."""
     check_rank(rank, world_size)
-    order = chunk_permutation(split_units, seed, epoch)
-    if order.size < world_size:
-        raise ValueError(
-            f"the split has {order.size} chunk-aligned units, fewer than world_size="
-            f"{world_size}: every rank needs at least one; use fewer ranks or a larger split"
-        )
-    sizes = geometry.unit_sizes(order)
-    per_rank = np.array([int(sizes[r::world_size].sum()) for r in range(world_size)])
+    counts = rank_sample_counts(geometry, split_units, world_size)
+    full, ragged = _full_and_ragged(geometry, split_units)
+    order = np.concatenate([chunk_permutation(full, seed, epoch), ragged])
+    mine = order[rank::world_size]
+    if ragged.size and rank == (order.size - 1) % world_size:
+        slot = int(rng_for(seed, "ragged-slot", epoch).integers(mine.size))
+        mine = np.insert(mine[:-1], slot, mine[-1])
     return EpochAssignment(
         seed=seed,
         epoch=epoch,
         rank=rank,
         world_size=world_size,
-        units=order[rank::world_size],
-        rank_samples=int(per_rank[rank]),
-        min_rank_samples=int(per_rank.min()),
-        max_rank_samples=int(per_rank.max()),
+        units=mine,
+        rank_samples=int(counts[rank]),
+        min_rank_samples=int(counts.min()),
+        max_rank_samples=int(counts.max()),
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +47,8 @@ class ZarrSource:
     ) -> ZarrSource:
         """Open `source`, pick the variables, and check (or make) the split manifest.
 
-        Without a manifest the default one is cut: contiguous train/val/test at 0.8/0.1/0.1.
+        Without a manifest the default one is cut: contiguous train/val/test at 0.8/0.1/0.1
+        (on a store too short for three splits, asking for an empty one is the error).
         """
         where = describe(source)
         store = open_store(source, storage_options)
@@ -61,7 +61,7 @@ class ZarrSource:
             )
         if manifest is None:
             geometry = SampleGeometry.from_layouts(layouts)
-            split_manifest = make_manifest(geometry)
+            split_manifest = make_manifest(geometry, allow_empty=True)
         else:
             split_manifest = load_manifest(manifest)
             geometry = split_manifest.geometry_for(layouts)
@@ -69,7 +69,3 @@ class ZarrSource:
 
     def split_units(self, split: str) -> np.ndarray:
         return self.manifest.units(split)
-
-
-def manifest_to_file(manifest: SplitManifest, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(manifest.to_json(), indent=1))

@@ -8,7 +8,13 @@ import numpy as np
 from torchdata.nodes import BaseNode
 
 from insitubatch_nodes.core.geometry import SampleGeometry
-from insitubatch_nodes.core.partition import EpochAssignment, assign_epoch, check_rank
+from insitubatch_nodes.core.partition import (
+    EpochAssignment,
+    assign_epoch,
+    check_rank,
+    rank_sample_counts,
+    samples_per_rank,
+)
 from insitubatch_nodes.items import UnitTicket
 
 
@@ -38,6 +44,9 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         self.split_units = np.sort(np.asarray(split_units, dtype=np.int64))
         if self.split_units.size == 0:
             raise ValueError("the split has no units: nothing to load")
+        counts = rank_sample_counts(geometry, self.split_units, world_size)
+        self.min_rank_samples = int(counts.min())
+        self.max_rank_samples = int(counts.max())
         self.seed = seed
         self.rank = rank
         self.world_size = world_size
@@ -79,6 +88,10 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
             self.reset(None)
         assert self._assignment is not None
         return self._assignment
+
+    def samples_per_rank(self, batch_size: int, drop_last: bool) -> int:
+        """Samples each rank yields per epoch (the same for every rank and every epoch)."""
+        return samples_per_rank(self.min_rank_samples, self.max_rank_samples, batch_size, drop_last)
 
     def next(self) -> UnitTicket:
         assignment = self.assignment

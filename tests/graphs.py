@@ -1,0 +1,84 @@
+"""Build the default graph stage by stage, and fingerprint what each stage yields."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from torchdata.nodes import BaseNode
+
+from insitubatch_nodes import (
+    AsyncFetchNode,
+    ChunkPermuteNode,
+    GatherNode,
+    PinToDeviceNode,
+    ReadPlanNode,
+    ShuffleBlockNode,
+    ZarrSource,
+)
+from insitubatch_nodes.core.read_plan import ReadPlan
+from insitubatch_nodes.items import BatchDraw, FetchedBlock, UnitTicket
+
+STAGES = ["permute", "plan", "fetch", "shuffle", "gather", "device"]
+
+
+def build_stage(
+    url: str,
+    stage: str,
+    *,
+    split: str = "all",
+    seed: int = 0,
+    rank: int = 0,
+    world_size: int = 1,
+    block_chunks: int = 2,
+    batch_size: int = 5,
+    drop_last: bool = False,
+    max_inflight: int = 4,
+) -> BaseNode[Any]:
+    source = ZarrSource.open(url)
+    node: BaseNode[Any] = ChunkPermuteNode(
+        source.geometry, source.split_units(split), seed=seed, rank=rank, world_size=world_size
+    )
+    steps: list[tuple[str, Callable[[BaseNode[Any]], BaseNode[Any]]]] = [
+        ("plan", lambda n: ReadPlanNode(n, source.geometry, block_chunks=block_chunks)),
+        (
+            "fetch",
+            lambda n: AsyncFetchNode(
+                n, source.store, source.layouts, max_inflight=max_inflight, where=url
+            ),
+        ),
+        ("shuffle", lambda n: ShuffleBlockNode(n, batch_size=batch_size, drop_last=drop_last)),
+        ("gather", GatherNode),
+        ("device", lambda n: PinToDeviceNode(n, device="cpu")),
+    ]
+    for name, wrap in steps:
+        if STAGES.index(name) > STAGES.index(stage):
+            break
+        node = wrap(node)
+    return node
+
+
+def fingerprint(item: Any) -> Any:
+    """A hashable, comparable summary of any stage's item, array values included."""
+    if isinstance(item, UnitTicket):
+        return ("ticket", item.assignment.epoch, item.position, item.unit)
+    if isinstance(item, ReadPlan):
+        return ("plan", item.assignment.epoch, item.block_index, tuple(item.units.tolist()))
+    if isinstance(item, FetchedBlock):
+        return (
+            "block",
+            fingerprint(item.plan),
+            tuple((k, v.tobytes()) for k, v in sorted(item.arrays.items())),
+        )
+    if isinstance(item, BatchDraw):
+        return (
+            "draw",
+            tuple(
+                int(i) for block, rows in item.parts for i in block.plan.sample_index[rows].tolist()
+            ),
+        )
+    return tuple(
+        (name, tuple(np.asarray(v).shape), np.asarray(v).tobytes())
+        for name, v in sorted(item.items())
+    )

@@ -1,0 +1,171 @@
+"""Resume: a brand-new graph loaded with a saved state yields exactly what the
+uninterrupted run would have yielded, at every cut point, for every stage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import torch_roundtrip
+from graphs import STAGES, build_stage, fingerprint
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from insitubatch_nodes import Loader, build_loader
+
+
+def _uninterrupted(make: Any, epochs: int) -> list[list[Any]]:
+    loader = Loader(make())
+    return [[fingerprint(x) for x in loader] for _ in range(epochs)]
+
+
+def _check_every_cut(make: Any, cuts: list[int] | None = None) -> None:
+    epoch0, epoch1, epoch2 = _uninterrupted(make, 3)
+    assert epoch0 and epoch0 != epoch1
+    for cut in cuts if cuts is not None else range(len(epoch0) + 1):
+        loader = Loader(make())
+        iterator = iter(loader)
+        taken = [fingerprint(next(iterator)) for _ in range(cut)]
+        assert taken == epoch0[:cut]
+        state = torch_roundtrip(loader.state_dict())
+        del iterator, loader
+        fresh = Loader(make())
+        fresh.load_state_dict(state)
+        rest = [fingerprint(x) for x in fresh]
+        following = [fingerprint(x) for x in fresh]
+        if cut < len(epoch0):
+            assert rest == epoch0[cut:], f"cut {cut}: the rest of the epoch differs"
+            assert following == epoch1, f"cut {cut}: the next epoch differs"
+        else:  # an end-of-epoch state goes straight on with the next epoch
+            assert rest == epoch1
+            assert following == epoch2
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_each_stage_resumes_at_every_cut(memory_url: Any, stage: str) -> None:
+    url, _ = memory_url()
+    _check_every_cut(lambda: build_stage(url, stage, block_chunks=2, batch_size=7))
+
+
+@pytest.mark.parametrize(
+    ("world_size", "drop_last", "batch_size", "block_chunks"),
+    [(1, False, 5, 2), (2, False, 9, 1), (3, True, 4, 3), (2, True, 20, 1), (1, False, 1, 4)],
+)
+def test_default_graph_resumes_at_every_cut(
+    memory_url: Any, world_size: int, drop_last: bool, batch_size: int, block_chunks: int
+) -> None:
+    url, _ = memory_url()
+    for rank in range(world_size):
+        _check_every_cut(
+            lambda rank=rank: (
+                build_loader(
+                    url,
+                    split="all",
+                    batch_size=batch_size,
+                    block_chunks=block_chunks,
+                    rank=rank,
+                    world_size=world_size,
+                    drop_last=drop_last,
+                    max_inflight=3,
+                ).root
+            )
+        )
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    num_samples=st.integers(5, 60),
+    chunk_a=st.integers(1, 7),
+    chunk_b=st.integers(1, 7),
+    batch_size=st.integers(1, 12),
+    block_chunks=st.integers(1, 4),
+    world_size=st.integers(1, 3),
+    drop_last=st.booleans(),
+    data=st.data(),
+)
+def test_resume_property(
+    memory_url: Any,
+    num_samples: int,
+    chunk_a: int,
+    chunk_b: int,
+    batch_size: int,
+    block_chunks: int,
+    world_size: int,
+    drop_last: bool,
+    data: st.DataObject,
+) -> None:
+    url, _ = memory_url(
+        {
+            "a": ((num_samples, 2), (chunk_a, 1), "float32"),
+            "b": ((num_samples,), (chunk_b,), "int16"),
+        }
+    )
+
+    def make() -> Any:
+        return build_stage(
+            url,
+            "gather",
+            rank=rank,
+            world_size=world_size,
+            block_chunks=block_chunks,
+            batch_size=batch_size,
+            drop_last=drop_last,
+        )
+
+    rank = data.draw(st.integers(0, world_size - 1))
+    try:
+        epoch0 = _uninterrupted(make, 1)[0]
+    except ValueError as err:  # too few units for the ranks, or no full batch
+        assert "fewer than world_size" in str(err) or "leaves no full batch" in str(err)
+        return
+    cut = data.draw(st.integers(0, len(epoch0)))
+    _check_every_cut(make, cuts=[cut])
+
+
+def _upstream_style_check(make: Any, midpoint: int) -> None:
+    """The save/load procedure torchdata asks of every node, on one reused node object:
+    states taken before iterating, mid epoch 0, at the end of epoch 0 and mid epoch 1."""
+    node = make()
+    loader = Loader(node)
+    state_before = loader.state_dict()
+    epoch0: list[Any] = []
+    state_mid0 = None
+    for i, item in enumerate(loader):
+        epoch0.append(fingerprint(item))
+        if i + 1 == midpoint:
+            state_mid0 = loader.state_dict()
+    state_end0 = loader.state_dict()
+    epoch1: list[Any] = []
+    state_mid1 = None
+    for i, item in enumerate(loader):
+        epoch1.append(fingerprint(item))
+        if i + 1 == midpoint:
+            state_mid1 = loader.state_dict()
+    assert state_mid0 is not None and state_mid1 is not None
+
+    again = Loader(node)
+    again.load_state_dict(state_before)
+    assert [fingerprint(x) for x in again] == epoch0
+    again = Loader(node)
+    again.load_state_dict(state_mid0)
+    assert [fingerprint(x) for x in again] == epoch0[midpoint:]
+    assert [fingerprint(x) for x in again] == epoch1
+    again = Loader(node)
+    again.load_state_dict(state_mid1)
+    assert [fingerprint(x) for x in again] == epoch1[midpoint:]
+    stopped = Loader(node, restart_on_stop_iteration=False)
+    stopped.load_state_dict(state_end0)
+    assert list(stopped) == []
+    restarted = Loader(node, restart_on_stop_iteration=True)
+    restarted.load_state_dict(state_end0)
+    assert [fingerprint(x) for x in restarted] == epoch1
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_upstream_save_load_procedure(memory_url: Any, stage: str) -> None:
+    url, _ = memory_url()
+    _upstream_style_check(lambda: build_stage(url, stage, batch_size=6), midpoint=3)

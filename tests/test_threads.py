@@ -1,0 +1,89 @@
+"""No fetch thread or event loop outlives the iteration that needed it."""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Any
+
+import pytest
+import zarr
+from conftest import our_threads
+
+from insitubatch_nodes import ChunkReadError, build_loader, memory_store
+
+
+def _assert_no_threads_left(timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while our_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert our_threads() == []
+
+
+def test_threads_stop_when_an_epoch_ends(memory_url: Any) -> None:
+    url, _ = memory_url()
+    loader = build_loader(url, split="all", batch_size=4)
+    iterator = iter(loader)
+    next(iterator)
+    assert our_threads(), "the fetch loop should be running mid-epoch"
+    for _ in iterator:
+        pass
+    assert our_threads() == []  # no waiting: stopped by the time the loop ends
+
+
+def test_threads_stop_on_break_and_a_new_epoch_starts_cleanly(memory_url: Any) -> None:
+    url, _ = memory_url()
+    loader = build_loader(url, split="all", batch_size=4)
+    for _ in loader:
+        break
+    assert our_threads() == []
+    assert sum(len(b["sample_index"]) for b in loader) == 88
+    assert our_threads() == []
+
+
+def test_threads_stop_when_the_loop_body_raises(memory_url: Any) -> None:
+    url, _ = memory_url()
+    loader = build_loader(url, split="all", batch_size=4)
+    with pytest.raises(RuntimeError, match="boom"):
+        for i, _ in enumerate(loader):
+            if i == 2:
+                raise RuntimeError("boom")
+    assert our_threads() == []
+
+
+def test_threads_stop_on_keyboard_interrupt(memory_url: Any) -> None:
+    url, _ = memory_url()
+    loader = build_loader(url, split="all", batch_size=4)
+    with pytest.raises(KeyboardInterrupt):
+        for _ in loader:
+            raise KeyboardInterrupt
+    assert our_threads() == []
+
+
+def test_threads_stop_when_the_graph_is_dropped(memory_url: Any) -> None:
+    url, _ = memory_url()
+    loader = build_loader(url, split="all", batch_size=4)
+    iterator = iter(loader.root)  # bypass the Loader: only garbage collection can stop it
+    next(iterator)
+    assert our_threads()
+    del iterator, loader
+    gc.collect()
+    _assert_no_threads_left()
+
+
+def test_a_failing_read_raises_once_and_stops_the_threads() -> None:
+    store = memory_store("threads-corrupt")
+    group = zarr.open_group(store, mode="w")
+    array = group.create_array(
+        "x", shape=(40, 3), chunks=(4, 3), dtype="float32", compressors=zarr.codecs.ZstdCodec()
+    )
+    array[...] = 1.0
+    key = "x/c/5/0"
+    backing = store.store  # the obstore MemoryStore behind the zarr store
+    import obstore
+
+    obstore.put(backing, key, b"not zstd at all")
+    loader = build_loader("memory://threads-corrupt", split="all", batch_size=4)
+    with pytest.raises(ChunkReadError, match=r"chunk \(5, 0\) of variable 'x'"):
+        list(loader)
+    assert our_threads() == []
