@@ -121,19 +121,41 @@ def test_default_variables_skip_coordinate_arrays(memory_url: Any) -> None:
     assert sorted(ZarrSource.open(url).layouts) == ["t2m", "u10"]
 
 
-def test_sharded_v3_array_reads_inner_chunks(memory_url: Any, tmp_path: Path) -> None:
+def test_sharded_v3_array_reads_inner_chunks() -> None:
     import zarr
 
-    from insitubatch_nodes import memory_store
+    from insitubatch_nodes import forget_memory_store, memory_store
 
-    store = memory_store("sharded-e2e")
-    group = zarr.open_group(store, mode="w")
+    group = zarr.open_group(memory_store("sharded-e2e"), mode="w")
     values = np.arange(40 * 6, dtype="float32").reshape(40, 6)
-    group.create_array("x", shape=(40, 6), chunks=(2, 3), shards=(8, 6), dtype="float32")[...] = (
-        values
-    )
-    batches = list(build_loader("memory://sharded-e2e", split="all", batch_size=7))
+    sharded = group.create_array("x", shape=(40, 6), chunks=(2, 3), shards=(8, 6), dtype="float32")
+    sharded[...] = values
+    try:
+        batches = list(build_loader("memory://sharded-e2e", split="all", batch_size=7))
+    finally:
+        forget_memory_store("sharded-e2e")
     index = np.concatenate([b[SAMPLE_INDEX_KEY].numpy() for b in batches])
     assert sorted(index.tolist()) == list(range(40))
     got = np.concatenate([b["x"].numpy() for b in batches])
     assert np.array_equal(got, values[index])
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_missing_chunks_read_as_the_fill_value(zarr_format: int) -> None:
+    import zarr
+
+    from insitubatch_nodes import forget_memory_store, memory_store
+
+    name = f"missing-{zarr_format}"
+    store = memory_store(name)
+    group = zarr.open_group(store, mode="w", zarr_format=zarr_format)
+    array = group.create_array("x", shape=(20, 3), chunks=(4, 3), dtype="float32", fill_value=-7)
+    array[:8] = 1.0  # chunks 2..4 are never written
+    try:
+        batches = list(build_loader(f"memory://{name}", split="all", batch_size=6))
+        index = np.concatenate([b[SAMPLE_INDEX_KEY].numpy() for b in batches])
+        values = np.concatenate([b["x"].numpy() for b in batches])
+        assert sorted(index.tolist()) == list(range(20))
+        assert (values[index < 8] == 1.0).all() and (values[index >= 8] == -7).all()
+    finally:
+        forget_memory_store(name)
