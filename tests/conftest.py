@@ -103,6 +103,11 @@ def torch_roundtrip(state: dict[str, Any]) -> dict[str, Any]:
 def batch_key(batch: Mapping[str, Any]) -> tuple[Any, ...]:
     """A comparable fingerprint of a batch: its sample indices and every value."""
     return tuple(
-        (name, tuple(np.asarray(value).shape), np.asarray(value).tobytes())
-        for name, value in sorted(batch.items())
+        (name, tuple(host.shape), host.tobytes())
+        for name, host in ((n, as_numpy(v)) for n, v in sorted(batch.items()))
     )
+
+
+def as_numpy(value: Any) -> np.ndarray:
+    """Host copy of an array or a tensor on any device."""
+    return value.cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)

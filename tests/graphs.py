@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
+from conftest import batch_key
 from torchdata.nodes import BaseNode
 
 from insitubatch_nodes import (
@@ -78,7 +78,4 @@ def fingerprint(item: Any) -> Any:
                 int(i) for block, rows in item.parts for i in block.plan.sample_index[rows].tolist()
             ),
         )
-    return tuple(
-        (name, tuple(np.asarray(v).shape), np.asarray(v).tobytes())
-        for name, v in sorted(item.items())
-    )
+    return batch_key(item)

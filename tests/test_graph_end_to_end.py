@@ -35,12 +35,12 @@ def test_every_sample_of_the_split_once_with_the_stored_values(
     seen = Counter(int(i) for b in batches for i in b[SAMPLE_INDEX_KEY].tolist())
     assert set(seen) == expected and set(seen.values()) == {1}
     for batch in batches:
-        index = batch[SAMPLE_INDEX_KEY].numpy()
+        index = batch[SAMPLE_INDEX_KEY].cpu().numpy()
         assert batch[SAMPLE_INDEX_KEY].dtype == torch.int64
         for name, values in truth.items():
             got = batch[name]
             assert got.dtype == torch.from_numpy(values[:1]).dtype
-            assert np.array_equal(got.numpy(), values[index])
+            assert np.array_equal(got.cpu().numpy(), values[index])
     assert all(len(b[SAMPLE_INDEX_KEY]) == 5 for b in batches[:-1])
 
 
@@ -112,8 +112,8 @@ def test_a_user_store_object_is_used_as_given(memory_url: Any) -> None:
     store = ZarrSource.open(url).store
     batches = list(build_loader(store, ["u10"], split="all", batch_size=88))
     assert len(batches) == 1 and set(batches[0]) == {"u10", SAMPLE_INDEX_KEY}
-    index = batches[0][SAMPLE_INDEX_KEY].numpy()
-    assert np.array_equal(batches[0]["u10"].numpy(), truth["u10"][index])
+    index = batches[0][SAMPLE_INDEX_KEY].cpu().numpy()
+    assert np.array_equal(batches[0]["u10"].cpu().numpy(), truth["u10"][index])
 
 
 def test_default_variables_skip_coordinate_arrays(memory_url: Any) -> None:
@@ -134,9 +134,9 @@ def test_sharded_v3_array_reads_inner_chunks() -> None:
         batches = list(build_loader("memory://sharded-e2e", split="all", batch_size=7))
     finally:
         forget_memory_store("sharded-e2e")
-    index = np.concatenate([b[SAMPLE_INDEX_KEY].numpy() for b in batches])
+    index = np.concatenate([b[SAMPLE_INDEX_KEY].cpu().numpy() for b in batches])
     assert sorted(index.tolist()) == list(range(40))
-    got = np.concatenate([b["x"].numpy() for b in batches])
+    got = np.concatenate([b["x"].cpu().numpy() for b in batches])
     assert np.array_equal(got, values[index])
 
 
@@ -153,8 +153,8 @@ def test_missing_chunks_read_as_the_fill_value(zarr_format: int) -> None:
     array[:8] = 1.0  # chunks 2..4 are never written
     try:
         batches = list(build_loader(f"memory://{name}", split="all", batch_size=6))
-        index = np.concatenate([b[SAMPLE_INDEX_KEY].numpy() for b in batches])
-        values = np.concatenate([b["x"].numpy() for b in batches])
+        index = np.concatenate([b[SAMPLE_INDEX_KEY].cpu().numpy() for b in batches])
+        values = np.concatenate([b["x"].cpu().numpy() for b in batches])
         assert sorted(index.tolist()) == list(range(20))
         assert (values[index < 8] == 1.0).all() and (values[index >= 8] == -7).all()
     finally:

@@ -38,9 +38,12 @@ def test_cuda_batches_match_the_cpu_batches(memory_url: Any) -> None:
     url, _ = memory_url()
     on_cpu = list(build_loader(url, split="all", batch_size=6, device="cpu"))
     on_gpu = list(build_loader(url, split="all", batch_size=6, device="cuda"))
+    assert len(on_cpu) == len(on_gpu)
     for cpu_batch, gpu_batch in zip(on_cpu, on_gpu, strict=True):
+        assert gpu_batch["sample_index"].device.type == "cpu"  # host metadata stays on host
         for name, tensor in gpu_batch.items():
-            assert tensor.device.type == "cuda"
+            if name != "sample_index":
+                assert tensor.device.type == "cuda"
             assert torch.equal(tensor.cpu(), cpu_batch[name])
 
 

@@ -5,6 +5,9 @@ the node's own stream; the consumer's stream waits on an event recorded after th
 and `record_stream` keeps the caching allocator from reusing the memory while the
 consumer still uses it. Without CUDA it is a zero-copy `torch.from_numpy`: torchdata's
 `PinMemory` cannot even be built on a CPU-only torch, this node must run everywhere.
+
+`sample_index` stays on the host: it indexes host-side metadata (time stamps, file
+names), and reading it back from the device would stall the consumer's stream.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 from torchdata.nodes import BaseNode
+
+from insitubatch_nodes.items import SAMPLE_INDEX_KEY
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -52,13 +57,16 @@ class PinToDeviceNode(BaseNode[dict[str, torch.Tensor]]):
 
     def next(self) -> dict[str, torch.Tensor]:
         batch = {name: torch.from_numpy(array) for name, array in next(self.source).items()}
+        if self.device.type == "cpu":
+            return batch
+        host = {}
+        if SAMPLE_INDEX_KEY in batch:
+            host[SAMPLE_INDEX_KEY] = batch.pop(SAMPLE_INDEX_KEY)
         if self._stream is None:
-            return (
-                batch
-                if self.device.type == "cpu"
-                else {name: tensor.to(self.device) for name, tensor in batch.items()}
-            )
-        return self._copy_to_cuda(batch, self._stream)
+            moved = {name: tensor.to(self.device) for name, tensor in batch.items()}
+        else:
+            moved = self._copy_to_cuda(batch, self._stream)
+        return {**moved, **host}
 
     def _copy_to_cuda(
         self, batch: dict[str, torch.Tensor], stream: torch.cuda.Stream
