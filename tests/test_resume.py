@@ -173,3 +173,26 @@ def _upstream_style_check(make: Any, midpoint: int) -> None:
 def test_upstream_save_load_procedure(memory_url: Any, stage: str) -> None:
     url, _ = memory_url()
     _upstream_style_check(lambda: build_stage(url, stage, batch_size=6), midpoint=3)
+
+
+@pytest.mark.parametrize(
+    ("changed", "message"),
+    [
+        ({"batch_size": 6}, r"ShuffleBlockNode state was saved with batch_size=5"),
+        ({"block_chunks": 3}, r"ReadPlanNode state was saved with block_chunks=2"),
+        ({"seed": 1}, r"ChunkPermuteNode state was saved with seed=0"),
+        ({"world_size": 2}, r"saved with world_size=1 but this graph has world_size=2"),
+    ],
+)
+def test_a_state_from_other_settings_is_refused(
+    memory_url: Any, changed: dict[str, int], message: str
+) -> None:
+    url, _ = memory_url()
+    settings_ = {"split": "all", "batch_size": 5, "block_chunks": 2, "seed": 0, "world_size": 1}
+    loader = build_loader(url, rank=0, **settings_)
+    next(iter(loader))
+    state = torch_roundtrip(loader.state_dict())
+    other = build_loader(url, rank=0, **{**settings_, **changed})
+    other.load_state_dict(state)
+    with pytest.raises(ValueError, match=message):
+        next(iter(other))

@@ -16,13 +16,14 @@ from insitubatch_nodes.core.partition import (
     samples_per_rank,
 )
 from insitubatch_nodes.items import UnitTicket
+from insitubatch_nodes.nodes.state_checks import CONFIG_KEY, check_saved_config
 
 
 class ChunkPermuteNode(BaseNode[UnitTicket]):
     """Yields one `UnitTicket` per unit; the order is a pure function of (seed, epoch, rank).
 
     `reset(None)` after iteration began moves to the next epoch, so a `Loader` sees a fresh
-    order every `iter()`. State is two integers.
+    order every `iter()`. State is (epoch, position) plus the settings it is only valid for.
     """
 
     EPOCH_KEY = "epoch"
@@ -58,6 +59,7 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         if initial_state is not None:
+            check_saved_config(type(self).__name__, initial_state, self._config())
             self._epoch = int(initial_state[self.EPOCH_KEY])
             self._position = int(initial_state[self.POSITION_KEY])
             self._started = True  # a restored run is under way, even at position 0
@@ -102,5 +104,17 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         self._position += 1
         return ticket
 
+    def _config(self) -> dict[str, int]:
+        return {
+            "seed": self.seed,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "units": int(self.split_units.size),
+        }
+
     def get_state(self) -> dict[str, Any]:
-        return {self.EPOCH_KEY: self._epoch, self.POSITION_KEY: self._position}
+        return {
+            self.EPOCH_KEY: self._epoch,
+            self.POSITION_KEY: self._position,
+            CONFIG_KEY: self._config(),
+        }

@@ -10,13 +10,14 @@ from torchdata.nodes import BaseNode
 from insitubatch_nodes.core.geometry import SampleGeometry
 from insitubatch_nodes.core.read_plan import ReadPlan, plan_block
 from insitubatch_nodes.items import UnitTicket
+from insitubatch_nodes.nodes.state_checks import CONFIG_KEY, check_saved_config
 
 
 class ReadPlanNode(BaseNode[ReadPlan]):
     """Takes `block_chunks` tickets per plan; a block never spans two epochs.
 
-    Holds no state of its own: the block index follows from the ticket positions, and its
-    source is always checkpointed at a block boundary.
+    Holds no position of its own: the block index follows from the ticket positions, and
+    its source is always checkpointed at a block boundary.
     """
 
     SOURCE_KEY = "source"
@@ -33,6 +34,8 @@ class ReadPlanNode(BaseNode[ReadPlan]):
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
+        if initial_state is not None:
+            check_saved_config(type(self).__name__, initial_state, self._config())
         self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])
 
     def next(self) -> ReadPlan:
@@ -57,5 +60,8 @@ class ReadPlanNode(BaseNode[ReadPlan]):
             block_index=first.position // self.block_chunks,
         )
 
+    def _config(self) -> dict[str, int]:
+        return {"block_chunks": self.block_chunks, "unit_length": self.geometry.unit_length}
+
     def get_state(self) -> dict[str, Any]:
-        return {self.SOURCE_KEY: self.source.state_dict()}
+        return {self.SOURCE_KEY: self.source.state_dict(), CONFIG_KEY: self._config()}

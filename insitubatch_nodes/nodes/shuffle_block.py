@@ -23,6 +23,7 @@ from torchdata.nodes import BaseNode
 
 from insitubatch_nodes.core.draw_order import block_draw, padding_positions
 from insitubatch_nodes.items import BatchDraw, FetchedBlock
+from insitubatch_nodes.nodes.state_checks import CONFIG_KEY, check_saved_config
 
 
 @dataclass
@@ -67,6 +68,7 @@ class ShuffleBlockNode(BaseNode[BatchDraw]):
             self.source.reset(None)
             self._yielded, self._target, self._restore_drawn = 0, None, None
         else:
+            check_saved_config(type(self).__name__, initial_state, self._config())
             self.source.reset(initial_state[self.SOURCE_KEY])
             self._yielded = int(initial_state[self.YIELDED_KEY])
             target = initial_state[self.TARGET_KEY]
@@ -133,6 +135,9 @@ class ShuffleBlockNode(BaseNode[BatchDraw]):
         positions = padding_positions(last.draw.size, already + count, last.draw)[already:]
         return last.block, positions
 
+    def _config(self) -> dict[str, Any]:
+        return {"batch_size": self.batch_size, "drop_last": self.drop_last}
+
     def get_state(self) -> dict[str, Any]:
         drawn = self._window[0].drawn if self._window else (self._restore_drawn or 0)
         return {
@@ -140,4 +145,5 @@ class ShuffleBlockNode(BaseNode[BatchDraw]):
             self.DRAWN_KEY: drawn,
             self.YIELDED_KEY: self._yielded,
             self.TARGET_KEY: self._target,
+            CONFIG_KEY: self._config(),
         }
