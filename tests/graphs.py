@@ -35,6 +35,7 @@ def build_stage(
     batch_size: int = 5,
     drop_last: bool = False,
     max_inflight: int = 4,
+    fast_path: bool = True,
 ) -> BaseNode[Any]:
     source = ZarrSource.open(url)
     node: BaseNode[Any] = ChunkPermuteNode(
@@ -45,7 +46,12 @@ def build_stage(
         (
             "fetch",
             lambda n: AsyncFetchNode(
-                n, source.store, source.layouts, max_inflight=max_inflight, where=url
+                n,
+                source.store,
+                source.layouts,
+                max_inflight=max_inflight,
+                where=url,
+                fast_path=fast_path,
             ),
         ),
         ("shuffle", lambda n: ShuffleBlockNode(n, batch_size=batch_size, drop_last=drop_last)),

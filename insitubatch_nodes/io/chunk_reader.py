@@ -1,8 +1,15 @@
-"""Read a block's chunks through zarr inside the fetch event loop.
+"""Read a block's chunks inside the fetch event loop.
 
-Lives in the loop thread: arrays and the in-flight semaphore are created lazily by the
-first read, inside the running loop they belong to. zarr decodes in the loop's default
-executor (the decode pool), so the loop itself only schedules.
+Two paths, chosen per array once (`chunk_codec.fast_decoder`):
+
+- fast: `store.get` of each chunk key on the loop (at most `max_inflight` at once), and
+  numcodecs decode straight into the block buffer in the decode pool, several chunks per
+  thread hop, starting while other gets are still in flight;
+- zarr: `AsyncArray.getitem` per chunk, for layouts we do not decode ourselves (sharding,
+  filters, F order, unusual codecs). zarr decodes in the loop's default executor too.
+
+Arrays and the in-flight semaphore are created lazily by the first read, inside the loop
+they belong to.
 """
 
 from __future__ import annotations
@@ -10,26 +17,42 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import zarr.api.asynchronous
 from zarr.abc.store import Store
+from zarr.core.buffer import default_buffer_prototype
 
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.read_plan import ChunkRead, ReadPlan
+from insitubatch_nodes.io.chunk_codec import ChunkDecoder, fast_decoder
+from insitubatch_nodes.io.zarr_compat import chunk_key
 
 
 class ChunkReadError(OSError):
     """A chunk could not be read or decoded; names the array, the chunk and the store."""
 
 
+def _first_failure(failures: BaseExceptionGroup[BaseException]) -> BaseException:
+    first = failures.exceptions[0]
+    return _first_failure(first) if isinstance(first, BaseExceptionGroup) else first
+
+
 @dataclass
 class FetchStats:
-    """Running totals, updated from the loop thread and read from anywhere."""
+    """Running totals, updated from the loop and decode threads, read from anywhere."""
 
     chunks_read: int = 0
     bytes_decoded: int = 0
     blocks_fetched: int = 0
+    fast_path_chunks: int = 0
+
+
+@dataclass(frozen=True)
+class _OpenArray:
+    array: zarr.AsyncArray  # type: ignore[type-arg]
+    decoder: ChunkDecoder | None
 
 
 class ChunkReader:
@@ -39,19 +62,23 @@ class ChunkReader:
         layouts: Mapping[str, VariableLayout],
         *,
         max_inflight: int,
+        decode_threads: int,
         where: str,
         stats: FetchStats,
+        fast_path: bool = True,
     ) -> None:
         self._store = store
         self._layouts = dict(layouts)
         self._max_inflight = max_inflight
+        self._decode_threads = decode_threads
         self._where = where
         self._stats = stats
-        self._arrays: dict[str, zarr.AsyncArray] | None = None  # type: ignore[type-arg]
+        self._fast_path = fast_path
+        self._arrays: dict[str, _OpenArray] | None = None
         self._inflight: asyncio.Semaphore | None = None
         self._opening: asyncio.Lock | None = None
 
-    async def _ready(self) -> dict[str, zarr.AsyncArray]:  # type: ignore[type-arg]
+    async def _ready(self) -> dict[str, _OpenArray]:
         if self._opening is None:
             self._opening = asyncio.Lock()
             self._inflight = asyncio.Semaphore(self._max_inflight)
@@ -60,10 +87,17 @@ class ChunkReader:
                 group = await zarr.api.asynchronous.open_group(store=self._store, mode="r")
                 arrays = {}
                 for name in self._layouts:
-                    arrays[name] = await group.getitem(name)
-                self._arrays = arrays  # type: ignore[assignment]
-        assert self._arrays is not None
+                    array = await group.getitem(name)
+                    decoder = fast_decoder(array) if self._fast_path else None  # type: ignore[arg-type]
+                    arrays[name] = _OpenArray(array, decoder)  # type: ignore[arg-type]
+                self._arrays = arrays
         return self._arrays
+
+    def _error(self, name: str, coords: tuple[int, ...], err: BaseException) -> ChunkReadError:
+        return ChunkReadError(
+            f"reading chunk {coords} of variable {name!r} from {self._where} failed: "
+            f"{type(err).__name__}: {err}"
+        )
 
     async def read_block(self, plan: ReadPlan) -> dict[str, np.ndarray]:
         arrays = await self._ready()
@@ -74,34 +108,92 @@ class ChunkReader:
         try:
             async with asyncio.TaskGroup() as group:
                 for name, reads in plan.reads.items():
-                    for read in reads:
-                        group.create_task(self._read_chunk(name, arrays[name], read, buffers[name]))
+                    opened = arrays[name]
+                    if opened.decoder is None:
+                        for read in reads:
+                            group.create_task(
+                                self._read_via_zarr(name, opened.array, read, buffers[name])
+                            )
+                    else:
+                        group.create_task(self._read_fast(name, opened, reads, buffers[name]))
         except BaseExceptionGroup as failures:
-            raise failures.exceptions[0] from None  # the first failure, not a wrapper
+            raise _first_failure(failures) from None  # the error itself, not a wrapper
         self._stats.blocks_fetched += 1
         return buffers
 
-    async def _read_chunk(
+    def _regions(self, name: str, read: ChunkRead) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
+        """Where the chunk goes in the block buffer, and which part of it is real data."""
+        selection = self._layouts[name].chunk_selection(read.coords)
+        rows = selection[0].stop - selection[0].start
+        target = (slice(read.dest_row, read.dest_row + rows), *selection[1:])
+        valid = tuple(slice(0, s.stop - s.start) for s in selection)
+        return target, valid
+
+    async def _read_fast(
+        self,
+        name: str,
+        opened: _OpenArray,
+        reads: tuple[ChunkRead, ...],
+        buffer: np.ndarray,
+    ) -> None:
+        assert opened.decoder is not None and self._inflight is not None
+        decoder = opened.decoder
+        metadata = opened.array.metadata
+        prefix = opened.array.store_path.path
+        loop = asyncio.get_running_loop()
+        per_hop = max(1, len(reads) // (2 * self._decode_threads))
+        fetched: list[tuple[ChunkRead, Any]] = []
+
+        def decode(items: list[tuple[ChunkRead, Any]]) -> None:
+            for read, data in items:
+                target, valid = self._regions(name, read)
+                try:
+                    decoder.decode_into(data, buffer[target], valid)
+                except Exception as err:
+                    raise self._error(name, read.coords, err) from err
+                self._stats.bytes_decoded += buffer[target].nbytes
+            self._stats.chunks_read += len(items)
+            self._stats.fast_path_chunks += len(items)
+
+        async def get(read: ChunkRead) -> None:
+            key = chunk_key(metadata, prefix, read.coords)
+            assert self._inflight is not None
+            try:
+                async with self._inflight:
+                    found = await self._store.get(key, prototype=default_buffer_prototype())
+            except Exception as err:
+                raise self._error(name, read.coords, err) from err
+            fetched.append((read, None if found is None else found.as_numpy_array()))
+            if len(fetched) >= per_hop:
+                batch = fetched[:]
+                fetched.clear()
+                await loop.run_in_executor(None, decode, batch)
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                for read in reads:
+                    group.create_task(get(read))
+        except BaseExceptionGroup as failures:
+            raise _first_failure(failures) from None
+        if fetched:
+            await loop.run_in_executor(None, decode, fetched)
+
+    async def _read_via_zarr(
         self,
         name: str,
         array: zarr.AsyncArray,  # type: ignore[type-arg]
         read: ChunkRead,
         buffer: np.ndarray,
     ) -> None:
-        layout = self._layouts[name]
-        selection = layout.chunk_selection(read.coords)
+        target, _ = self._regions(name, read)
         assert self._inflight is not None
         try:
             async with self._inflight:
-                data = await array.getitem(selection)
+                data = await array.getitem(self._layouts[name].chunk_selection(read.coords))
         except asyncio.CancelledError:
             raise
         except Exception as err:
-            raise ChunkReadError(
-                f"reading chunk {read.coords} of variable {name!r} from {self._where} failed: "
-                f"{type(err).__name__}: {err}"
-            ) from err
-        rows = selection[0].stop - selection[0].start
-        buffer[(slice(read.dest_row, read.dest_row + rows), *selection[1:])] = data
+            raise self._error(name, read.coords, err) from err
+        buffer[target] = data
         self._stats.chunks_read += 1
         self._stats.bytes_decoded += int(np.asarray(data).nbytes)

@@ -44,6 +44,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         prefetch_blocks: int = 2,
         decode_threads: int | None = None,
         where: str = "the store",
+        fast_path: bool = True,
     ) -> None:
         super().__init__()
         if max_inflight < 1:
@@ -57,6 +58,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         self.prefetch_blocks = prefetch_blocks
         self.decode_threads = decode_threads or default_decode_threads()
         self.where = where
+        self.fast_path = fast_path
         self.stats = FetchStats()
         self._runtime: EventLoopThread | None = None
         self._reader: ChunkReader | None = None
@@ -91,7 +93,9 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             self.store,
             self.layouts,
             max_inflight=self.max_inflight,
+            decode_threads=self.decode_threads,
             where=self.where,
+            fast_path=self.fast_path,
             stats=self.stats,
         )
         self._finalizer = weakref.finalize(self, runtime.close)

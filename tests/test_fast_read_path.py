@@ -1,0 +1,101 @@
+"""The fast read path (store.get + numcodecs into the block buffer) gives exactly what
+zarr's own read gives, and is used only where it applies."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+from graphs import build_stage
+
+from insitubatch_nodes import SAMPLE_INDEX_KEY, Loader, forget_memory_store, memory_store
+from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
+
+_names = itertools.count()
+
+V3_CODECS: dict[str, Any] = {
+    "zstd": zarr.codecs.ZstdCodec(level=3),
+    "blosc-lz4": zarr.codecs.BloscCodec(cname="lz4", shuffle="bitshuffle"),
+    "gzip": zarr.codecs.GzipCodec(),
+    "none": None,
+}
+V2_CODECS: dict[str, Any] = {
+    "zstd": numcodecs.Zstd(),
+    "blosc-lz4": numcodecs.Blosc(cname="lz4"),
+    "gzip": numcodecs.GZip(),
+    "none": None,
+}
+
+
+def _write(zarr_format: int, codec: Any, dtype: str, **extra: Any) -> str:
+    name = f"fast-{next(_names)}"
+    group = zarr.open_group(memory_store(name), mode="w", zarr_format=zarr_format)
+    shape, chunks = (23, 5, 7), (3, 2, 4)  # ragged in every dimension
+    values = np.random.default_rng(1).integers(-500, 500, shape).astype(dtype)
+    array = group.create_array(
+        "x", shape=shape, chunks=chunks, dtype=dtype, compressors=codec, fill_value=9, **extra
+    )
+    array[...] = values
+    array[6:9] = 9  # whole chunks equal to the fill value: not stored
+    return name
+
+
+def _read_epoch(name: str, fast_path: bool) -> tuple[list[tuple[bytes, bytes]], int]:
+    node = build_stage(f"memory://{name}", "gather", batch_size=4, fast_path=fast_path)
+    batches = [(b[SAMPLE_INDEX_KEY].tobytes(), b["x"].tobytes()) for b in Loader(node)]
+    fetch = next(n for n in graph_nodes(node) if isinstance(n, AsyncFetchNode))
+    return batches, fetch.stats.fast_path_chunks
+
+
+def _check(name: str, expect_fast: bool) -> None:
+    try:
+        fast, fast_chunks = _read_epoch(name, fast_path=True)
+        slow, slow_chunks = _read_epoch(name, fast_path=False)
+        truth = zarr.open_group(memory_store(name), mode="r")["x"][...]
+    finally:
+        forget_memory_store(name)
+    assert fast == slow
+    assert slow_chunks == 0
+    assert (fast_chunks > 0) == expect_fast
+    for index_bytes, values_bytes in fast:
+        index = np.frombuffer(index_bytes, dtype=np.int64)
+        got = np.frombuffer(values_bytes, dtype=truth.dtype).reshape(len(index), 5, 7)
+        assert np.array_equal(got, truth[index])
+
+
+@pytest.mark.parametrize("codec", sorted(V3_CODECS))
+@pytest.mark.parametrize("dtype", ["float32", "int16", "uint8", "float64"])
+def test_v3_fast_path_matches_zarr(codec: str, dtype: str) -> None:
+    _check(_write(3, V3_CODECS[codec], dtype), expect_fast=True)
+
+
+@pytest.mark.parametrize("codec", sorted(V2_CODECS))
+@pytest.mark.parametrize("dtype", ["<f4", ">i2", ">f8"])
+def test_v2_fast_path_matches_zarr(codec: str, dtype: str) -> None:
+    _check(_write(2, V2_CODECS[codec], dtype), expect_fast=True)
+
+
+def test_v3_big_endian_bytes_codec() -> None:
+    name = _write(3, None, "int32", serializer=zarr.codecs.BytesCodec(endian="big"))
+    _check(name, expect_fast=True)
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        {"zarr_format": 3, "shards": (6, 4, 8)},
+        {"zarr_format": 2, "order": "F"},
+        {"zarr_format": 2, "filters": [numcodecs.Delta(dtype="<i4")]},
+        {"zarr_format": 3, "filters": [zarr.codecs.TransposeCodec(order=(2, 1, 0))]},
+    ],
+    ids=["sharded", "F-order", "v2-filter", "transpose"],
+)
+def test_other_layouts_fall_back_to_zarr(layout: dict[str, Any]) -> None:
+    zarr_format = layout.pop("zarr_format")
+    codec = numcodecs.Zstd() if zarr_format == 2 else zarr.codecs.ZstdCodec()
+    _check(_write(zarr_format, codec, "<i4", **layout), expect_fast=False)
