@@ -40,6 +40,7 @@ def build_loader(
     block_chunks: int = 8,
     max_inflight: int = 64,
     prefetch_blocks: int = 2,
+    memory_budget: int = 1 << 30,
     seed: int = 0,
     rank: int | None = None,
     world_size: int | None = None,
@@ -53,7 +54,9 @@ def build_loader(
 
     Each batch is `{variable: tensor (batch, *sample_shape), "sample_index": int64}`.
     `block_chunks` units are read and shuffled together: larger blocks shuffle better and
-    hold more memory. Every rank yields the same number of batches per epoch.
+    hold more memory. `memory_budget` (bytes) caps the blocks read ahead; reading runs
+    until `2 * max_inflight` chunk reads are pending. Every rank yields the same number of
+    batches per epoch.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -77,6 +80,7 @@ def build_loader(
         opened.layouts,
         max_inflight=max_inflight,
         prefetch_blocks=prefetch_blocks,
+        memory_budget=memory_budget,
         decode_threads=decode_threads,
         where=opened.where,
     )

@@ -99,3 +99,30 @@ def test_other_layouts_fall_back_to_zarr(layout: dict[str, Any]) -> None:
     zarr_format = layout.pop("zarr_format")
     codec = numcodecs.Zstd() if zarr_format == 2 else zarr.codecs.ZstdCodec()
     _check(_write(zarr_format, codec, "<i4", **layout), expect_fast=False)
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_local_file_reads_match_zarr_including_missing_chunks(
+    zarr_format: int, tmp_path: Any
+) -> None:
+    path = tmp_path / "local.zarr"
+    group = zarr.open_group(str(path), mode="w", zarr_format=zarr_format)
+    values = np.random.default_rng(2).standard_normal((22, 3, 5)).astype("float32")
+    codec = zarr.codecs.ZstdCodec() if zarr_format == 3 else numcodecs.Zstd()
+    array = group.create_array(
+        "x",
+        shape=values.shape,
+        chunks=(4, 2, 5),
+        dtype="float32",
+        compressors=codec,
+        fill_value=-1,
+    )
+    array[...] = values
+    array[8:12] = -1  # not stored: read back as the fill value
+    truth = array[...]
+    url = f"file://{path}"
+    fast = list(Loader(build_stage(url, "gather", batch_size=5, fast_path=True)))
+    slow = list(Loader(build_stage(url, "gather", batch_size=5, fast_path=False)))
+    assert [b["x"].tobytes() for b in fast] == [b["x"].tobytes() for b in slow]
+    for batch in fast:
+        assert np.array_equal(batch["x"], truth[batch[SAMPLE_INDEX_KEY]])

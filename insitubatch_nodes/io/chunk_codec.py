@@ -35,6 +35,10 @@ class ChunkDecoder:
         if data is None:
             destination[...] = self.fill_value
             return
+        whole = destination.shape == self.chunk_shape and destination.flags.c_contiguous
+        if whole and self.compressor is not None and destination.dtype == self.dtype:
+            self.compressor.decode(data, out=destination)  # no intermediate copy
+            return
         raw = self.compressor.decode(data) if self.compressor is not None else data
         chunk = np.frombuffer(raw, dtype=self.dtype).reshape(self.chunk_shape)
         destination[...] = chunk[valid]

@@ -15,7 +15,7 @@ they belong to.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ from zarr.core.buffer import default_buffer_prototype
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.read_plan import ChunkRead, ReadPlan
 from insitubatch_nodes.io.chunk_codec import ChunkDecoder, fast_decoder
+from insitubatch_nodes.io.stores import local_root
 from insitubatch_nodes.io.zarr_compat import chunk_key
 
 
@@ -74,6 +75,7 @@ class ChunkReader:
         self._where = where
         self._stats = stats
         self._fast_path = fast_path
+        self._local_root = local_root(store)
         self._arrays: dict[str, _OpenArray] | None = None
         self._inflight: asyncio.Semaphore | None = None
         self._opening: asyncio.Lock | None = None
@@ -177,6 +179,39 @@ class ChunkReader:
             raise _first_failure(failures) from None
         if fetched:
             await loop.run_in_executor(None, decode, fetched)
+
+    async def _read_local(
+        self,
+        name: str,
+        prefix: str,
+        metadata: Any,
+        reads: tuple[ChunkRead, ...],
+        decode: Callable[[list[tuple[ChunkRead, Any]]], None],
+    ) -> None:
+        """Plain file reads and decode in the same thread hop, a few chunks per hop."""
+        assert self._local_root is not None
+        root = self._local_root
+        per_hop = max(1, len(reads) // (2 * self._decode_threads))
+
+        def read_and_decode(batch: tuple[ChunkRead, ...]) -> None:
+            loaded: list[tuple[ChunkRead, Any]] = []
+            for read in batch:
+                path = root / chunk_key(metadata, prefix, read.coords)
+                try:
+                    loaded.append((read, path.read_bytes()))
+                except FileNotFoundError:
+                    loaded.append((read, None))  # never written: the fill value
+                except OSError as err:
+                    raise self._error(name, read.coords, err) from err
+            decode(loaded)
+
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(
+            *(
+                loop.run_in_executor(None, read_and_decode, reads[i : i + per_hop])
+                for i in range(0, len(reads), per_hop)
+            )
+        )
 
     async def _read_via_zarr(
         self,

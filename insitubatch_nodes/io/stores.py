@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 
 import obstore.store
 from zarr.abc.store import Store
-from zarr.storage import ObjectStore
+from zarr.storage import LocalStore, ObjectStore
 
 OBJECT_STORE_SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "azure", "http", "https")
 SUPPORTED_SCHEMES = ("file", "memory", *OBJECT_STORE_SCHEMES)
@@ -74,6 +74,21 @@ def open_store(source: str | Path | Store, storage_options: dict[str, Any] | Non
         + ", ".join(f"{s}://" for s in SUPPORTED_SCHEMES)
         + ", a plain path, or pass an open zarr Store"
     )
+
+
+def local_root(store: Store) -> Path | None:
+    """The directory behind a local store (zarr's LocalStore, or obstore's LocalStore with a
+    prefix inside zarr's ObjectStore); `None` for anything else, wrappers included.
+
+    Chunks of a local store are cheapest read with plain file reads in the decode threads:
+    about 30 us each, against about 300 us through an async object-store get.
+    """
+    if isinstance(store, LocalStore):
+        return Path(store.root)
+    if isinstance(store, ObjectStore) and isinstance(store.store, obstore.store.LocalStore):
+        prefix = store.store.prefix
+        return None if prefix is None else Path(prefix)
+    return None
 
 
 def describe(source: str | Path | Store) -> str:

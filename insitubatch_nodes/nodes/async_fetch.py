@@ -17,8 +17,10 @@ import copy
 import weakref
 from collections import deque
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from torchdata.nodes import BaseNode
 from zarr.abc.store import Store
 
@@ -29,8 +31,19 @@ from insitubatch_nodes.io.event_loop import EventLoopThread, default_decode_thre
 from insitubatch_nodes.items import FetchedBlock
 
 
+@dataclass(frozen=True)
+class _Pending:
+    future: concurrent.futures.Future[FetchedBlock]
+    source_state: dict[str, Any]
+    reads: int
+    nbytes: int
+
+
 class AsyncFetchNode(BaseNode[FetchedBlock]):
-    """At most `prefetch_blocks` blocks and `max_inflight` chunk reads are under way at once."""
+    """Reads ahead until `2 * max_inflight` chunk reads (and at least `prefetch_blocks`
+    blocks) are pending, never holding more than `memory_budget` bytes of pending blocks
+    (one block is always allowed, however large). At most `max_inflight` reads are under
+    way at any moment."""
 
     SOURCE_KEY = "source"
 
@@ -42,6 +55,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         *,
         max_inflight: int = 64,
         prefetch_blocks: int = 2,
+        memory_budget: int = 1 << 30,
         decode_threads: int | None = None,
         where: str = "the store",
         fast_path: bool = True,
@@ -56,6 +70,11 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         self.layouts = dict(layouts)
         self.max_inflight = max_inflight
         self.prefetch_blocks = prefetch_blocks
+        self.memory_budget = memory_budget
+        self._sample_nbytes = sum(
+            int(np.prod(layout.sample_shape, dtype=np.int64)) * np.dtype(layout.dtype).itemsize
+            for layout in self.layouts.values()
+        )
         self.decode_threads = decode_threads or default_decode_threads()
         self.where = where
         self.fast_path = fast_path
@@ -63,8 +82,8 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         self._runtime: EventLoopThread | None = None
         self._reader: ChunkReader | None = None
         self._finalizer: weakref.finalize | None = None
-        self._pending: deque[tuple[concurrent.futures.Future[FetchedBlock], dict[str, Any]]]
-        self._pending = deque()
+        self._pending: deque[_Pending] = deque()
+        self._held: tuple[ReadPlan, dict[str, Any]] | None = None  # pulled, over budget
         self._source_done = False
         self._delivered_source_state: dict[str, Any] = {}
 
@@ -74,11 +93,12 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])
         self._delivered_source_state = self.source.state_dict()
         self._source_done = False
+        self._held = None
 
     def close(self) -> None:
         """Stop the event loop and its threads; safe to call at any time, any number of times."""
-        for future, _ in self._pending:
-            future.cancel()
+        for pending in self._pending:
+            pending.future.cancel()
         self._pending.clear()
         if self._finalizer is not None:
             self._finalizer()  # runs EventLoopThread.close once
@@ -100,18 +120,33 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         )
         self._finalizer = weakref.finalize(self, runtime.close)
 
+    def _wants_more(self) -> bool:
+        if len(self._pending) < self.prefetch_blocks:
+            return True
+        return sum(p.reads for p in self._pending) < 2 * self.max_inflight
+
     def _read_ahead(self) -> None:
-        while not self._source_done and len(self._pending) < self.prefetch_blocks:
-            try:
-                plan = next(self.source)
-            except StopIteration:
-                self._source_done = True
-                break
+        while self._wants_more():
+            if self._held is None:
+                if self._source_done:
+                    return
+                try:
+                    plan = next(self.source)
+                except StopIteration:
+                    self._source_done = True
+                    return
+                self._held = (plan, self.source.state_dict())
+            plan, state = self._held
+            nbytes = plan.num_samples * self._sample_nbytes
+            pending_bytes = sum(p.nbytes for p in self._pending)
+            if self._pending and pending_bytes + nbytes > self.memory_budget:
+                return  # submitted once earlier blocks are handed out
+            self._held = None
             if self._runtime is None:
                 self._start()
             assert self._runtime is not None and self._reader is not None
             future = self._runtime.submit(self._fetch(self._reader, plan))
-            self._pending.append((future, self.source.state_dict()))
+            self._pending.append(_Pending(future, state, plan.num_reads, nbytes))
 
     @staticmethod
     async def _fetch(reader: ChunkReader, plan: ReadPlan) -> FetchedBlock:
@@ -122,13 +157,13 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         if not self._pending:
             self.close()
             raise StopIteration
-        future, source_state = self._pending.popleft()
+        pending = self._pending.popleft()
         try:
-            block = future.result()
+            block = pending.future.result()
         except BaseException:
             self.close()
             raise
-        self._delivered_source_state = source_state
+        self._delivered_source_state = pending.source_state
         self._read_ahead()
         if not self._pending:
             self.close()  # that was the last block: no IO left to do

@@ -14,7 +14,9 @@ class GatherNode(BaseNode[dict[str, np.ndarray]]):
     """Yields `{variable: (batch, *sample_shape) array, "sample_index": int64 (batch,)}`.
 
     Work is one `np.take` per (variable, resident block in the batch): it scales with the
-    blocks a batch touches, never with its samples.
+    blocks a batch touches, never with its samples. `mode="clip"`: the rows come from a
+    permutation of the block, always in range, and numpy's default `mode="raise"` copies
+    through a temporary buffer (about 3x slower here).
     """
 
     SOURCE_KEY = "source"
@@ -45,7 +47,7 @@ def gather(draw: BatchDraw) -> dict[str, np.ndarray]:
     for block, rows in draw.parts:
         stop = start + rows.size
         for name, array in block.arrays.items():
-            np.take(array, rows, axis=0, out=out[name][start:stop])
-        np.take(block.plan.sample_index, rows, out=out[SAMPLE_INDEX_KEY][start:stop])
+            np.take(array, rows, axis=0, out=out[name][start:stop], mode="clip")
+        np.take(block.plan.sample_index, rows, out=out[SAMPLE_INDEX_KEY][start:stop], mode="clip")
         start = stop
     return out
