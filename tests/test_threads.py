@@ -10,7 +10,7 @@ import pytest
 import zarr
 from conftest import our_threads
 
-from insitubatch_nodes import ChunkReadError, build_loader, memory_store
+from insitubatch_nodes import ChunkReadError, ZarrSource, build_loader, memory_store
 
 
 def _assert_no_threads_left(timeout: float = 5.0) -> None:
@@ -87,3 +87,36 @@ def test_a_failing_read_raises_once_and_stops_the_threads() -> None:
     with pytest.raises(ChunkReadError, match=r"chunk \(5, 0\) of variable 'x'"):
         list(loader)
     assert our_threads() == []
+
+
+def test_read_ahead_stays_within_the_memory_budget(memory_url: Any) -> None:
+    import time as clock
+
+    from graphs import build_stage
+
+    from insitubatch_nodes import AsyncFetchNode, Loader
+
+    url, _ = memory_url()
+
+    def fetched_after_one_block(budget: int) -> int:
+        node = build_stage(url, "plan", block_chunks=1)
+        fetch = AsyncFetchNode(
+            node,
+            ZarrSource.open(url).store,
+            ZarrSource.open(url).layouts,
+            max_inflight=64,
+            prefetch_blocks=1,
+            memory_budget=budget,
+        )
+        iterator = iter(Loader(fetch))
+        next(iterator)
+        deadline = clock.monotonic() + 5
+        while fetch.stats.blocks_fetched < 2 and clock.monotonic() < deadline:
+            clock.sleep(0.01)
+        clock.sleep(0.2)  # let any further read-ahead land
+        count = fetch.stats.blocks_fetched
+        del iterator
+        return count
+
+    assert fetched_after_one_block(budget=1) == 2  # the delivered block + one pending
+    assert fetched_after_one_block(budget=1 << 30) > 2  # reads run ahead by pending reads
