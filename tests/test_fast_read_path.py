@@ -45,22 +45,23 @@ def _write(zarr_format: int, codec: Any, dtype: str, **extra: Any) -> str:
     return name
 
 
-def _read_epoch(name: str, fast_path: bool) -> tuple[list[tuple[bytes, bytes]], int]:
+def _read_epoch(name: str, fast_path: bool) -> tuple[list[tuple[bytes, bytes]], int, int]:
     node = build_stage(f"memory://{name}", "gather", batch_size=4, fast_path=fast_path)
     batches = [(b[SAMPLE_INDEX_KEY].tobytes(), b["x"].tobytes()) for b in Loader(node)]
     fetch = next(n for n in graph_nodes(node) if isinstance(n, AsyncFetchNode))
-    return batches, fetch.stats.fast_path_chunks
+    return batches, fetch.stats.fast_path_chunks, fetch.stats.local_file_reads
 
 
 def _check(name: str, expect_fast: bool) -> None:
     try:
-        fast, fast_chunks = _read_epoch(name, fast_path=True)
-        slow, slow_chunks = _read_epoch(name, fast_path=False)
+        fast, fast_chunks, fast_reads_files = _read_epoch(name, fast_path=True)
+        slow, slow_chunks, _ = _read_epoch(name, fast_path=False)
         truth = zarr.open_group(memory_store(name), mode="r")["x"][...]
     finally:
         forget_memory_store(name)
     assert fast == slow
     assert slow_chunks == 0
+    assert fast_reads_files == 0  # memory stores go through store.get
     assert (fast_chunks > 0) == expect_fast
     for index_bytes, values_bytes in fast:
         index = np.frombuffer(index_bytes, dtype=np.int64)
@@ -121,7 +122,10 @@ def test_local_file_reads_match_zarr_including_missing_chunks(
     array[8:12] = -1  # not stored: read back as the fill value
     truth = array[...]
     url = f"file://{path}"
-    fast = list(Loader(build_stage(url, "gather", batch_size=5, fast_path=True)))
+    fast_node = build_stage(url, "gather", batch_size=5, fast_path=True)
+    fast = list(Loader(fast_node))
+    fetch = next(n for n in graph_nodes(fast_node) if isinstance(n, AsyncFetchNode))
+    assert fetch.stats.local_file_reads == fetch.stats.chunks_read > 0  # plain file reads
     slow = list(Loader(build_stage(url, "gather", batch_size=5, fast_path=False)))
     assert [b["x"].tobytes() for b in fast] == [b["x"].tobytes() for b in slow]
     for batch in fast:

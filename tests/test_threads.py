@@ -120,3 +120,17 @@ def test_read_ahead_stays_within_the_memory_budget(memory_url: Any) -> None:
 
     assert fetched_after_one_block(budget=1) == 2  # the delivered block + one pending
     assert fetched_after_one_block(budget=1 << 30) > 2  # reads run ahead by pending reads
+
+
+def test_a_corrupt_local_chunk_file_raises_and_stops_the_threads(tmp_path: Any) -> None:
+    path = tmp_path / "corrupt.zarr"
+    group = zarr.open_group(str(path), mode="w")
+    array = group.create_array(
+        "x", shape=(40, 3), chunks=(4, 3), dtype="float32", compressors=zarr.codecs.ZstdCodec()
+    )
+    array[...] = 1.0
+    (path / "x" / "c" / "7" / "0").write_bytes(b"not zstd at all")
+    loader = build_loader(str(path), split="all", batch_size=4)
+    with pytest.raises(ChunkReadError, match=r"chunk \(7, 0\) of variable 'x'"):
+        list(loader)
+    assert our_threads() == []

@@ -48,6 +48,7 @@ class FetchStats:
     bytes_decoded: int = 0
     blocks_fetched: int = 0
     fast_path_chunks: int = 0
+    local_file_reads: int = 0
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,9 @@ class ChunkReader:
                 fetched.clear()
                 await loop.run_in_executor(None, decode, batch)
 
+        if self._local_root is not None:
+            await self._read_local(name, prefix, metadata, reads, decode)
+            return
         try:
             async with asyncio.TaskGroup() as group:
                 for read in reads:
@@ -203,6 +207,7 @@ class ChunkReader:
                     loaded.append((read, None))  # never written: the fill value
                 except OSError as err:
                     raise self._error(name, read.coords, err) from err
+            self._stats.local_file_reads += len(batch)
             decode(loaded)
 
         loop = asyncio.get_running_loop()
