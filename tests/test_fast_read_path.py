@@ -9,6 +9,7 @@ from typing import Any
 import numcodecs
 import numpy as np
 import pytest
+import torch
 import zarr
 from graphs import build_stage
 
@@ -130,3 +131,18 @@ def test_local_file_reads_match_zarr_including_missing_chunks(
     assert [b["x"].tobytes() for b in fast] == [b["x"].tobytes() for b in slow]
     for batch in fast:
         assert np.array_equal(batch["x"], truth[batch[SAMPLE_INDEX_KEY]])
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_big_endian_store_gives_native_torch_batches(fast_path: bool) -> None:
+    name = _write(2, numcodecs.Zstd(), ">f4")
+    try:
+        truth = zarr.open_group(memory_store(name), mode="r")["x"][...]
+        batches = list(Loader(build_stage(f"memory://{name}", "device", fast_path=fast_path)))
+    finally:
+        forget_memory_store(name)
+    assert batches
+    for batch in batches:
+        assert batch["x"].dtype == torch.float32
+        index = batch[SAMPLE_INDEX_KEY].numpy()
+        assert np.array_equal(batch["x"].numpy(), truth[index])

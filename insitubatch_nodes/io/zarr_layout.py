@@ -23,8 +23,13 @@ def open_root_group(store: Store, where: str) -> zarr.Group:
 
 
 def layout_of(array: zarr.Array) -> VariableLayout:
-    """Shape, inner chunk shape (for sharded arrays too) and numpy dtype name."""
-    return VariableLayout(tuple(array.shape), tuple(array.chunks), str(np.dtype(array.dtype)))
+    """Shape, inner chunk shape (for sharded arrays too) and numpy dtype name.
+
+    The dtype is in native byte order: block buffers and batches are what torch can wrap,
+    whatever byte order the store keeps (Zarr v2 `>f4`); decoding swaps bytes on the way.
+    """
+    dtype = np.dtype(array.dtype).newbyteorder("=")
+    return VariableLayout(tuple(array.shape), tuple(array.chunks), str(dtype))
 
 
 def select_variables(
