@@ -1,10 +1,16 @@
-"""A torchdata `Loader` that stops the graph's IO when a for-loop over it stops.
+"""A torchdata `Loader` that stops the graph's IO when a for-loop over it stops, and whose
+state stays right across chained resumes.
 
 torchdata's Loader hands out one long-lived iterator, so nothing tells the graph that the
 user broke out of a loop or that the loop body raised; the fetch threads would idle on.
 This subclass iterates through a generator whose `finally` closes every node that can be
 closed: on exhaustion, `break`, an exception (KeyboardInterrupt included) or garbage
-collection. State and resume behave exactly as in torchdata's Loader.
+collection.
+
+It also keeps its own iterator. torchdata 0.11's iterator remembers the state it peeked
+at when a restored state turns out to be an epoch's end, and keeps returning it after
+the next epoch starts (meta-pytorch/data#1552): a checkpoint taken later in that run
+would resume at the wrong place. `state_dict()` has the same layout as torchdata's.
 """
 
 from __future__ import annotations
@@ -43,9 +49,82 @@ def close_graph(root: BaseNode[Any]) -> None:
             close()
 
 
+class PeekingIterator(BaseNode[T]):
+    """Counts what it yields and can look one item ahead without losing the state from
+    before that item (the Loader peeks to tell an exhausted restored state)."""
+
+    ROOT_KEY = "root"
+    NUM_YIELDED_KEY = "num_yielded"
+
+    def __init__(self, root: BaseNode[T]) -> None:
+        super().__init__()
+        self.root = root
+        self._num_yielded = 0
+        self._peeked: tuple[T, dict[str, Any]] | None = None
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        self._peeked = None
+        if initial_state is None:
+            self.root.reset(None)
+            self._num_yielded = 0
+        else:
+            self.root.reset(initial_state[self.ROOT_KEY])
+            self._num_yielded = initial_state[self.NUM_YIELDED_KEY]
+
+    def has_next(self) -> bool:
+        if self._peeked is None:
+            state = self.get_state()
+            try:
+                self._peeked = (next(self.root), state)
+            except StopIteration:
+                return False
+        return True
+
+    def next(self) -> T:
+        if self._peeked is not None:
+            item, _ = self._peeked
+            self._peeked = None
+        else:
+            item = next(self.root)
+        self._num_yielded += 1
+        return item
+
+    def get_state(self) -> dict[str, Any]:
+        if self._peeked is not None:
+            return self._peeked[1]
+        return {self.ROOT_KEY: self.root.state_dict(), self.NUM_YIELDED_KEY: self._num_yielded}
+
+
 class Loader(torchdata.nodes.Loader[T]):
+    def __init__(self, root: BaseNode[T], restart_on_stop_iteration: bool = True) -> None:
+        super().__init__(root, restart_on_stop_iteration)
+        self._iterator: PeekingIterator[T] | None = None
+        self._state_to_load: dict[str, Any] | None = None
+        self._started_for_state_dict = False
+
     def __iter__(self) -> Iterator[T]:  # type: ignore[override]
-        return self._closing(super().__iter__())
+        if (
+            self._iterator is None
+            or not self._started_for_state_dict
+            or self._state_to_load is not None
+        ):
+            self._start()
+        self._started_for_state_dict = False
+        assert self._iterator is not None
+        return self._closing(self._iterator)
+
+    def _start(self) -> None:
+        """The epoch a new `iter()` begins: the loaded state's, else the next one."""
+        if self._iterator is None:
+            self._iterator = PeekingIterator(self.root)
+        if self._state_to_load is None:
+            self._iterator.reset(None)
+            return
+        self._iterator.reset(self._state_to_load)
+        self._state_to_load = None
+        if self.restart_on_stop_iteration and not self._iterator.has_next():
+            self._iterator.reset(None)  # the state was an epoch's end: begin the next one
 
     def _closing(self, iterator: Iterator[T]) -> Iterator[T]:
         try:
@@ -53,8 +132,20 @@ class Loader(torchdata.nodes.Loader[T]):
         finally:
             self.close()
 
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resume from `state_dict` at the next `iter()`."""
+        self._state_to_load = state_dict
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the latest `iter()` stands; before any, where the first would start."""
+        if self._iterator is None:
+            self._start()
+            self._started_for_state_dict = True
+        assert self._iterator is not None
+        return self._iterator.state_dict()
+
     def close(self) -> None:
-        """Stop all background IO now; the next `iter()` starts it again."""
+        """Stop all background IO now; iterating again picks up where it stopped."""
         close_graph(self.root)
 
     def __enter__(self) -> Loader[T]:

@@ -66,7 +66,8 @@ def _check(name: str, expect_fast: bool) -> None:
     assert (fast_chunks > 0) == expect_fast
     for index_bytes, values_bytes in fast:
         index = np.frombuffer(index_bytes, dtype=np.int64)
-        got = np.frombuffer(values_bytes, dtype=truth.dtype).reshape(len(index), 5, 7)
+        native = truth.dtype.newbyteorder("=")  # batches come in native byte order
+        got = np.frombuffer(values_bytes, dtype=native).reshape(len(index), 5, 7)
         assert np.array_equal(got, truth[index])
 
 

@@ -3,6 +3,7 @@ uninterrupted run would have yielded, at every cut point, for every stage."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -196,3 +197,79 @@ def test_a_state_from_other_settings_is_refused(
     other.load_state_dict(state)
     with pytest.raises(ValueError, match=message):
         next(iter(other))
+
+
+@pytest.mark.parametrize("stage", ["fetch", "device"])
+@pytest.mark.parametrize("first_cut", [0, 2, None])  # None: the end of epoch 0
+def test_chained_resumes_stay_exact(memory_url: Any, stage: str, first_cut: int | None) -> None:
+    """Crash, resume, crash again, resume again: each checkpoint is where its run stood
+    (torchdata 0.11's own Loader returns a stale state after resuming an epoch's end)."""
+    url, _ = memory_url()
+    make = lambda: build_stage(url, stage, batch_size=6)  # noqa: E731
+    epochs = _uninterrupted(make, 4)
+    stream = [item for epoch in epochs for item in epoch]
+    epoch_ends = list(itertools.accumulate(len(epoch) for epoch in epochs))
+    position = epoch_ends[0] if first_cut is None else first_cut
+    first = Loader(make())
+    iterator = iter(first)
+    for _ in range(position):
+        next(iterator)
+    state = torch_roundtrip(first.state_dict())
+    for cut in (1, 2):
+        again = Loader(make())
+        again.load_state_dict(state)
+        iterator = iter(again)
+        assert [fingerprint(next(iterator)) for _ in range(cut)] == stream[position:][:cut]
+        position += cut
+        state = torch_roundtrip(again.state_dict())
+    last = Loader(make())
+    last.load_state_dict(state)
+    epoch_end = next(end for end in epoch_ends if end > position)
+    following_end = next(end for end in epoch_ends if end > epoch_end)
+    assert [fingerprint(x) for x in last] == stream[position:epoch_end]
+    assert [fingerprint(x) for x in last] == stream[epoch_end:following_end]
+
+
+def test_a_state_loaded_after_state_dict_is_used(memory_url: Any) -> None:
+    url, _ = memory_url()
+    epoch0 = _uninterrupted(lambda: build_stage(url, "device"), 1)[0]
+    saved = Loader(build_stage(url, "device"))
+    iterator = iter(saved)
+    next(iterator)
+    state = torch_roundtrip(saved.state_dict())
+    fresh = Loader(build_stage(url, "device"))
+    fresh.state_dict()  # before any iter(): e.g. a checkpoint of an untouched loader
+    fresh.load_state_dict(state)
+    assert [fingerprint(x) for x in fresh] == epoch0[1:]
+
+
+@pytest.mark.parametrize("cut", [1, 3])
+def test_close_mid_epoch_then_going_on_loses_nothing(memory_url: Any, cut: int) -> None:
+    url, _ = memory_url()
+    make = lambda: build_stage(url, "device", batch_size=4, block_chunks=1)  # noqa: E731
+    epoch0, epoch1 = _uninterrupted(make, 2)
+    loader = Loader(make())
+    iterator = iter(loader)
+    taken = [fingerprint(next(iterator)) for _ in range(cut)]
+    loader.close()  # drops the blocks read ahead
+    assert taken + [fingerprint(x) for x in iterator] == epoch0
+    assert [fingerprint(x) for x in loader] == epoch1
+
+
+def test_rolling_back_on_the_same_loader(memory_url: Any) -> None:
+    """load_state_dict + iter() while the old for-loop's generator is still alive: when it
+    is dropped it closes the graph, which must not cost the new iteration any sample."""
+    url, _ = memory_url()
+    make = lambda: build_stage(url, "device", batch_size=4, block_chunks=1)  # noqa: E731
+    epoch0 = _uninterrupted(make, 1)[0]
+    loader = Loader(make())
+    old = iter(loader)
+    for _ in range(2):
+        next(old)
+    state = loader.state_dict()
+    next(old)
+    loader.load_state_dict(state)
+    new = iter(loader)
+    first = fingerprint(next(new))
+    del old  # its finally closes the graph mid-epoch
+    assert [first] + [fingerprint(x) for x in new] == epoch0[2:]

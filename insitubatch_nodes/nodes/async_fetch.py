@@ -7,7 +7,8 @@ run on the loop while the caller works on earlier blocks. The loop starts with t
 `reset`, on `close`, on error and when the node is garbage collected. Each pending block
 remembers the source state right after its plan was pulled; the node's state is that of
 the last block it handed out, so blocks read ahead but not yet delivered are simply read
-again on resume.
+again on resume. For the same reason, `close()` in the middle of an epoch loses nothing:
+the next `next()` rewinds the source to the last delivered block and reads on from there.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         self._held: tuple[ReadPlan, dict[str, Any]] | None = None  # pulled, over budget
         self._source_done = False
         self._delivered_source_state: dict[str, Any] = {}
+        self._source_ahead = False  # pulled plans were dropped by close(): rewind first
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
@@ -93,13 +95,17 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])
         self._delivered_source_state = self.source.state_dict()
         self._source_done = False
+        self._source_ahead = False
         self._held = None
 
     def close(self) -> None:
         """Stop the event loop and its threads; safe to call at any time, any number of times."""
+        if self._pending or self._held is not None:
+            self._source_ahead = True
         for pending in self._pending:
             pending.future.cancel()
         self._pending.clear()
+        self._held = None
         if self._finalizer is not None:
             self._finalizer()  # runs EventLoopThread.close once
             self._finalizer = None
@@ -125,7 +131,16 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             return True
         return sum(p.reads for p in self._pending) < 2 * self.max_inflight
 
+    def _rewind_source(self) -> None:
+        """Put the source back where the last delivered block left it, after a close()
+        dropped blocks read ahead of it."""
+        self.source.reset(copy.deepcopy(self._delivered_source_state))
+        self._source_done = False
+        self._source_ahead = False
+
     def _read_ahead(self) -> None:
+        if self._source_ahead:
+            self._rewind_source()
         while self._wants_more():
             if self._held is None:
                 if self._source_done:
@@ -162,6 +177,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             block = pending.future.result()
         except BaseException:
             self.close()
+            self._source_ahead = True  # a caller that goes on gets this block read again
             raise
         self._delivered_source_state = pending.source_state
         self._read_ahead()
