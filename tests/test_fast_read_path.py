@@ -91,12 +91,11 @@ def test_v3_big_endian_bytes_codec() -> None:
 @pytest.mark.parametrize(
     "layout",
     [
-        {"zarr_format": 3, "shards": (6, 4, 8)},
         {"zarr_format": 2, "order": "F"},
         {"zarr_format": 2, "filters": [numcodecs.Delta(dtype="<i4")]},
         {"zarr_format": 3, "filters": [zarr.codecs.TransposeCodec(order=(2, 1, 0))]},
     ],
-    ids=["sharded", "F-order", "v2-filter", "transpose"],
+    ids=["F-order", "v2-filter", "transpose"],
 )
 def test_other_layouts_fall_back_to_zarr(layout: dict[str, Any]) -> None:
     zarr_format = layout.pop("zarr_format")

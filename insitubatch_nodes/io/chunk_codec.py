@@ -3,7 +3,8 @@
 zarr's own read path costs 100-860 us of Python per chunk; for the layouts nearly every
 archive uses (one compressor or none, no filters, C order, no sharding) a chunk is just
 `decompress -> reinterpret -> copy`, which numcodecs does with the GIL released. Arrays
-with any other layout get `None` from `fast_decoder` and are read through zarr.
+with any other layout get `None` from `fast_decoder`: sharded arrays whose inner chunks
+qualify are read by `shard_reader`, the rest through zarr.
 """
 
 from __future__ import annotations
@@ -62,28 +63,33 @@ def _v3_compressor(codec: Any) -> Codec | None:
     raise LookupError(name)
 
 
+def decoder_for_v3_codecs(
+    codecs: tuple[Any, ...], dtype: np.dtype[Any], chunk_shape: tuple[int, ...], fill: Any
+) -> ChunkDecoder | None:
+    """A decoder for a v3 codec chain `BytesCodec` [+ one compressor], else `None`."""
+    serializer, *rest = codecs or (None,)
+    if type(serializer).__name__ != "BytesCodec" or len(rest) > 1:
+        return None  # sharding, transpose, checksums, filters: not ours to decode
+    endian = plain_value(getattr(serializer, "endian", None))
+    if endian is not None and dtype.itemsize > 1:
+        dtype = dtype.newbyteorder("<" if endian == "little" else ">")
+    try:
+        compressor = _v3_compressor(rest[0]) if rest else None
+    except LookupError:
+        return None
+    return ChunkDecoder(compressor, dtype, chunk_shape, fill)
+
+
 def fast_decoder(array: zarr.AsyncArray) -> ChunkDecoder | None:  # type: ignore[type-arg]
-    """A decoder for `array` if its layout is one we decode ourselves, else `None`."""
+    """A decoder for `array`'s stored chunks if their layout is one we decode ourselves."""
     metadata = array.metadata
     dtype = native_dtype(metadata)
     if dtype.hasobject or dtype.kind in "USV":
         return None
-    chunk_shape = tuple(metadata.chunks) if metadata.zarr_format == 2 else None
+    fill = fill_scalar(metadata, dtype)
     if metadata.zarr_format == 2:
         if metadata.filters or metadata.order != "C":
             return None
-        compressor = metadata.compressor
-    else:
-        codecs = list(metadata.codecs)
-        serializer = codecs.pop(0) if codecs else None
-        if type(serializer).__name__ != "BytesCodec" or len(codecs) > 1:
-            return None  # sharding, transpose, checksums, filters: zarr reads those
-        endian = plain_value(getattr(serializer, "endian", None))
-        if endian is not None and dtype.itemsize > 1:
-            dtype = dtype.newbyteorder("<" if endian == "little" else ">")
-        try:
-            compressor = _v3_compressor(codecs[0]) if codecs else None
-        except LookupError:
-            return None
-        chunk_shape = tuple(metadata.chunk_grid.chunk_shape)
-    return ChunkDecoder(compressor, dtype, chunk_shape, fill_scalar(metadata, dtype))
+        return ChunkDecoder(metadata.compressor, dtype, tuple(metadata.chunks), fill)
+    chunk_shape = tuple(metadata.chunk_grid.chunk_shape)
+    return decoder_for_v3_codecs(tuple(metadata.codecs), dtype, chunk_shape, fill)

@@ -5,8 +5,11 @@ Two paths, chosen per array once (`chunk_codec.fast_decoder`):
 - fast: `store.get` of each chunk key on the loop (at most `max_inflight` at once), and
   numcodecs decode straight into the block buffer in the decode pool, several chunks per
   thread hop, starting while other gets are still in flight;
-- zarr: `AsyncArray.getitem` per chunk, for layouts we do not decode ourselves (sharding,
-  filters, F order, unusual codecs). zarr decodes in the loop's default executor too.
+- sharded: inner chunks by byte range from cached shard indexes, neighbours merged into
+  one request (`shard_reader`), decoded like the fast path;
+- zarr: `AsyncArray.getitem` per chunk, for layouts we do not decode ourselves (filters,
+  F order, unusual codecs, nested sharding). zarr decodes in the loop's default executor
+  too.
 
 Arrays and the in-flight semaphore are created lazily by the first read, inside the loop
 they belong to.
@@ -15,8 +18,9 @@ they belong to.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,6 +31,8 @@ from zarr.core.buffer import default_buffer_prototype
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.read_plan import ChunkRead, ReadPlan
 from insitubatch_nodes.io.chunk_codec import ChunkDecoder, fast_decoder
+from insitubatch_nodes.io.shard_index import shard_layout
+from insitubatch_nodes.io.shard_reader import Loaded, ShardIndexes, ShardReader
 from insitubatch_nodes.io.stores import local_root
 from insitubatch_nodes.io.zarr_compat import chunk_key
 
@@ -49,12 +55,20 @@ class FetchStats:
     blocks_fetched: int = 0
     fast_path_chunks: int = 0
     local_file_reads: int = 0
+    shard_index_reads: int = 0
+    range_requests: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, name: str, amount: int) -> None:
+        with self._lock:
+            setattr(self, name, getattr(self, name) + amount)
 
 
 @dataclass(frozen=True)
 class _OpenArray:
     array: zarr.AsyncArray  # type: ignore[type-arg]
     decoder: ChunkDecoder | None
+    shards: ShardReader | None = None
 
 
 class ChunkReader:
@@ -68,8 +82,10 @@ class ChunkReader:
         where: str,
         stats: FetchStats,
         fast_path: bool = True,
+        shard_indexes: ShardIndexes | None = None,
     ) -> None:
         self._store = store
+        self._shard_indexes = shard_indexes or ShardIndexes()
         self._layouts = dict(layouts)
         self._max_inflight = max_inflight
         self._decode_threads = decode_threads
@@ -91,10 +107,30 @@ class ChunkReader:
                 arrays = {}
                 for name in self._layouts:
                     array = await group.getitem(name)
-                    decoder = fast_decoder(array) if self._fast_path else None  # type: ignore[arg-type]
-                    arrays[name] = _OpenArray(array, decoder)  # type: ignore[arg-type]
+                    arrays[name] = self._open(name, array)  # type: ignore[arg-type]
                 self._arrays = arrays
         return self._arrays
+
+    def _open(self, name: str, array: zarr.AsyncArray) -> _OpenArray:  # type: ignore[type-arg]
+        if not self._fast_path:
+            return _OpenArray(array, None)
+        decoder = fast_decoder(array)
+        layout = shard_layout(array) if decoder is None else None
+        if layout is None:
+            return _OpenArray(array, decoder)
+        assert self._inflight is not None
+        shards = ShardReader(
+            self._store,
+            array.store_path.path,
+            array.metadata,
+            layout,
+            local_root=self._local_root,
+            inflight=self._inflight,
+            indexes=self._shard_indexes.of(name),
+            on_error=lambda coords, err: self._error(name, coords, err),
+            counters=self._stats.add,
+        )
+        return _OpenArray(array, layout.inner, shards)
 
     def _error(self, name: str, coords: tuple[int, ...], err: BaseException) -> ChunkReadError:
         return ChunkReadError(
@@ -112,7 +148,10 @@ class ChunkReader:
             async with asyncio.TaskGroup() as group:
                 for name, reads in plan.reads.items():
                     opened = arrays[name]
-                    if opened.decoder is None:
+                    if opened.shards is not None:
+                        decode = self._decoding(name, opened.decoder, buffers[name])
+                        group.create_task(opened.shards.read(reads, decode))
+                    elif opened.decoder is None:
                         for read in reads:
                             group.create_task(
                                 self._read_via_zarr(name, opened.array, read, buffers[name])
@@ -121,7 +160,7 @@ class ChunkReader:
                         group.create_task(self._read_fast(name, opened, reads, buffers[name]))
         except BaseExceptionGroup as failures:
             raise _first_failure(failures) from None  # the error itself, not a wrapper
-        self._stats.blocks_fetched += 1
+        self._stats.add("blocks_fetched", 1)
         return buffers
 
     def _regions(self, name: str, read: ChunkRead) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
@@ -131,6 +170,27 @@ class ChunkReader:
         target = (slice(read.dest_row, read.dest_row + rows), *selection[1:])
         valid = tuple(slice(0, s.stop - s.start) for s in selection)
         return target, valid
+
+    def _decoding(
+        self, name: str, decoder: ChunkDecoder | None, buffer: np.ndarray
+    ) -> Callable[[Loaded], None]:
+        """Decodes loaded chunks of `name` into their rows of `buffer` (a decode thread)."""
+        assert decoder is not None
+
+        def decode(items: Loaded) -> None:
+            decoded = 0
+            for read, data in items:
+                target, valid = self._regions(name, read)
+                try:
+                    decoder.decode_into(data, buffer[target], valid)
+                except Exception as err:
+                    raise self._error(name, read.coords, err) from err
+                decoded += buffer[target].nbytes
+            self._stats.add("bytes_decoded", decoded)
+            self._stats.add("chunks_read", len(items))
+            self._stats.add("fast_path_chunks", len(items))
+
+        return decode
 
     async def _read_fast(
         self,
@@ -147,16 +207,7 @@ class ChunkReader:
         per_hop = max(1, len(reads) // (2 * self._decode_threads))
         fetched: list[tuple[ChunkRead, Any]] = []
 
-        def decode(items: list[tuple[ChunkRead, Any]]) -> None:
-            for read, data in items:
-                target, valid = self._regions(name, read)
-                try:
-                    decoder.decode_into(data, buffer[target], valid)
-                except Exception as err:
-                    raise self._error(name, read.coords, err) from err
-                self._stats.bytes_decoded += buffer[target].nbytes
-            self._stats.chunks_read += len(items)
-            self._stats.fast_path_chunks += len(items)
+        decode = self._decoding(name, decoder, buffer)
 
         async def get(read: ChunkRead) -> None:
             key = chunk_key(metadata, prefix, read.coords)
@@ -207,7 +258,7 @@ class ChunkReader:
                     loaded.append((read, None))  # never written: the fill value
                 except OSError as err:
                     raise self._error(name, read.coords, err) from err
-            self._stats.local_file_reads += len(batch)
+            self._stats.add("local_file_reads", len(batch))
             decode(loaded)
 
         loop = asyncio.get_running_loop()
@@ -235,5 +286,5 @@ class ChunkReader:
         except Exception as err:
             raise self._error(name, read.coords, err) from err
         buffer[target] = data
-        self._stats.chunks_read += 1
-        self._stats.bytes_decoded += int(np.asarray(data).nbytes)
+        self._stats.add("chunks_read", 1)
+        self._stats.add("bytes_decoded", int(np.asarray(data).nbytes))

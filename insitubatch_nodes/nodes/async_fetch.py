@@ -29,6 +29,7 @@ from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.read_plan import ReadPlan
 from insitubatch_nodes.io.chunk_reader import ChunkReader, FetchStats
 from insitubatch_nodes.io.event_loop import EventLoopThread, default_decode_threads
+from insitubatch_nodes.io.shard_reader import ShardIndexes
 from insitubatch_nodes.items import FetchedBlock
 
 
@@ -80,6 +81,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         self.where = where
         self.fast_path = fast_path
         self.stats = FetchStats()
+        self._shard_indexes = ShardIndexes()  # shard indexes outlive each epoch's reader
         self._runtime: EventLoopThread | None = None
         self._reader: ChunkReader | None = None
         self._finalizer: weakref.finalize | None = None
@@ -123,6 +125,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             where=self.where,
             fast_path=self.fast_path,
             stats=self.stats,
+            shard_indexes=self._shard_indexes,
         )
         self._finalizer = weakref.finalize(self, runtime.close)
 
