@@ -49,6 +49,7 @@ def build_loader(
     drop_last: bool = False,
     storage_options: dict[str, Any] | None = None,
     decode_threads: int | None = None,
+    zarr_pipeline: str | None = None,
 ) -> Loader[dict[str, torch.Tensor]]:
     """Shuffled, split-aware, resumable batches from a Zarr group.
 
@@ -56,7 +57,8 @@ def build_loader(
     `block_chunks` units are read and shuffled together: larger blocks shuffle better and
     hold more memory. `memory_budget` (bytes) caps the blocks read ahead; reading runs
     until `2 * max_inflight` chunk reads are pending. Every rank yields the same number of
-    batches per epoch.
+    batches per epoch. `zarr_pipeline="zarrs"` speeds up arrays that zarr must decode
+    itself (filters, F order); common layouts are decoded by the library either way.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -83,6 +85,7 @@ def build_loader(
         memory_budget=memory_budget,
         decode_threads=decode_threads,
         where=opened.where,
+        zarr_pipeline=zarr_pipeline,
     )
     draws = ShuffleBlockNode(blocks, batch_size=batch_size, drop_last=drop_last)
     return Loader(PinToDeviceNode(GatherNode(draws), device=device))

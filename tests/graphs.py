@@ -36,6 +36,7 @@ def build_stage(
     drop_last: bool = False,
     max_inflight: int = 4,
     fast_path: bool = True,
+    zarr_pipeline: str | None = None,
 ) -> BaseNode[Any]:
     source = ZarrSource.open(url)
     node: BaseNode[Any] = ChunkPermuteNode(
@@ -52,6 +53,7 @@ def build_stage(
                 max_inflight=max_inflight,
                 where=url,
                 fast_path=fast_path,
+                zarr_pipeline=zarr_pipeline,
             ),
         ),
         ("shuffle", lambda n: ShuffleBlockNode(n, batch_size=batch_size, drop_last=drop_last)),

@@ -34,7 +34,7 @@ from insitubatch_nodes.io.chunk_codec import ChunkDecoder, fast_decoder
 from insitubatch_nodes.io.shard_index import shard_layout
 from insitubatch_nodes.io.shard_reader import Loaded, ShardIndexes, ShardReader
 from insitubatch_nodes.io.stores import local_root
-from insitubatch_nodes.io.zarr_compat import chunk_key
+from insitubatch_nodes.io.zarr_compat import chunk_key, codec_pipeline, pipeline_can_read
 
 
 class ChunkReadError(OSError):
@@ -83,9 +83,11 @@ class ChunkReader:
         stats: FetchStats,
         fast_path: bool = True,
         shard_indexes: ShardIndexes | None = None,
+        zarr_pipeline: str | None = None,
     ) -> None:
         self._store = store
         self._shard_indexes = shard_indexes or ShardIndexes()
+        self._zarr_pipeline = zarr_pipeline
         self._layouts = dict(layouts)
         self._max_inflight = max_inflight
         self._decode_threads = decode_threads
@@ -106,10 +108,20 @@ class ChunkReader:
                 group = await zarr.api.asynchronous.open_group(store=self._store, mode="r")
                 arrays = {}
                 for name in self._layouts:
-                    array = await group.getitem(name)
-                    arrays[name] = self._open(name, array)  # type: ignore[arg-type]
+                    opened = self._open(name, await group.getitem(name))  # type: ignore[arg-type]
+                    if self._use_zarr_pipeline(opened):
+                        with codec_pipeline(self._zarr_pipeline):  # e.g. zarrs, for zarr's reads
+                            opened = _OpenArray(await group.getitem(name), None)  # type: ignore[arg-type]
+                    arrays[name] = opened
                 self._arrays = arrays
         return self._arrays
+
+    def _use_zarr_pipeline(self, opened: _OpenArray) -> bool:
+        return (
+            opened.decoder is None
+            and self._zarr_pipeline is not None
+            and pipeline_can_read(self._zarr_pipeline, opened.array.metadata)
+        )
 
     def _open(self, name: str, array: zarr.AsyncArray) -> _OpenArray:  # type: ignore[type-arg]
         if not self._fast_path:

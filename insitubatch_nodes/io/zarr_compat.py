@@ -7,9 +7,13 @@ hand on 3.4 (Python 3.12).
 
 from __future__ import annotations
 
+import importlib.util
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+import zarr
 
 
 def plain_value(value: Any) -> Any:
@@ -34,3 +38,38 @@ def fill_scalar(metadata: Any, dtype: np.dtype[Any]) -> Any:
     """The value a missing chunk reads as (zarr 2 arrays may record none: zeros)."""
     fill = metadata.fill_value
     return np.zeros((), dtype=dtype)[()] if fill is None else fill
+
+
+@contextmanager
+def codec_pipeline(path: str | None) -> Iterator[None]:
+    """Arrays opened inside use the codec pipeline class at `path` (zarr picks an array's
+    pipeline from its global config when the array is opened); `None` leaves zarr's."""
+    if path is None:
+        yield
+        return
+    with zarr.config.set({"codec_pipeline.path": path}):
+        yield
+
+
+def resolve_pipeline(name: str | None) -> str | None:
+    """`"zarrs"` (the Rust codec pipeline, extra `zarrs`) or a dotted class path, checked now
+    rather than at the first read."""
+    if name is None:
+        return None
+    path = "zarrs.ZarrsCodecPipeline" if name == "zarrs" else name
+    module = path.rpartition(".")[0]
+    if not module or importlib.util.find_spec(module.split(".")[0]) is None:
+        hint = "pip install 'insitubatch-nodes[zarrs]'" if name == "zarrs" else "install it"
+        raise ValueError(
+            f"zarr_pipeline={name!r}: cannot import {module or name!r}; {hint}, or pass None "
+            f"to keep zarr's own pipeline"
+        )
+    return path
+
+
+def pipeline_can_read(path: str, metadata: Any) -> bool:
+    """Whether the pipeline at `path` reads arrays like this one correctly: zarrs 0.2.3
+    fails on Zarr v2 arrays in F order ("input array must be a C contiguous array")."""
+    if path.startswith("zarrs.") and metadata.zarr_format == 2:
+        return str(metadata.order) == "C"
+    return True

@@ -30,6 +30,7 @@ from insitubatch_nodes.core.read_plan import ReadPlan
 from insitubatch_nodes.io.chunk_reader import ChunkReader, FetchStats
 from insitubatch_nodes.io.event_loop import EventLoopThread, default_decode_threads
 from insitubatch_nodes.io.shard_reader import ShardIndexes
+from insitubatch_nodes.io.zarr_compat import resolve_pipeline
 from insitubatch_nodes.items import FetchedBlock
 
 
@@ -45,7 +46,8 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
     """Reads ahead until `2 * max_inflight` chunk reads (and at least `prefetch_blocks`
     blocks) are pending, never holding more than `memory_budget` bytes of pending blocks
     (one block is always allowed, however large). At most `max_inflight` reads are under
-    way at any moment."""
+    way at any moment. Arrays that zarr must decode (filters, F order, ...) can use another
+    codec pipeline: `zarr_pipeline="zarrs"` (a file or object store; not memory stores)."""
 
     SOURCE_KEY = "source"
 
@@ -61,6 +63,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         decode_threads: int | None = None,
         where: str = "the store",
         fast_path: bool = True,
+        zarr_pipeline: str | None = None,
     ) -> None:
         super().__init__()
         if max_inflight < 1:
@@ -80,6 +83,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         self.decode_threads = decode_threads or default_decode_threads()
         self.where = where
         self.fast_path = fast_path
+        self.zarr_pipeline = resolve_pipeline(zarr_pipeline)
         self.stats = FetchStats()
         self._shard_indexes = ShardIndexes()  # shard indexes outlive each epoch's reader
         self._runtime: EventLoopThread | None = None
@@ -126,6 +130,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             fast_path=self.fast_path,
             stats=self.stats,
             shard_indexes=self._shard_indexes,
+            zarr_pipeline=self.zarr_pipeline,
         )
         self._finalizer = weakref.finalize(self, runtime.close)
 
