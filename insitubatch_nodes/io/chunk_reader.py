@@ -18,6 +18,7 @@ they belong to.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -35,6 +36,24 @@ from insitubatch_nodes.io.shard_index import shard_layout
 from insitubatch_nodes.io.shard_reader import Loaded, ShardIndexes, ShardReader
 from insitubatch_nodes.io.stores import local_root
 from insitubatch_nodes.io.zarr_compat import chunk_key, codec_pipeline, pipeline_can_read
+
+
+def read_file(path: str) -> bytes | None:
+    """A local chunk file's bytes, or `None` if it was never written (the fill value)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        size = os.fstat(descriptor).st_size
+        parts = [os.read(descriptor, size)]
+        got = len(parts[0])
+        while got < size and parts[-1]:  # a short read: very large files
+            parts.append(os.read(descriptor, size - got))
+            got += len(parts[-1])
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+    finally:
+        os.close(descriptor)
 
 
 class ChunkReadError(OSError):
@@ -156,11 +175,14 @@ class ChunkReader:
             name: np.empty((plan.num_samples, *layout.sample_shape), dtype=layout.dtype)
             for name, layout in self._layouts.items()
         }
+        local: list[tuple[str, ChunkRead]] = []  # plain file reads, all arrays together
         try:
             async with asyncio.TaskGroup() as group:
                 for name, reads in plan.reads.items():
                     opened = arrays[name]
-                    if opened.shards is not None:
+                    if opened.decoder is not None and opened.shards is None and self._local_root:
+                        local.extend((name, read) for read in reads)
+                    elif opened.shards is not None:
                         decode = self._decoding(name, opened.decoder, buffers[name])
                         group.create_task(opened.shards.read(reads, decode))
                     elif opened.decoder is None:
@@ -170,6 +192,8 @@ class ChunkReader:
                             )
                     else:
                         group.create_task(self._read_fast(name, opened, reads, buffers[name]))
+                if local:
+                    group.create_task(self._read_local(local, arrays, buffers))
         except BaseExceptionGroup as failures:
             raise _first_failure(failures) from None  # the error itself, not a wrapper
         self._stats.add("blocks_fetched", 1)
@@ -183,6 +207,17 @@ class ChunkReader:
         valid = tuple(slice(0, s.stop - s.start) for s in selection)
         return target, valid
 
+    def _decode_one(
+        self, name: str, decoder: ChunkDecoder, buffer: np.ndarray, read: ChunkRead, data: Any
+    ) -> int:
+        target, valid = self._regions(name, read)
+        destination = buffer[target]
+        try:
+            decoder.decode_into(data, destination, valid)
+        except Exception as err:
+            raise self._error(name, read.coords, err) from err
+        return int(destination.nbytes)
+
     def _decoding(
         self, name: str, decoder: ChunkDecoder | None, buffer: np.ndarray
     ) -> Callable[[Loaded], None]:
@@ -190,14 +225,9 @@ class ChunkReader:
         assert decoder is not None
 
         def decode(items: Loaded) -> None:
-            decoded = 0
-            for read, data in items:
-                target, valid = self._regions(name, read)
-                try:
-                    decoder.decode_into(data, buffer[target], valid)
-                except Exception as err:
-                    raise self._error(name, read.coords, err) from err
-                decoded += buffer[target].nbytes
+            decoded = sum(
+                self._decode_one(name, decoder, buffer, read, data) for read, data in items
+            )
             self._stats.add("bytes_decoded", decoded)
             self._stats.add("chunks_read", len(items))
             self._stats.add("fast_path_chunks", len(items))
@@ -235,9 +265,6 @@ class ChunkReader:
                 fetched.clear()
                 await loop.run_in_executor(None, decode, batch)
 
-        if self._local_root is not None:
-            await self._read_local(name, prefix, metadata, reads, decode)
-            return
         try:
             async with asyncio.TaskGroup() as group:
                 for read in reads:
@@ -249,36 +276,35 @@ class ChunkReader:
 
     async def _read_local(
         self,
-        name: str,
-        prefix: str,
-        metadata: Any,
-        reads: tuple[ChunkRead, ...],
-        decode: Callable[[list[tuple[ChunkRead, Any]]], None],
+        work: list[tuple[str, ChunkRead]],
+        arrays: Mapping[str, _OpenArray],
+        buffers: Mapping[str, np.ndarray],
     ) -> None:
-        """Plain file reads and decode in the same thread hop, a few chunks per hop."""
+        """Plain file reads and decode of a whole block in one thread hop per decode thread
+        (each hop wakes the loop once: fewer, larger hops leave more time for decoding)."""
         assert self._local_root is not None
-        root = self._local_root
-        per_hop = max(1, len(reads) // (2 * self._decode_threads))
+        root = str(self._local_root)
 
-        def read_and_decode(batch: tuple[ChunkRead, ...]) -> None:
-            loaded: list[tuple[ChunkRead, Any]] = []
-            for read in batch:
-                path = root / chunk_key(metadata, prefix, read.coords)
+        def read_and_decode(items: list[tuple[str, ChunkRead]]) -> None:
+            decoded = 0
+            for name, read in items:
+                opened = arrays[name]
+                key = chunk_key(opened.array.metadata, opened.array.store_path.path, read.coords)
                 try:
-                    loaded.append((read, path.read_bytes()))
-                except FileNotFoundError:
-                    loaded.append((read, None))  # never written: the fill value
+                    data = read_file(f"{root}/{key}")
                 except OSError as err:
                     raise self._error(name, read.coords, err) from err
-            self._stats.add("local_file_reads", len(batch))
-            decode(loaded)
+                assert opened.decoder is not None
+                decoded += self._decode_one(name, opened.decoder, buffers[name], read, data)
+            self._stats.add("local_file_reads", len(items))
+            self._stats.add("bytes_decoded", decoded)
+            self._stats.add("chunks_read", len(items))
+            self._stats.add("fast_path_chunks", len(items))
 
+        hops = min(len(work), self._decode_threads)
         loop = asyncio.get_running_loop()
         await asyncio.gather(
-            *(
-                loop.run_in_executor(None, read_and_decode, reads[i : i + per_hop])
-                for i in range(0, len(reads), per_hop)
-            )
+            *(loop.run_in_executor(None, read_and_decode, work[i::hops]) for i in range(hops))
         )
 
     async def _read_via_zarr(
