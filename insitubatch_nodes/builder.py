@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from zarr.abc.store import Store
 
+from insitubatch_nodes.core.memory_bound import plan_memory
 from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
 from insitubatch_nodes.loader import Loader
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
@@ -55,8 +56,10 @@ def build_loader(
 
     Each batch is `{variable: tensor (batch, *sample_shape), "sample_index": int64}`.
     `block_chunks` units are read and shuffled together: larger blocks shuffle better and
-    hold more memory. `memory_budget` (bytes) caps the blocks read ahead; reading runs
-    until `2 * max_inflight` chunk reads are pending. Every rank yields the same number of
+    hold more memory. `memory_budget` (bytes) bounds all the loader holds at once: the
+    shuffle window, the batch being gathered and the reads in flight come first, and the
+    rest caps the blocks read ahead (`core.memory_bound`); reading runs until
+    `2 * max_inflight` chunk reads are pending. Every rank yields the same number of
     batches per epoch. `zarr_pipeline="zarrs"` speeds up arrays that zarr must decode
     itself (filters, F order); common layouts are decoded by the library either way.
     """
@@ -75,6 +78,13 @@ def build_loader(
             f"rank holds {permute.min_rank_samples} samples of split {split!r}; lower "
             f"batch_size or set drop_last=False"
         )
+    memory = plan_memory(
+        memory_budget,
+        opened.layouts,
+        batch_size=batch_size,
+        block_samples=block_chunks * opened.geometry.unit_length,
+        max_inflight=max_inflight,
+    )
     plans = ReadPlanNode(permute, opened.geometry, block_chunks=block_chunks)
     blocks = AsyncFetchNode(
         plans,
@@ -82,7 +92,7 @@ def build_loader(
         opened.layouts,
         max_inflight=max_inflight,
         prefetch_blocks=prefetch_blocks,
-        memory_budget=memory_budget,
+        memory_budget=memory.read_ahead_bytes,
         decode_threads=decode_threads,
         where=opened.where,
         zarr_pipeline=zarr_pipeline,

@@ -1,0 +1,63 @@
+"""How one `memory_budget` covers everything the loader holds at once.
+
+Resident per rank: the shuffle window (the blocks a batch draws from: fewer than
+`batch_size` undrawn samples plus the partly drawn oldest block plus the newest block,
+so at most `batch_size + 2 * block_samples` samples), the batch being gathered, the stored
+bytes of chunk reads in flight, and the blocks read ahead. The first three are fixed by
+the settings; read-ahead gets what is left, and at least one block must fit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from insitubatch_nodes.core.geometry import VariableLayout
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    window_bytes: int
+    batch_bytes: int
+    inflight_bytes: int
+    block_bytes: int
+    read_ahead_bytes: int
+
+
+def sample_nbytes(layouts: Mapping[str, VariableLayout]) -> int:
+    return sum(
+        math.prod(layout.sample_shape) * np.dtype(layout.dtype).itemsize
+        for layout in layouts.values()
+    )
+
+
+def plan_memory(
+    memory_budget: int,
+    layouts: Mapping[str, VariableLayout],
+    *,
+    batch_size: int,
+    block_samples: int,
+    max_inflight: int,
+) -> MemoryPlan:
+    """Split `memory_budget` (bytes); a budget too small for one block read ahead is an
+    error that says what the fixed parts need."""
+    per_sample = sample_nbytes(layouts)
+    largest_chunk = max(
+        math.prod(layout.chunks) * np.dtype(layout.dtype).itemsize for layout in layouts.values()
+    )
+    window = (batch_size + 2 * block_samples) * per_sample
+    batch = batch_size * per_sample
+    inflight = max_inflight * largest_chunk  # stored bytes are at most about decoded bytes
+    block = block_samples * per_sample
+    read_ahead = memory_budget - window - batch - inflight
+    if read_ahead < block:
+        raise ValueError(
+            f"memory_budget={memory_budget} bytes is too small: the shuffle window needs "
+            f"{window}, the batch {batch}, {max_inflight} chunk reads in flight {inflight}, and "
+            f"one block read ahead {block} (at least {window + batch + inflight + block} in "
+            f"all); raise memory_budget, or lower block_chunks, batch_size or max_inflight"
+        )
+    return MemoryPlan(window, batch, inflight, block, read_ahead)

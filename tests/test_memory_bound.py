@@ -1,0 +1,81 @@
+"""One memory budget bounds the window, the batch, reads in flight and read-ahead."""
+
+from __future__ import annotations
+
+import tracemalloc
+from typing import Any
+
+import numpy as np
+import pytest
+import zarr
+from hypothesis import given
+from hypothesis import strategies as st
+
+from insitubatch_nodes import AsyncFetchNode, build_loader
+from insitubatch_nodes.core.geometry import VariableLayout
+from insitubatch_nodes.core.memory_bound import plan_memory
+from insitubatch_nodes.loader import graph_nodes
+
+LAYOUTS = {
+    "a": VariableLayout((100, 8, 8), (5, 8, 8), "float32"),  # 256 B per sample
+    "b": VariableLayout((100, 4), (10, 4), "int16"),  # 8 B per sample
+}
+
+
+@given(st.integers(1, 64), st.integers(1, 80), st.integers(1, 16), st.integers(0, 1 << 20))
+def test_the_parts_add_up_to_the_budget(
+    batch_size: int, block_samples: int, max_inflight: int, budget: int
+) -> None:
+    try:
+        plan = plan_memory(
+            budget,
+            LAYOUTS,
+            batch_size=batch_size,
+            block_samples=block_samples,
+            max_inflight=max_inflight,
+        )
+    except ValueError as err:
+        assert f"memory_budget={budget} bytes is too small" in str(err)
+        assert budget < (2 * batch_size + 3 * block_samples) * 264 + max_inflight * 5 * 64 * 4
+        return
+    assert plan.block_bytes == block_samples * 264
+    assert plan.window_bytes == (batch_size + 2 * block_samples) * 264
+    assert plan.read_ahead_bytes >= plan.block_bytes
+    parts = plan.window_bytes + plan.batch_bytes + plan.inflight_bytes + plan.read_ahead_bytes
+    assert parts == budget
+
+
+def test_a_budget_below_one_block_is_refused_with_what_it_needs(memory_url: Any) -> None:
+    url, _ = memory_url()
+    with pytest.raises(ValueError, match=r"memory_budget=1000 bytes is too small.*block_chunks"):
+        build_loader(url, split="all", batch_size=4, memory_budget=1000)
+
+
+def test_peak_memory_of_an_epoch_stays_within_the_budget(tmp_path: Any) -> None:
+    group = zarr.open_group(str(tmp_path / "m.zarr"), mode="w")
+    for name in ("u", "v"):
+        array = group.create_array(
+            name, shape=(480, 64, 64), chunks=(4, 64, 64), dtype="float32", compressors=None
+        )
+        array[...] = np.random.default_rng(0).standard_normal(array.shape, dtype=np.float32)
+    sample_bytes = 2 * 64 * 64 * 4  # 32 KiB: the epoch is 15 MiB
+    budget = 8 << 20
+    loader = build_loader(
+        str(tmp_path / "m.zarr"),
+        split="all",
+        batch_size=8,
+        block_chunks=2,
+        max_inflight=64,  # pending reads alone would read ahead 8 MiB: the budget binds
+        memory_budget=budget,
+        device="cpu",
+    )
+    fetch = next(n for n in graph_nodes(loader.root) if isinstance(n, AsyncFetchNode))
+    assert fetch.memory_budget < budget  # the window, batch and reads took their share
+    tracemalloc.start()
+    try:
+        samples = sum(len(batch["sample_index"]) for batch in loader)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert samples == 480 and samples * sample_bytes > budget + (4 << 20)
+    assert peak <= budget + (1 << 20)  # plus interpreter noise (traced Python objects)
