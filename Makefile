@@ -21,8 +21,12 @@ lint: $(BIN)/.installed
 test: lint
 	$(BIN)/python -m pytest
 
-bench: $(BIN)/.installed
-	$(BIN)/python -m benchmarks.run
+$(BIN)/.bench-installed: $(BIN)/.installed
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	touch $@
+
+bench: $(BIN)/.bench-installed
+	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache *.egg-info

@@ -1,8 +1,10 @@
 """The loaders under test, each a generator of (sample_index, {variable: array}) batches.
 
 `ours` is the library's default graph. The others are what users write today: a naive
-map-style Dataset (`arr[i]` per sample per variable) under a shuffling DataLoader, and a
-chunk-wise IterableDataset (shuffled chunk order, whole-chunk reads, shuffle within).
+map-style Dataset (`arr[i]` per sample per variable) under a shuffling DataLoader, xbatcher's
+BatchGenerator over `xarray.open_zarr` behind its torch MapDataset, and a chunk-wise
+IterableDataset (shuffled chunk order, whole-chunk reads, shuffle within). The `insitubatch`
+0.2.0 peer runs in its own interpreter: see `peer.py`.
 """
 
 from __future__ import annotations
@@ -90,6 +92,42 @@ def naive(
         yield _from_torch(batch)
 
 
+def xbatcher_loader(
+    path: str, latency_s: float, variables: Sequence[str], batch_size: int, **kw: Any
+) -> Iterator[Batch]:
+    """xbatcher as its users run it: one time step per generator item, xbatcher's torch
+    MapDataset under a shuffling DataLoader with worker processes. Tuned: `chunks=None`
+    opens the store without dask (xarray's lazy indexing reads the chunk directly); dask's
+    default graph per item was about 2x slower at 1 step per chunk. The `time` coordinate
+    rides along as xbatcher's target (`y`), which is how the sample index comes back."""
+    import xarray as xr
+    import xbatcher
+    from xbatcher.loaders.torch import MapDataset
+
+    store = open_latency_store(path, latency_s)
+    dataset = xr.open_zarr(store, consolidated=False, chunks=None)[list(variables)]
+    sizes = dict(dataset.sizes)
+    inputs = xbatcher.BatchGenerator(dataset, input_dims={**sizes, "time": 1})
+    times = xbatcher.BatchGenerator(dataset["time"], input_dims={"time": 1})
+    workers = kw.get("num_workers", 2)
+    loader = DataLoader(
+        MapDataset(inputs, times, transform=_stack_variables),
+        batch_size=batch_size,
+        shuffle=True,
+        num_workers=workers,
+        generator=torch.Generator().manual_seed(0),
+        prefetch_factor=4 if workers else None,
+        multiprocessing_context="fork" if workers else None,
+    )
+    for x, y in loader:  # x: (batch, variable, 1, lat, lon); y: (batch, 1) time index
+        yield y[:, 0].numpy(), {name: x[:, k, 0].numpy() for k, name in enumerate(variables)}
+
+
+def _stack_variables(item: Any) -> torch.Tensor:
+    """xbatcher's default transform squeezes a single variable; several are stacked."""
+    return torch.from_numpy(item.to_dataarray(dim="variable").values)
+
+
 class _ChunkWise(IterableDataset[dict[str, Any]]):
     def __init__(self, path: str, latency_s: float, variables: Sequence[str]) -> None:
         self.path, self.latency_s, self.variables = path, latency_s, variables
@@ -132,5 +170,6 @@ LOADERS = {
     "insitubatch-nodes": (ours, {}),
     "naive DataLoader w0": (naive, {"num_workers": 0}),
     "naive DataLoader w2": (naive, {"num_workers": 2}),
+    "xbatcher w2": (xbatcher_loader, {"num_workers": 2}),
     "chunk-wise IterableDataset w2": (chunkwise, {"num_workers": 2}),
 }

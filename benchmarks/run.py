@@ -1,11 +1,13 @@
 """One command, one run, one store per scenario: this library against what users write today.
 
     python -m benchmarks.run            # or: make bench
+    python -m benchmarks.run --quick    # a small look: 96 time steps, fewer scenarios
 
 Each loader runs in a fresh process (clean peak RSS, no shared warm caches beyond the OS
-page cache, which every loader gets alike since the store is read once beforehand). Every
-batch is checked against per-sample checksums of a direct zarr read, so a fast wrong loader
-cannot win. Writes results.json and results.md under --out.
+page cache, which every loader gets alike since the store is read once beforehand).
+`insitubatch` 0.2.0 runs in its own Python >= 3.12 virtualenv (`peer.py`). Every yielded
+sample is checked against per-sample checksums of a direct zarr read, so a fast wrong loader
+cannot win. Writes results.json, results.md and results.png under --out.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import argparse
 import json
 import multiprocessing
 import os
-import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +24,14 @@ import numpy as np
 import zarr
 from tqdm import tqdm
 
+from benchmarks import peer, report
+from benchmarks.measure import Drained, checks_out
+from benchmarks.stores import CODEC_LABELS, CODECS, ensure_store
 from insitubatch_nodes.core.quality import gap_score
-from insitubatch_nodes.synthetic import ERA5_GRID, ERA5_VARIABLES, write_era5_like
+from insitubatch_nodes.synthetic import ERA5_GRID, ERA5_VARIABLES
 
 HERE = Path(__file__).resolve().parent
+CEILINGS = ("ceiling: zarr sequential read", "ceiling: decode-only, all cores", "ceiling: memcpy")
 
 
 def checksums(path: str) -> np.ndarray:
@@ -41,61 +47,24 @@ def checksums(path: str) -> np.ndarray:
 
 
 def _run_loader(
-    name: str,
-    path: str,
-    latency_s: float,
-    batch_size: int,
-    max_samples: int,
-    truth: np.ndarray,
-    queue: Any,
+    name: str, path: str, latency_s: float, batch_size: int, max_samples: int, queue: Any
 ) -> None:
     from benchmarks import latency_store
     from benchmarks.loaders import LOADERS
+    from benchmarks.measure import drain, peak_rss_mb
 
     factory, options = LOADERS[name]
-    rss_before = _peak_rss_mb()
-    start = time.perf_counter()
-    first = None
-    order: list[np.ndarray] = []
-    nbytes = 0
-    valid = True
-    for index, arrays in factory(path, latency_s, ERA5_VARIABLES, batch_size, **options):
-        if first is None:
-            first = time.perf_counter() - start
-        sums = np.stack(
-            [arrays[v].reshape(len(index), -1).astype(np.float64).sum(1) for v in ERA5_VARIABLES],
-            axis=1,
-        )
-        valid &= bool(np.array_equal(sums, truth[index]))
-        order.append(index)
-        nbytes += sum(a.nbytes for a in arrays.values())
-        if sum(len(i) for i in order) >= max_samples:
-            break
-    elapsed = time.perf_counter() - start
-    seen = np.concatenate(order)
+    rss_before = peak_rss_mb()
+    batches = factory(path, latency_s, ERA5_VARIABLES, batch_size, **options)
+    drained = drain(batches, ERA5_VARIABLES, max_samples)
     queue.put(
         {
-            "samples": int(seen.size),
-            "seconds": elapsed,
-            "samples_per_s": seen.size / elapsed,
-            "MB_per_s": nbytes / 1e6 / elapsed,
-            "first_batch_s": first,
-            "reads_per_sample": latency_store.READS.value / seen.size,
-            "peak_rss_MB": _peak_rss_mb(),
-            "rss_growth_MB": _peak_rss_mb() - rss_before,
-            "shuffle_gap_score": gap_score(seen),
-            "valid": valid and len(np.unique(seen)) == seen.size,
+            "drained": drained,
+            "reads": latency_store.READS.value,
+            "peak_rss_MB": peak_rss_mb(),
+            "rss_growth_MB": peak_rss_mb() - rss_before,
         }
     )
-
-
-def _peak_rss_mb() -> float:
-    """This process's high-water RSS (VmHWM; ru_maxrss would carry the parent's over exec).
-    DataLoader worker processes are not included."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def run_isolated(*args: Any) -> dict[str, Any]:
@@ -108,61 +77,146 @@ def run_isolated(*args: Any) -> dict[str, Any]:
     return result
 
 
-def main() -> None:
+def figures(drained: Drained, truth: np.ndarray, reads: int, sample_bytes: int) -> dict[str, Any]:
+    """The table's figures for what one loader yielded."""
+    samples = int(drained.order.size)
+    return {
+        "samples": samples,
+        "seconds": drained.seconds,
+        "samples_per_s": samples / drained.seconds,
+        "MB_per_s": samples * sample_bytes / 1e6 / drained.seconds,
+        "first_batch_s": drained.first_batch_s,
+        "reads_per_sample": reads / samples,
+        "shuffle_gap_score": gap_score(drained.order),
+        "valid": checks_out(drained, truth),
+    }
+
+
+def scenarios(args: argparse.Namespace) -> list[tuple[str, int, float]]:
+    """(codec, steps per chunk, latency s): every codec local, latency rows for some."""
+    plan = []
+    for codec in args.codecs.split(","):
+        if codec not in CODECS:
+            raise SystemExit(f"unknown codec {codec!r}; choose from {', '.join(CODECS)}")
+        latencies = [0.0]
+        if args.latency_ms > 0 and codec in args.latency_codecs.split(","):
+            latencies.append(args.latency_ms / 1000)
+        for steps in (int(c) for c in args.steps_per_chunk.split(",")):
+            plan += [(codec, steps, latency) for latency in latencies]
+    return plan
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--time-steps", type=int, default=480)
     parser.add_argument("--steps-per-chunk", default="1,4,24")
-    parser.add_argument("--latency-ms", type=float, default=30.0)
+    parser.add_argument("--codecs", default=",".join(CODECS))
+    parser.add_argument("--latency-ms", type=float, default=30.0, help="0: no latency rows")
+    parser.add_argument("--latency-codecs", default="zstd", help="codecs that get latency rows")
     parser.add_argument("--latency-samples", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--loaders", default="all", help="comma-separated names, or all")
+    parser.add_argument("--python312", help="a Python >= 3.12 for the insitubatch peer")
     parser.add_argument("--cache", type=Path, default=HERE / ".cache")
     parser.add_argument("--out", type=Path, default=HERE / "results")
-    parser.add_argument("--loaders", default="all")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="96 time steps, 1 and 24 steps per chunk, 48 latency samples (flags given win)",
+    )
     args = parser.parse_args()
+    if args.quick:
+        defaults = {"time_steps": 480, "steps_per_chunk": "1,4,24", "latency_samples": 128}
+        quick = {"time_steps": 96, "steps_per_chunk": "1,24", "latency_samples": 48}
+        for key, value in quick.items():
+            if getattr(args, key) == defaults[key]:
+                setattr(args, key, value)
+    return args
 
+
+def main() -> None:
+    args = parse_args()
     from benchmarks import ceilings
     from benchmarks.loaders import LOADERS
 
-    names = list(LOADERS) if args.loaders == "all" else args.loaders.split(",")
-    chunkings = [int(c) for c in args.steps_per_chunk.split(",")]
+    every = [*LOADERS, peer.NAME]
+    names = every if args.loaders == "all" else args.loaders.split(",")
+    unknown = sorted(set(names) - set(every))
+    if unknown:
+        raise SystemExit(f"unknown loaders {unknown}; choose from {every}")
+    interpreter, skipped = None, ""
+    if peer.NAME in names:
+        python = peer.find_python(args.python312)
+        if python is None:
+            skipped = "skipped: no Python >= 3.12 found (pass --python312)"
+            print(f"{peer.NAME}: {skipped}")
+        else:
+            print(f"{peer.NAME}: venv under {args.cache} from {python}")
+            interpreter = peer.ensure_venv(args.cache, python)
+    settings = peer.PeerSettings()
+
     sample_bytes = len(ERA5_VARIABLES) * ERA5_GRID[0] * ERA5_GRID[1] * 4
     rows: list[dict[str, Any]] = []
-    plan = [(c, lat) for c in chunkings for lat in (0.0, args.latency_ms / 1000)]
+    plan = scenarios(args)
     with tqdm(total=len(plan) * (len(names) + 1), unit="run") as bar:
-        for steps, latency_s in plan:
-            path = args.cache / f"era5-{args.time_steps}-c{steps}.zarr"
-            if not (path / "zarr.json").exists():
-                args.cache.mkdir(parents=True, exist_ok=True)
-                write_era5_like(path, time_steps=args.time_steps, steps_per_chunk=steps)
+        for codec, steps, latency_s in plan:
+            path = ensure_store(args.cache, args.time_steps, steps, codec)
             truth = checksums(str(path))  # also warms the page cache for everyone
-            scenario = {"steps_per_chunk": steps, "latency_ms": latency_s * 1000}
+            scenario = {"codec": codec, "steps_per_chunk": steps, "latency_ms": latency_s * 1000}
             max_samples = args.time_steps if latency_s == 0 else args.latency_samples
             if latency_s == 0:
                 n = args.time_steps
-                seq = ceilings.zarr_sequential(str(path), ERA5_VARIABLES)
-                dec = ceilings.decode_only(str(path), ERA5_VARIABLES)
-                cpy = ceilings.memcpy(n * sample_bytes)
-                for label, seconds in (
-                    ("ceiling: zarr sequential read", seq),
-                    ("ceiling: decode-only, all cores", dec),
-                    ("ceiling: memcpy", cpy),
-                ):
+                seconds = (
+                    ceilings.zarr_sequential(str(path), ERA5_VARIABLES),
+                    ceilings.decode_only(str(path), ERA5_VARIABLES),
+                    ceilings.memcpy(n * sample_bytes),
+                )
+                for label, took in zip(CEILINGS, seconds, strict=True):
                     rows.append(
                         {
                             **scenario,
                             "loader": label,
-                            "samples_per_s": n / seconds,
-                            "MB_per_s": n * sample_bytes / 1e6 / seconds,
+                            "samples_per_s": n / took,
+                            "MB_per_s": n * sample_bytes / 1e6 / took,
                             "valid": True,
                         }
                     )
             bar.update()
             for name in names:
-                bar.set_description(f"{steps} steps/chunk, {latency_s * 1000:.0f} ms: {name}")
-                result = run_isolated(
-                    name, str(path), latency_s, args.batch_size, max_samples, truth
-                )
-                rows.append({**scenario, "loader": name, **result})
+                bar.set_description(f"{codec} {steps}/chunk {latency_s * 1000:.0f} ms: {name}")
+                if name != peer.NAME:
+                    got = run_isolated(name, str(path), latency_s, args.batch_size, max_samples)
+                    drained, reads = got.pop("drained"), got.pop("reads")
+                    rows.append(
+                        {
+                            **scenario,
+                            "loader": name,
+                            **figures(drained, truth, reads, sample_bytes),
+                            **got,
+                        }
+                    )
+                elif interpreter is None:
+                    rows.append({**scenario, "loader": name, "skipped": skipped})
+                else:
+                    drained, extra = peer.run_peer(
+                        interpreter,
+                        str(path),
+                        ERA5_VARIABLES,
+                        latency_s,
+                        args.batch_size,
+                        max_samples,
+                        settings,
+                    )
+                    rows.append(
+                        {
+                            **scenario,
+                            "loader": name,
+                            **figures(drained, truth, extra["reads"], sample_bytes),
+                            "peak_rss_MB": extra["peak_rss_MB"],
+                            "rss_growth_MB": extra["rss_growth_MB"],
+                            "settings": extra["settings"],
+                        }
+                    )
                 bar.update()
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {
@@ -171,43 +225,15 @@ def main() -> None:
         "batch_size": args.batch_size,
         "grid": ERA5_GRID,
         "variables": ERA5_VARIABLES,
-        "codec": "zstd level 1",
+        "codecs": {c: CODEC_LABELS[c] for c in args.codecs.split(",")},
+        "latency_samples": args.latency_samples,
+        "insitubatch_settings": asdict(settings),
     }
     (args.out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    (args.out / "results.md").write_text(markdown(rows))
-    print(markdown(rows))
-
-
-def markdown(rows: list[dict[str, Any]]) -> str:
-    lines = []
-    for (steps, latency), group in _groups(rows):
-        ours = next((r for r in group if r["loader"] == "insitubatch-nodes"), None)
-        lines += [
-            f"\n### {steps} steps per chunk, {latency:.0f} ms per read\n",
-            "| loader | samples/s | MB/s | ours / this | first batch s | reads/sample | "
-            "RSS growth MB | shuffle | valid |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---|",
-        ]
-        for r in group:
-            ratio = ours["samples_per_s"] / r["samples_per_s"] if ours else float("nan")
-            lines.append(
-                f"| {r['loader']} | {r['samples_per_s']:.0f} | {r['MB_per_s']:.0f} | "
-                f"{ratio:.2f} | {_fmt(r.get('first_batch_s'))} | "
-                f"{_fmt(r.get('reads_per_sample'))} | {_fmt(r.get('rss_growth_MB'), 0)} | "
-                f"{_fmt(r.get('shuffle_gap_score'))} | {r['valid']} |"
-            )
-    return "\n".join(lines) + "\n"
-
-
-def _fmt(value: Any, digits: int = 2) -> str:
-    return "" if value is None else f"{value:.{digits}f}"
-
-
-def _groups(rows: list[dict[str, Any]]) -> list[tuple[tuple[int, float], list[dict[str, Any]]]]:
-    keys: dict[tuple[int, float], list[dict[str, Any]]] = {}
-    for r in rows:
-        keys.setdefault((r["steps_per_chunk"], r["latency_ms"]), []).append(r)
-    return list(keys.items())
+    text = report.markdown(rows) + "\n" + report.targets(rows)
+    (args.out / "results.md").write_text(text)
+    print(text)
+    print(report.plot(rows, args.out / "results.png"))
 
 
 if __name__ == "__main__":

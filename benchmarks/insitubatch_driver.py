@@ -1,0 +1,92 @@
+"""Runs `insitubatch` 0.2.0 on one benchmark store, inside its own Python >= 3.12 venv.
+
+Started by `peer.py` as `python -m benchmarks.insitubatch_driver ...` from the repository
+root, so it shares `measure.py` (the timed loop and checksums) and `latency_store.py` (the
+delaying store) with every other loader, and imports neither torch nor this project.
+Writes the yielded order and checksums to `--out` (.npz) and prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+from insitubatch import InSituDataset, obstore_store, open_geometries, split_by_chunk
+
+from benchmarks import latency_store
+from benchmarks.measure import Batch, drain, peak_rss_mb
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--path", required=True)
+    parser.add_argument("--variables", required=True, help="comma-separated")
+    parser.add_argument("--latency-s", type=float, default=0.0)
+    parser.add_argument("--batch-size", type=int, required=True)
+    parser.add_argument("--max-samples", type=int, required=True)
+    parser.add_argument("--block-chunks", type=int, required=True)
+    parser.add_argument("--max-inflight", type=int, required=True)
+    parser.add_argument("--prefetch-depth", type=int, default=2)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    variables = args.variables.split(",")
+
+    rss_before = peak_rss_mb()
+    delayed = args.latency_s > 0
+    store = (
+        latency_store.open_latency_store(args.path, args.latency_s)
+        if delayed
+        else obstore_store(Path(args.path).resolve().as_uri())  # its documented local path
+    )
+    geometries = open_geometries(store, variables=variables)
+    # Every chunk in the shuffled train split, as the other loaders read the whole array.
+    manifest = split_by_chunk(geometries[variables[0]], fractions=(1.0, 0.0, 0.0))
+    dataset = InSituDataset(
+        store,
+        manifest,
+        geometries=geometries,
+        batch_size=args.batch_size,
+        block_chunks=args.block_chunks,
+        max_inflight=args.max_inflight,
+        prefetch_depth=args.prefetch_depth,
+        seed=0,
+    )
+    batches = iter(dataset.train)
+    drained = drain(_numbered(batches), variables, args.max_samples)
+    batches.close()  # publishes the pass's counters
+    rss_growth = peak_rss_mb() - rss_before
+    reads = latency_store.READS.value if delayed else dataset.cache_misses
+    np.savez(args.out, order=drained.order, sums=drained.sums)
+    print(
+        json.dumps(
+            {
+                "samples": int(drained.order.size),
+                "seconds": drained.seconds,
+                "first_batch_s": drained.first_batch_s,
+                "nbytes": drained.nbytes,
+                "reads": int(reads),
+                "peak_rss_MB": peak_rss_mb(),
+                "rss_growth_MB": rss_growth,
+                "settings": {
+                    "block_chunks": dataset.block_chunks,  # after its own widening
+                    "max_inflight": dataset.scheduler_config.max_inflight,
+                    "prefetch_depth": dataset.prefetch_depth,
+                    "store": "LatencyStore(LocalStore)" if delayed else "obstore_store(file://)",
+                },
+            }
+        )
+    )
+
+
+def _numbered(batches: Iterator[object]) -> Iterator[Batch]:
+    for batch in batches:
+        yield batch.sample_indices, batch.arrays  # type: ignore[attr-defined]
+
+
+if __name__ == "__main__":
+    main()
