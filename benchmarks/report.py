@@ -72,10 +72,9 @@ def targets(rows: Rows) -> str:
 
     for steps, floor in ((24, 0.7), (1, 0.5)):
         local = by.get(("zstd", steps, 0.0), [])
-        _ratio_line(
-            add, f"local, {steps} steps/chunk: >= {floor}x decode-only", local, DECODE, floor
-        )
-        _ratio_line(add, f"local, {steps} steps/chunk: >= 3x naive w2", local, NAIVE_W2, 3.0)
+        unit = f"{steps} step{'s' if steps > 1 else ''}/chunk"
+        _ratio_line(add, f"local, {unit}: >= {floor}x decode-only", local, DECODE, floor)
+        _ratio_line(add, f"local, {unit}: >= 3x naive w2", local, NAIVE_W2, 3.0)
     delayed = [k for k in by if k[0] == "zstd" and k[1] == 1 and k[2] > 0]
     for key in delayed:
         group = by[key]
