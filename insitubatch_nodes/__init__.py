@@ -4,6 +4,7 @@ from insitubatch_nodes.builder import build_loader
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.manifest import SplitManifest, make_manifest
 from insitubatch_nodes.io.chunk_reader import ChunkReadError
+from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.stores import forget_memory_store, memory_store, open_store
 from insitubatch_nodes.io.zarr_source import ZarrSource
 from insitubatch_nodes.items import SAMPLE_INDEX_KEY
@@ -24,6 +25,7 @@ __all__ = [
     "Loader",
     "PinToDeviceNode",
     "ReadPlanNode",
+    "RetryPolicy",
     "SampleGeometry",
     "ShuffleBlockNode",
     "SplitManifest",

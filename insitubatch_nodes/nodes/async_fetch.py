@@ -29,6 +29,7 @@ from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.read_plan import ReadPlan
 from insitubatch_nodes.io.chunk_reader import ChunkReader, FetchStats
 from insitubatch_nodes.io.event_loop import EventLoopThread, default_decode_threads
+from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.shard_reader import ShardIndexes
 from insitubatch_nodes.io.zarr_compat import resolve_pipeline
 from insitubatch_nodes.items import FetchedBlock
@@ -47,7 +48,9 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
     blocks) are pending, never holding more than `memory_budget` bytes of pending blocks
     (one block is always allowed, however large). At most `max_inflight` reads are under
     way at any moment. Arrays that zarr must decode (filters, F order, ...) can use another
-    codec pipeline: `zarr_pipeline="zarrs"` (a file or object store; not memory stores)."""
+    codec pipeline: `zarr_pipeline="zarrs"` (a file or object store; not memory stores).
+    Reads that fail transiently are retried under `retry` (default: `RetryPolicy()`);
+    `stats.retries` counts the retries."""
 
     SOURCE_KEY = "source"
 
@@ -64,6 +67,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         where: str = "the store",
         fast_path: bool = True,
         zarr_pipeline: str | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         super().__init__()
         if max_inflight < 1:
@@ -84,6 +88,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         self.where = where
         self.fast_path = fast_path
         self.zarr_pipeline = resolve_pipeline(zarr_pipeline)
+        self.retry = retry or RetryPolicy()
         self.stats = FetchStats()
         self._shard_indexes = ShardIndexes()  # shard indexes outlive each epoch's reader
         self._runtime: EventLoopThread | None = None
@@ -131,6 +136,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             stats=self.stats,
             shard_indexes=self._shard_indexes,
             zarr_pipeline=self.zarr_pipeline,
+            retry=self.retry,
         )
         self._finalizer = weakref.finalize(self, runtime.close)
 
