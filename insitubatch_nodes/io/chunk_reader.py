@@ -35,6 +35,7 @@ from insitubatch_nodes.io.chunk_codec import ChunkDecoder, fast_decoder
 from insitubatch_nodes.io.retry import ReadGaveUp, RetryPolicy
 from insitubatch_nodes.io.shard_index import shard_layout
 from insitubatch_nodes.io.shard_reader import Loaded, ShardIndexes, ShardReader
+from insitubatch_nodes.io.store_errors import first_line
 from insitubatch_nodes.io.stores import local_root
 from insitubatch_nodes.io.zarr_compat import (
     chunk_key,
@@ -216,7 +217,7 @@ class ChunkReader:
         tries = f" after {attempts} attempts" if attempts > 1 else ""
         return ChunkReadError(
             f"reading chunk {coords} of variable {name!r} (key {key!r}) from {self._where} "
-            f"failed{tries}: {type(err).__name__}: {err}",
+            f"failed{tries}: {type(err).__name__}: {first_line(err)}",
             variable=name,
             coords=coords,
             key=key,
