@@ -18,6 +18,7 @@ import obstore.store
 from zarr.abc.store import Store
 from zarr.storage import LocalStore, ObjectStore
 
+from insitubatch_nodes.io.fork_guard import check_object_stores_usable, note_object_store_use
 from insitubatch_nodes.io.store_errors import bad_option
 
 OBJECT_STORE_SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "azure", "http", "https")
@@ -51,6 +52,8 @@ def open_store(source: str | Path | Store, storage_options: dict[str, Any] | Non
             f"source must be a URL string, a path or a zarr Store, got {type(source).__name__}"
         )
     options = dict(storage_options or {})
+    check_object_stores_usable()
+    note_object_store_use()  # every store opened from a URL is an obstore client
     parsed = urlparse(source)
     scheme = parsed.scheme.lower()
     if scheme in ("", "file"):
