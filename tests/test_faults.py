@@ -119,15 +119,23 @@ def test_transient_faults_on_the_other_read_paths_are_retried(layout: str) -> No
     assert stats.retries == faulty.transient_injected() > 0
 
 
+@pytest.mark.parametrize("layout", ["chunked", "sharded"])
 def test_transient_errors_of_local_file_reads_are_retried(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, layout: str
 ) -> None:
-    """Local stores read chunk files directly; network file systems fail with EIO now and
-    then. Only `os.open` is replaced here: the first open of about a third of the chunk
-    files fails."""
+    """Local stores read chunk (or shard) files directly; network file systems fail with
+    EIO now and then. Only `os.open` is replaced here: the first open of about a third of
+    the chunk or shard files fails."""
     from conftest import write_store
 
-    url, _ = write_store(tmp_path / "local.zarr")
+    if layout == "chunked":
+        url, _ = write_store(tmp_path / "local.zarr")
+    else:
+        url = str(tmp_path / "local.zarr")
+        group = zarr.open_group(url, mode="w")
+        group.create_array("x", shape=(48, 4), chunks=(2, 4), shards=(8, 4), dtype="float32")[
+            ...
+        ] = np.arange(48 * 4, dtype="float32").reshape(48, 4)
     expected = _epoch(build_loader(url, split="all", batch_size=8))
     real_open = os.open
     failed: set[str] = set()
@@ -148,7 +156,8 @@ def test_transient_errors_of_local_file_reads_are_retried(
     loader = build_loader(url, split="all", batch_size=8, retry=FAST_RETRY)
     assert _epoch(loader) == expected
     stats = _fetch_node(loader).stats
-    assert stats.local_file_reads > 0 and stats.retries == len(failed) > 0
+    local_reads = stats.local_file_reads if layout == "chunked" else stats.range_requests
+    assert local_reads > 0 and stats.retries == len(failed) > 0
 
 
 @pytest.mark.parametrize("kind", ["refused", "flaky-forever", "hang-forever"])
