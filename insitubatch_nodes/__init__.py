@@ -4,6 +4,9 @@ from insitubatch_nodes.builder import build_loader
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.manifest import SplitManifest, make_manifest
 from insitubatch_nodes.io.chunk_reader import ChunkReadError
+from insitubatch_nodes.io.fork_guard import ForkedProcessError
+from insitubatch_nodes.io.icechunk_store import open_icechunk
+from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.stores import forget_memory_store, memory_store, open_store
 from insitubatch_nodes.io.zarr_source import ZarrSource
 from insitubatch_nodes.items import SAMPLE_INDEX_KEY
@@ -20,10 +23,12 @@ __all__ = [
     "AsyncFetchNode",
     "ChunkPermuteNode",
     "ChunkReadError",
+    "ForkedProcessError",
     "GatherNode",
     "Loader",
     "PinToDeviceNode",
     "ReadPlanNode",
+    "RetryPolicy",
     "SampleGeometry",
     "ShuffleBlockNode",
     "SplitManifest",
@@ -33,5 +38,6 @@ __all__ = [
     "forget_memory_store",
     "make_manifest",
     "memory_store",
+    "open_icechunk",
     "open_store",
 ]

@@ -11,6 +11,7 @@ import torch
 from zarr.abc.store import Store
 
 from insitubatch_nodes.core.memory_bound import plan_memory
+from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
 from insitubatch_nodes.loader import Loader
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
@@ -51,6 +52,7 @@ def build_loader(
     storage_options: dict[str, Any] | None = None,
     decode_threads: int | None = None,
     zarr_pipeline: str | None = None,
+    retry: RetryPolicy | None = None,
 ) -> Loader[dict[str, torch.Tensor]]:
     """Shuffled, split-aware, resumable batches from a Zarr group.
 
@@ -62,6 +64,8 @@ def build_loader(
     `2 * max_inflight` chunk reads are pending. Every rank yields the same number of
     batches per epoch. `zarr_pipeline="zarrs"` speeds up arrays that zarr must decode
     itself (filters, F order); common layouts are decoded by the library either way.
+    `retry` says how reads that fail transiently (HTTP 5xx, timeouts, dropped connections)
+    are retried; the default `RetryPolicy()` tries each read 5 times.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -96,6 +100,7 @@ def build_loader(
         decode_threads=decode_threads,
         where=opened.where,
         zarr_pipeline=zarr_pipeline,
+        retry=retry,
     )
     draws = ShuffleBlockNode(blocks, batch_size=batch_size, drop_last=drop_last)
     return Loader(PinToDeviceNode(GatherNode(draws), device=device))

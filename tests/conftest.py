@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 import zarr
+import zarr.abc.store
 
 from insitubatch_nodes import forget_memory_store, memory_store
 
@@ -26,7 +27,7 @@ DEFAULT_VARIABLES: Mapping[str, tuple[tuple[int, ...], tuple[int, ...], str]] = 
 
 
 def write_store(
-    where: str | Path,
+    where: str | Path | zarr.abc.store.Store,
     variables: Mapping[str, tuple[tuple[int, ...], tuple[int, ...], str]] = DEFAULT_VARIABLES,
     *,
     zarr_format: int = 3,
@@ -34,8 +35,11 @@ def write_store(
     seed: int = 0,
     extra_arrays: Mapping[str, np.ndarray] | None = None,
 ) -> tuple[str, dict[str, np.ndarray]]:
-    """Write arrays with distinct values; return the URL to open and the arrays written."""
-    if where == "memory":
+    """Write arrays with distinct values; return the URL to open and the arrays written
+    (for a `Store`, its `repr`: the caller knows its URL)."""
+    if isinstance(where, zarr.abc.store.Store):
+        store, url = where, repr(where)
+    elif where == "memory":
         name = f"test-{next(_names)}"
         store: Any = memory_store(name)
         url = f"memory://{name}"
@@ -111,3 +115,15 @@ def batch_key(batch: Mapping[str, Any]) -> tuple[Any, ...]:
 def as_numpy(value: Any) -> np.ndarray:
     """Host copy of an array or a tensor on any device."""
     return value.cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[Any]:
+    """A real S3 API (moto's server) on loopback, for the whole session; see s3_server.py."""
+    from s3_server import S3Server
+
+    server = S3Server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import re
+import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +14,9 @@ import pytest
 import zarr
 from conftest import write_store
 
-from insitubatch_nodes import ZarrSource, build_loader, make_manifest
+from insitubatch_nodes import ZarrSource, build_loader, make_manifest, open_icechunk
+
+README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def test_unknown_variable(memory_url: Any) -> None:
@@ -130,3 +136,148 @@ def test_plain_path_and_file_url_read_the_same(tmp_path: Path) -> None:
     via_url = [b["sample_index"].tolist() for b in build_loader(url)]
     assert via_path == via_url
     assert np.asarray(truth["t2m"]).shape[0] == 88
+
+
+# --- The README's "Bad input" table: every row is run here, and its error text must be
+# exactly what the user gets ("…" stands for the parts that depend on paths and ports).
+
+
+@dataclass
+class Context:
+    memory_url: Any
+    tmp_path: Path
+    s3: Any
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _s3_group(ctx: Context) -> str:
+    url = f"s3://{ctx.s3.new_bucket()}/era5.zarr"
+    write_store(ctx.s3.writable_store(url))
+    return url
+
+
+def _unsupported_scheme(ctx: Context) -> None:
+    build_loader("ftp://host/era5.zarr")
+
+
+def _missing_local_path(ctx: Context) -> None:
+    build_loader(str(ctx.tmp_path / "missing.zarr"))
+
+
+def _not_a_zarr_group(ctx: Context) -> None:
+    (ctx.tmp_path / "notes.txt").write_text("not zarr")
+    build_loader(str(ctx.tmp_path))
+
+
+def _empty_bucket_prefix(ctx: Context) -> None:
+    url = f"s3://{ctx.s3.new_bucket()}/nothing-here.zarr"
+    build_loader(url, storage_options=ctx.s3.options())
+
+
+def _unreachable_endpoint(ctx: Context) -> None:
+    options = ctx.s3.options(endpoint=f"http://127.0.0.1:{_free_port()}")
+    build_loader(f"s3://{ctx.s3.new_bucket()}/era5.zarr", storage_options=options)
+
+
+def _missing_credentials(ctx: Context) -> None:
+    options = ctx.s3.options(metadata_endpoint=f"http://127.0.0.1:{_free_port()}")
+    del options["access_key_id"], options["secret_access_key"]
+    build_loader(_s3_group(ctx), storage_options=options)
+
+
+def _misspelled_option(ctx: Context) -> None:
+    build_loader("s3://bucket/era5.zarr", storage_options={"acess_key_id": "AKIA..."})
+
+
+def _wrong_variable(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    build_loader(url, ["t2m", "z500"])
+
+
+def _misaligned_arrays(ctx: Context) -> None:
+    url, _ = ctx.memory_url(
+        {"t2m": ((88, 3, 4), (3, 3, 2), "float32"), "tp": ((87, 3, 4), (3, 3, 2), "float32")}
+    )
+    build_loader(url, ["t2m", "tp"])
+
+
+def _manifest_from_another_store(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    other, _ = ctx.memory_url({"t2m": ((60, 3, 4), (3, 3, 2), "float32")})
+    build_loader(url, ["t2m"], manifest=ZarrSource.open(other).manifest)
+
+
+def _store_changed_since_the_manifest(ctx: Context) -> None:
+    path = ctx.tmp_path / "era5.zarr"
+    url, _ = write_store(path)
+    manifest = ZarrSource.open(url).manifest
+    zarr.open_group(str(path), mode="r+")["t2m"].resize((96, 3, 4))  # new days appended
+    build_loader(url, ["t2m"], manifest=manifest)
+
+
+def _unknown_icechunk_tag(ctx: Context) -> None:
+    import icechunk
+
+    path = ctx.tmp_path / "repo"
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(path)))
+    session = repo.writable_session("main")
+    zarr.open_group(session.store, mode="w").create_array("t2m", shape=(4, 2), dtype="f4")
+    session.commit("first")
+    open_icechunk(path, tag="v9")
+
+
+CASES = {
+    "a URL with a scheme we do not read": _unsupported_scheme,
+    "a local path that does not exist": _missing_local_path,
+    "a directory that is not a Zarr group": _not_a_zarr_group,
+    "a bucket prefix with no Zarr group": _empty_bucket_prefix,
+    "an endpoint that does not answer": _unreachable_endpoint,
+    "no credentials": _missing_credentials,
+    "a misspelled storage option": _misspelled_option,
+    "a variable the store does not have": _wrong_variable,
+    "variables of different lengths": _misaligned_arrays,
+    "a manifest made for another store": _manifest_from_another_store,
+    "a store changed since its manifest was made": _store_changed_since_the_manifest,
+    "an Icechunk tag that does not exist": _unknown_icechunk_tag,
+}
+
+
+def _readme_rows() -> dict[str, str]:
+    """{what you pass: the error text} from the README's "Bad input" table."""
+    section = README.read_text().split("\n## Bad input\n", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0] not in ("You pass", "") and not cells[0].startswith("-"):
+            rows[cells[0]] = cells[2].strip("`").strip()
+    return rows
+
+
+def test_every_readme_row_is_a_case_and_every_case_a_row() -> None:
+    assert list(_readme_rows()) == list(CASES)
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"), list(_readme_rows().items()), ids=list(_readme_rows())
+)
+def test_readme_bad_input_row(
+    row: str,
+    expected: str,
+    memory_url: Any,
+    tmp_path: Path,
+    s3_server: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in [n for n in os.environ if n.startswith("AWS_")]:
+        monkeypatch.delenv(name)  # credentials must come from storage_options only
+    kind, _, text = expected.partition(": ")
+    pattern = ".*".join(re.escape(part) for part in text.split("…"))
+    with pytest.raises(Exception) as raised:
+        CASES[row](Context(memory_url, tmp_path, s3_server))
+    assert type(raised.value).__name__ == kind, str(raised.value)
+    assert re.fullmatch(pattern, str(raised.value), flags=re.S), str(raised.value)

@@ -20,9 +20,9 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import zarr.api.asynchronous
@@ -32,10 +32,19 @@ from zarr.core.buffer import default_buffer_prototype
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.read_plan import ChunkRead, ReadPlan
 from insitubatch_nodes.io.chunk_codec import ChunkDecoder, fast_decoder
+from insitubatch_nodes.io.retry import ReadGaveUp, RetryPolicy
 from insitubatch_nodes.io.shard_index import shard_layout
 from insitubatch_nodes.io.shard_reader import Loaded, ShardIndexes, ShardReader
+from insitubatch_nodes.io.store_errors import first_line
 from insitubatch_nodes.io.stores import local_root
-from insitubatch_nodes.io.zarr_compat import chunk_key, codec_pipeline, pipeline_can_read
+from insitubatch_nodes.io.zarr_compat import (
+    chunk_key,
+    codec_pipeline,
+    pipeline_can_read,
+    stored_object_key,
+)
+
+T = TypeVar("T")
 
 
 def read_file(path: str) -> bytes | None:
@@ -57,7 +66,27 @@ def read_file(path: str) -> bytes | None:
 
 
 class ChunkReadError(OSError):
-    """A chunk could not be read or decoded; names the array, the chunk and the store."""
+    """A chunk could not be read or decoded; names the array, the chunk, its key and the store.
+
+    `variable`, `coords`, `key`, `where` and `attempts` say the same for programs.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        variable: str,
+        coords: tuple[int, ...],
+        key: str,
+        where: str,
+        attempts: int,
+    ) -> None:
+        super().__init__(message)
+        self.variable = variable
+        self.coords = coords
+        self.key = key
+        self.where = where
+        self.attempts = attempts
 
 
 def _first_failure(failures: BaseExceptionGroup[BaseException]) -> BaseException:
@@ -76,6 +105,7 @@ class FetchStats:
     local_file_reads: int = 0
     shard_index_reads: int = 0
     range_requests: int = 0
+    retries: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, name: str, amount: int) -> None:
@@ -103,8 +133,10 @@ class ChunkReader:
         fast_path: bool = True,
         shard_indexes: ShardIndexes | None = None,
         zarr_pipeline: str | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self._store = store
+        self._retry = retry or RetryPolicy()
         self._shard_indexes = shard_indexes or ShardIndexes()
         self._zarr_pipeline = zarr_pipeline
         self._layouts = dict(layouts)
@@ -124,16 +156,28 @@ class ChunkReader:
             self._inflight = asyncio.Semaphore(self._max_inflight)
         async with self._opening:
             if self._arrays is None:
-                group = await zarr.api.asynchronous.open_group(store=self._store, mode="r")
-                arrays = {}
-                for name in self._layouts:
-                    opened = self._open(name, await group.getitem(name))  # type: ignore[arg-type]
-                    if self._use_zarr_pipeline(opened):
-                        with codec_pipeline(self._zarr_pipeline):  # e.g. zarrs, for zarr's reads
-                            opened = _OpenArray(await group.getitem(name), None)  # type: ignore[arg-type]
-                    arrays[name] = opened
-                self._arrays = arrays
+                try:
+                    self._arrays = await self._retry.call(
+                        self._open_arrays, "zarr metadata", self._count_retry
+                    )
+                except ReadGaveUp as gave_up:
+                    cause = gave_up.__cause__
+                    raise OSError(
+                        f"opening the arrays of {self._where} failed {gave_up}: "
+                        f"{type(cause).__name__}: {cause}"
+                    ) from cause
         return self._arrays
+
+    async def _open_arrays(self) -> dict[str, _OpenArray]:
+        group = await zarr.api.asynchronous.open_group(store=self._store, mode="r")
+        arrays = {}
+        for name in self._layouts:
+            opened = self._open(name, await group.getitem(name))  # type: ignore[arg-type]
+            if self._use_zarr_pipeline(opened):
+                with codec_pipeline(self._zarr_pipeline):  # e.g. zarrs, for zarr's reads
+                    opened = _OpenArray(await group.getitem(name), None)  # type: ignore[arg-type]
+            arrays[name] = opened
+        return arrays
 
     def _use_zarr_pipeline(self, opened: _OpenArray) -> bool:
         return (
@@ -158,16 +202,35 @@ class ChunkReader:
             local_root=self._local_root,
             inflight=self._inflight,
             indexes=self._shard_indexes.of(name),
-            on_error=lambda coords, err: self._error(name, coords, err),
+            on_error=lambda coords, key, err: self._error(name, coords, key, err),
             counters=self._stats.add,
+            retry=self._retry,
         )
         return _OpenArray(array, layout.inner, shards)
 
-    def _error(self, name: str, coords: tuple[int, ...], err: BaseException) -> ChunkReadError:
+    def _error(
+        self, name: str, coords: tuple[int, ...], key: str, err: BaseException
+    ) -> ChunkReadError:
+        attempts = 1
+        if isinstance(err, ReadGaveUp) and err.__cause__ is not None:
+            attempts, err = err.attempts, err.__cause__
+        tries = f" after {attempts} attempts" if attempts > 1 else ""
         return ChunkReadError(
-            f"reading chunk {coords} of variable {name!r} from {self._where} failed: "
-            f"{type(err).__name__}: {err}"
+            f"reading chunk {coords} of variable {name!r} (key {key!r}) from {self._where} "
+            f"failed{tries}: {type(err).__name__}: {first_line(err)}",
+            variable=name,
+            coords=coords,
+            key=key,
+            where=self._where,
+            attempts=attempts,
         )
+
+    def _count_retry(self) -> None:
+        self._stats.add("retries", 1)
+
+    async def _with_retries(self, attempt: Callable[[], Awaitable[T]], key: str) -> T:
+        """`attempt()` under the retry policy, each try counted against `max_inflight`."""
+        return await self._retry.call(attempt, key, self._count_retry, limit=self._inflight)
 
     async def read_block(self, plan: ReadPlan) -> dict[str, np.ndarray]:
         arrays = await self._ready()
@@ -199,6 +262,13 @@ class ChunkReader:
         self._stats.add("blocks_fetched", 1)
         return buffers
 
+    def _object_key(self, name: str, read: ChunkRead) -> str:
+        """Key of the stored object (chunk or shard) that holds `read`'s chunk."""
+        assert self._arrays is not None
+        array = self._arrays[name].array
+        selection = self._layouts[name].chunk_selection(read.coords)
+        return stored_object_key(array.metadata, array.store_path.path, selection)
+
     def _regions(self, name: str, read: ChunkRead) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
         """Where the chunk goes in the block buffer, and which part of it is real data."""
         selection = self._layouts[name].chunk_selection(read.coords)
@@ -215,7 +285,8 @@ class ChunkReader:
         try:
             decoder.decode_into(data, destination, valid)
         except Exception as err:
-            raise self._error(name, read.coords, err) from err
+            key = self._object_key(name, read)
+            raise self._error(name, read.coords, key, err) from err
         return int(destination.nbytes)
 
     def _decoding(
@@ -255,10 +326,11 @@ class ChunkReader:
             key = chunk_key(metadata, prefix, read.coords)
             assert self._inflight is not None
             try:
-                async with self._inflight:
-                    found = await self._store.get(key, prototype=default_buffer_prototype())
+                found = await self._with_retries(
+                    lambda: self._store.get(key, prototype=default_buffer_prototype()), key
+                )
             except Exception as err:
-                raise self._error(name, read.coords, err) from err
+                raise self._error(name, read.coords, key, err) from err
             fetched.append((read, None if found is None else found.as_numpy_array()))
             if len(fetched) >= per_hop:
                 batch = fetched[:]
@@ -291,9 +363,11 @@ class ChunkReader:
                 opened = arrays[name]
                 key = chunk_key(opened.array.metadata, opened.array.store_path.path, read.coords)
                 try:
-                    data = read_file(f"{root}/{key}")
-                except OSError as err:
-                    raise self._error(name, read.coords, err) from err
+                    data = self._retry.call_sync(
+                        lambda key=key: read_file(f"{root}/{key}"), key, self._count_retry
+                    )
+                except Exception as err:
+                    raise self._error(name, read.coords, key, err) from err
                 assert opened.decoder is not None
                 decoded += self._decode_one(name, opened.decoder, buffers[name], read, data)
             self._stats.add("local_file_reads", len(items))
@@ -315,14 +389,12 @@ class ChunkReader:
         buffer: np.ndarray,
     ) -> None:
         target, _ = self._regions(name, read)
-        assert self._inflight is not None
+        selection = self._layouts[name].chunk_selection(read.coords)
+        key = stored_object_key(array.metadata, array.store_path.path, selection)
         try:
-            async with self._inflight:
-                data = await array.getitem(self._layouts[name].chunk_selection(read.coords))
-        except asyncio.CancelledError:
-            raise
+            data = await self._with_retries(lambda: array.getitem(selection), key)
         except Exception as err:
-            raise self._error(name, read.coords, err) from err
+            raise self._error(name, read.coords, key, err) from err
         buffer[target] = data
         self._stats.add("chunks_read", 1)
         self._stats.add("bytes_decoded", int(np.asarray(data).nbytes))

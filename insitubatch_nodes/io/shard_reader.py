@@ -23,6 +23,7 @@ from zarr.core.buffer import default_buffer_prototype
 
 from insitubatch_nodes.core.byte_ranges import MergedRange, coalesce
 from insitubatch_nodes.core.read_plan import ChunkRead
+from insitubatch_nodes.io.retry import ReadGaveUp, RetryPolicy
 from insitubatch_nodes.io.shard_index import ShardLayout, chunk_span
 from insitubatch_nodes.io.zarr_compat import chunk_key
 
@@ -116,6 +117,13 @@ def _plan_requests(
     return missing, [(request, [present[i] for i in request.members]) for request in requests]
 
 
+def _open_or_none(path: Path) -> int | None:
+    try:
+        return os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None  # never written: the fill value
+
+
 def _slice(data: Any, request: MergedRange, chunks: Located) -> Loaded:
     view = memoryview(data)
     return [(read, view[lo - request.start : hi - request.start]) for read, (lo, hi) in chunks]
@@ -134,9 +142,11 @@ class ShardReader:
         local_root: Path | None,
         inflight: asyncio.Semaphore,
         indexes: ShardIndexCache,
-        on_error: Callable[[tuple[int, ...], BaseException], BaseException],
+        on_error: Callable[[tuple[int, ...], str, BaseException], BaseException],
         counters: Callable[[str, int], None],
+        retry: RetryPolicy | None = None,
     ) -> None:
+        self._retry = retry or RetryPolicy()
         self._store = store
         self._prefix = prefix
         self._metadata = metadata
@@ -150,6 +160,20 @@ class ShardReader:
 
     def _key(self, shard: tuple[int, ...]) -> str:
         return chunk_key(self._metadata, self._prefix, shard)
+
+    def _count_retry(self) -> None:
+        self._count("retries", 1)
+
+    async def _get(self, key: str, byte_range: Any) -> Any:
+        """A ranged get under the retry policy, each try counted against `max_inflight`."""
+        return await self._retry.call(
+            lambda: self._store.get(
+                key, prototype=default_buffer_prototype(), byte_range=byte_range
+            ),
+            key,
+            self._count_retry,
+            limit=self._inflight,
+        )
 
     async def read(self, reads: tuple[ChunkRead, ...], decode: Callable[[Loaded], None]) -> None:
         loop = asyncio.get_running_loop()
@@ -183,13 +207,10 @@ class ShardReader:
         size = self._layout.index_nbytes
         where = SuffixByteRequest(size) if self._layout.index_at_end else RangeByteRequest(0, size)
         try:
-            async with self._inflight:
-                found = await self._store.get(
-                    key, prototype=default_buffer_prototype(), byte_range=where
-                )
+            found = await self._get(key, where)
             index = None if found is None else self._layout.parse_index(found.to_bytes())
         except Exception as err:
-            raise self._on_error(first, err) from err
+            raise self._on_error(first, key, err) from err
         self._count("shard_index_reads", 1)
         self._indexes.put(key, index)
         return index
@@ -210,16 +231,11 @@ class ShardReader:
 
         async def fetch(request: MergedRange, chunks: Located) -> None:
             try:
-                async with self._inflight:
-                    found = await self._store.get(
-                        key,
-                        prototype=default_buffer_prototype(),
-                        byte_range=RangeByteRequest(request.start, request.stop),
-                    )
+                found = await self._get(key, RangeByteRequest(request.start, request.stop))
                 if found is None:
                     raise FileNotFoundError(f"shard {key!r} disappeared while being read")
             except Exception as err:
-                raise self._on_error(chunks[0][0].coords, err) from err
+                raise self._on_error(chunks[0][0].coords, key, err) from err
             self._count("range_requests", 1)
             loaded = _slice(found.as_numpy_array(), request, chunks)
             await loop.run_in_executor(None, decode, loaded)
@@ -238,31 +254,39 @@ class ShardReader:
         assert self._local_root is not None
         key = self._key(shard)
         first = members[0][0].coords
+        path = self._local_root / key
         try:
-            descriptor = os.open(self._local_root / key, os.O_RDONLY)
-        except FileNotFoundError:
+            opened = self._retry.call_sync(lambda: _open_or_none(path), key, self._count_retry)
+        except ReadGaveUp as err:
+            raise self._on_error(first, key, err) from err
+        if opened is None:
             decode([(read, None) for read, _ in members])
             return
-        except OSError as err:
-            raise self._on_error(first, err) from err
+        descriptor = opened
+
+        def pread(size: int, start: int) -> bytes:
+            return self._retry.call_sync(
+                lambda: os.pread(descriptor, size, start), key, self._count_retry
+            )
+
         try:
 
             def read_index() -> np.ndarray:
                 size = self._layout.index_nbytes
                 start = os.fstat(descriptor).st_size - size if self._layout.index_at_end else 0
                 self._count("shard_index_reads", 1)
-                return self._layout.parse_index(os.pread(descriptor, size, start))
+                return self._layout.parse_index(pread(size, start))
 
             index = self._indexes.load(key, read_index)
             assert index is not None
             missing, requests = _plan_requests(index, members)
             loaded = list(missing)
             for request, chunks in requests:
-                data = os.pread(descriptor, request.stop - request.start, request.start)
+                data = pread(request.stop - request.start, request.start)
                 loaded.extend(_slice(data, request, chunks))
             self._count("range_requests", len(requests))
-        except (OSError, ValueError) as err:
-            raise self._on_error(first, err) from err
+        except (OSError, ValueError, ReadGaveUp) as err:
+            raise self._on_error(first, key, err) from err
         finally:
             os.close(descriptor)
         decode(loaded)

@@ -13,9 +13,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import obstore.exceptions
 import obstore.store
 from zarr.abc.store import Store
 from zarr.storage import LocalStore, ObjectStore
+
+from insitubatch_nodes.io.fork_guard import check_object_stores_usable, note_object_store_use
+from insitubatch_nodes.io.store_errors import bad_option
 
 OBJECT_STORE_SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "azure", "http", "https")
 SUPPORTED_SCHEMES = ("file", "memory", *OBJECT_STORE_SCHEMES)
@@ -48,6 +52,8 @@ def open_store(source: str | Path | Store, storage_options: dict[str, Any] | Non
             f"source must be a URL string, a path or a zarr Store, got {type(source).__name__}"
         )
     options = dict(storage_options or {})
+    check_object_stores_usable()
+    note_object_store_use()  # every store opened from a URL is an obstore client
     parsed = urlparse(source)
     scheme = parsed.scheme.lower()
     if scheme in ("", "file"):
@@ -68,7 +74,10 @@ def open_store(source: str | Path | Store, storage_options: dict[str, Any] | Non
             )
         return ObjectStore(backing, read_only=True)
     if scheme in OBJECT_STORE_SCHEMES:
-        return ObjectStore(obstore.store.from_url(source, **options), read_only=True)
+        try:
+            return ObjectStore(obstore.store.from_url(source, **options), read_only=True)
+        except obstore.exceptions.UnknownConfigurationKeyError as err:
+            raise bad_option(source, err) from err
     raise ValueError(
         f"unsupported URL scheme {scheme!r} in {source!r}; use one of "
         + ", ".join(f"{s}://" for s in SUPPORTED_SCHEMES)

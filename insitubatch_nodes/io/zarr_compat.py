@@ -34,6 +34,14 @@ def chunk_key(metadata: Any, prefix: str, coords: tuple[int, ...]) -> str:
     return f"{prefix}/{key}" if prefix else key
 
 
+def stored_object_key(metadata: Any, prefix: str, selection: tuple[slice, ...]) -> str:
+    """Key of the stored object (the chunk, or the shard of a sharded array) holding the
+    first element of `selection`."""
+    outer = metadata.chunks if metadata.zarr_format == 2 else metadata.chunk_grid.chunk_shape
+    coords = tuple(s.start // size for s, size in zip(selection, outer, strict=True))
+    return chunk_key(metadata, prefix, coords)
+
+
 def fill_scalar(metadata: Any, dtype: np.dtype[Any]) -> Any:
     """The value a missing chunk reads as (zarr 2 arrays may record none: zeros)."""
     fill = metadata.fill_value

@@ -6,15 +6,22 @@ from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
+import obstore.exceptions
 import zarr
 from zarr.abc.store import Store
 
 from insitubatch_nodes.core.geometry import VariableLayout
+from insitubatch_nodes.io.store_errors import explain_open_failure
 
 
 def open_root_group(store: Store, where: str) -> zarr.Group:
     try:
         return zarr.open_group(store, mode="r")
+    except obstore.exceptions.BaseError as err:
+        clearer = explain_open_failure(err, where)
+        if clearer is None:
+            raise
+        raise clearer from err
     except (FileNotFoundError, zarr.errors.BaseZarrError) as err:
         raise ValueError(
             f"{where} is not a Zarr group (no zarr.json or .zgroup at its root): point the "

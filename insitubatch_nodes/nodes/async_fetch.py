@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import copy
+import os
 import weakref
 from collections import deque
 from collections.abc import Mapping
@@ -29,6 +30,8 @@ from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.read_plan import ReadPlan
 from insitubatch_nodes.io.chunk_reader import ChunkReader, FetchStats
 from insitubatch_nodes.io.event_loop import EventLoopThread, default_decode_threads
+from insitubatch_nodes.io.fork_guard import check_same_process
+from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.shard_reader import ShardIndexes
 from insitubatch_nodes.io.zarr_compat import resolve_pipeline
 from insitubatch_nodes.items import FetchedBlock
@@ -47,7 +50,9 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
     blocks) are pending, never holding more than `memory_budget` bytes of pending blocks
     (one block is always allowed, however large). At most `max_inflight` reads are under
     way at any moment. Arrays that zarr must decode (filters, F order, ...) can use another
-    codec pipeline: `zarr_pipeline="zarrs"` (a file or object store; not memory stores)."""
+    codec pipeline: `zarr_pipeline="zarrs"` (a file or object store; not memory stores).
+    Reads that fail transiently are retried under `retry` (default: `RetryPolicy()`);
+    `stats.retries` counts the retries."""
 
     SOURCE_KEY = "source"
 
@@ -64,6 +69,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         where: str = "the store",
         fast_path: bool = True,
         zarr_pipeline: str | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         super().__init__()
         if max_inflight < 1:
@@ -84,8 +90,10 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         self.where = where
         self.fast_path = fast_path
         self.zarr_pipeline = resolve_pipeline(zarr_pipeline)
+        self.retry = retry or RetryPolicy()
         self.stats = FetchStats()
         self._shard_indexes = ShardIndexes()  # shard indexes outlive each epoch's reader
+        self._owner_pid = os.getpid()
         self._runtime: EventLoopThread | None = None
         self._reader: ChunkReader | None = None
         self._finalizer: weakref.finalize | None = None
@@ -96,6 +104,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         self._source_ahead = False  # pulled plans were dropped by close(): rewind first
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        check_same_process(self._owner_pid)
         super().reset(initial_state)
         self.close()
         self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])
@@ -131,6 +140,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             stats=self.stats,
             shard_indexes=self._shard_indexes,
             zarr_pipeline=self.zarr_pipeline,
+            retry=self.retry,
         )
         self._finalizer = weakref.finalize(self, runtime.close)
 
@@ -176,6 +186,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         return FetchedBlock(plan, await reader.read_block(plan))
 
     def next(self) -> FetchedBlock:
+        check_same_process(self._owner_pid)
         self._read_ahead()
         if not self._pending:
             self.close()

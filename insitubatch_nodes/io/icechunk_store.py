@@ -1,0 +1,88 @@
+"""Read an Icechunk repository at one branch, tag or snapshot, as a read-only zarr store.
+
+Icechunk versions a Zarr store like git: a training run should name the exact snapshot it
+read, so that a rerun (or a resume weeks later, after new commits) reads the same bytes.
+The session is read-only; the store it gives is an ordinary zarr store, so the graph reads
+it like any other. `icechunk` is an optional dependency (`pip install
+'insitubatch-nodes[icechunk]'`).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from zarr.abc.store import Store
+from zarr.storage import WrapperStore
+
+from insitubatch_nodes.io.store_errors import first_line
+
+
+class NamedStore(WrapperStore[Store]):
+    """A store that says which repository and version it reads, in every error message."""
+
+    def __init__(self, store: Store, name: str) -> None:
+        super().__init__(store)
+        self.name = name
+
+    def _with_store(self, store: Store) -> NamedStore:
+        return NamedStore(store, self.name)
+
+    def __repr__(self) -> str:
+        return self.name
+
+    __str__ = __repr__
+
+
+def open_icechunk(
+    repository: str | Path | Any,
+    *,
+    branch: str | None = None,
+    tag: str | None = None,
+    snapshot_id: str | None = None,
+) -> Store:
+    """A read-only store of `repository` at one version (the tip of `main` by default).
+
+    `repository` is a local path, an `icechunk.Storage` (`icechunk.s3_storage(...)`,
+    `gcs_storage`, `azure_storage`, ...) or an open `icechunk.Repository`. Give at most one
+    of `branch`, `tag` and `snapshot_id`; pass the result to `build_loader` or `ZarrSource`.
+    """
+    try:
+        import icechunk
+    except ImportError as err:
+        raise ImportError(
+            "reading Icechunk repositories needs the icechunk package: "
+            "pip install 'insitubatch-nodes[icechunk]'"
+        ) from err
+    version = {
+        name: value
+        for name, value in (("branch", branch), ("tag", tag), ("snapshot_id", snapshot_id))
+        if value is not None
+    }
+    if len(version) > 1:
+        raise ValueError(
+            f"give one of branch=, tag= or snapshot_id=, not {' and '.join(version)}: "
+            f"a loader reads exactly one version of the repository"
+        )
+    version = version or {"branch": "main"}
+    where = str(repository) if isinstance(repository, str | Path) else type(repository).__name__
+    try:
+        if isinstance(repository, icechunk.Repository):
+            repo = repository
+        else:
+            storage = repository
+            if isinstance(repository, str | Path):
+                path = Path(repository).expanduser().resolve()
+                storage = icechunk.local_filesystem_storage(str(path))
+            repo = icechunk.Repository.open(storage)
+        session = repo.readonly_session(**version)
+    except icechunk.IcechunkError as err:
+        reason = re.sub(r"^x\s+", "", first_line(err))  # without the report's bullet
+        raise ValueError(
+            f"cannot open Icechunk repository {where} at "
+            + ", ".join(f"{k}={v!r}" for k, v in version.items())
+            + f": {reason}"
+        ) from err
+    label = ",".join(f"{k}={v}" for k, v in version.items())
+    return NamedStore(session.store, f"icechunk:{where}@{label}")
