@@ -1,8 +1,10 @@
 """insitubatch-nodes: train in place on Zarr archives with a torchdata.nodes graph."""
 
 from insitubatch_nodes.builder import build_loader
+from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.manifest import SplitManifest, make_manifest
+from insitubatch_nodes.core.sample_spec import SampleSpec, VariableGroup, leads, window
 from insitubatch_nodes.io.chunk_reader import ChunkReadError
 from insitubatch_nodes.io.stores import forget_memory_store, memory_store, open_store
 from insitubatch_nodes.io.zarr_source import ZarrSource
@@ -17,6 +19,7 @@ from insitubatch_nodes.nodes.shuffle_block import ShuffleBlockNode
 
 __all__ = [
     "SAMPLE_INDEX_KEY",
+    "AnchorSet",
     "AsyncFetchNode",
     "ChunkPermuteNode",
     "ChunkReadError",
@@ -25,13 +28,17 @@ __all__ = [
     "PinToDeviceNode",
     "ReadPlanNode",
     "SampleGeometry",
+    "SampleSpec",
     "ShuffleBlockNode",
     "SplitManifest",
+    "VariableGroup",
     "VariableLayout",
     "ZarrSource",
     "build_loader",
     "forget_memory_store",
+    "leads",
     "make_manifest",
     "memory_store",
     "open_store",
+    "window",
 ]

@@ -10,7 +10,9 @@ from typing import Any
 import torch
 from zarr.abc.store import Store
 
+from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.memory_bound import plan_memory
+from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
 from insitubatch_nodes.loader import Loader
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
@@ -32,6 +34,26 @@ def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
     return (found[0] if rank is None else rank), (found[1] if world_size is None else world_size)
 
 
+def split_anchors(opened: ZarrSource, split: str, spec: SampleSpec | None) -> AnchorSet:
+    """The anchors of `split` that `spec` may use; an error if the spec's windows leave none."""
+    if spec is not None:
+        missing = [v for v in spec.variables() if v not in opened.layouts]
+        if missing:
+            raise ValueError(
+                f"the sample spec names variable(s) {missing} that are not selected; the "
+                f"loader has {sorted(opened.layouts)}: add them to variables=[...]"
+            )
+    anchors = AnchorSet.for_split(opened.geometry, opened.split_units(split), spec)
+    if anchors.units.size == 0:
+        lo, hi = spec.span if spec is not None else (0, 0)
+        raise ValueError(
+            f"split {split!r} has no anchor whose steps t{lo:+d} .. t{hi:+d} all stay inside "
+            f"it: its runs are shorter than the sample spec's span of {hi - lo + 1} steps; "
+            f"use a larger split or a shorter window / lead"
+        )
+    return anchors
+
+
 def build_loader(
     source: str | Path | Store,
     variables: Sequence[str] | None = None,
@@ -51,6 +73,7 @@ def build_loader(
     storage_options: dict[str, Any] | None = None,
     decode_threads: int | None = None,
     zarr_pipeline: str | None = None,
+    spec: SampleSpec | None = None,
 ) -> Loader[dict[str, torch.Tensor]]:
     """Shuffled, split-aware, resumable batches from a Zarr group.
 
@@ -62,16 +85,22 @@ def build_loader(
     `2 * max_inflight` chunk reads are pending. Every rank yields the same number of
     batches per epoch. `zarr_pipeline="zarrs"` speeds up arrays that zarr must decode
     itself (filters, F order); common layouts are decoded by the library either way.
+
+    With a `spec` (`SampleSpec`) each sample is an anchor time step t carrying, per group,
+    the steps t+offset of its variables: batches hold `{"group/variable": (batch, steps,
+    *sample_shape)}` and `sample_index` holds the anchors. Anchors whose window would
+    leave the split are not used (`core.anchors`); `variables` defaults to the spec's.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if block_chunks < 1:
         raise ValueError(f"block_chunks must be >= 1, got {block_chunks}")
     rank, world_size = resolve_rank(rank, world_size)
+    if spec is not None and variables is None:
+        variables = spec.variables()
     opened = ZarrSource.open(source, variables, manifest=manifest, storage_options=storage_options)
-    permute = ChunkPermuteNode(
-        opened.geometry, opened.split_units(split), seed=seed, rank=rank, world_size=world_size
-    )
+    anchors = split_anchors(opened, split, spec)
+    permute = ChunkPermuteNode(anchors, anchors.units, seed=seed, rank=rank, world_size=world_size)
     if permute.samples_per_rank(batch_size, drop_last) == 0:
         raise ValueError(
             f"batch_size={batch_size} with drop_last=True leaves no full batch: the smallest "
@@ -82,10 +111,10 @@ def build_loader(
         memory_budget,
         opened.layouts,
         batch_size=batch_size,
-        block_samples=block_chunks * opened.geometry.unit_length,
+        block_samples=anchors.block_rows_bound(block_chunks),
         max_inflight=max_inflight,
     )
-    plans = ReadPlanNode(permute, opened.geometry, block_chunks=block_chunks)
+    plans = ReadPlanNode(permute, anchors, block_chunks=block_chunks)
     blocks = AsyncFetchNode(
         plans,
         opened.store,
