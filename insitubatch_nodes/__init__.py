@@ -1,7 +1,9 @@
 """insitubatch-nodes: train in place on Zarr archives with a torchdata.nodes graph."""
 
 from insitubatch_nodes.builder import build_loader
+from insitubatch_nodes.channel_stats import ChannelStats, stats_path
 from insitubatch_nodes.core.anchors import AnchorSet
+from insitubatch_nodes.core.channels import batch_channels
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.manifest import SplitManifest, make_manifest
 from insitubatch_nodes.core.sample_spec import SampleSpec, VariableGroup, leads, window
@@ -13,32 +15,41 @@ from insitubatch_nodes.loader import Loader
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
 from insitubatch_nodes.nodes.gather import GatherNode
+from insitubatch_nodes.nodes.normalise import NormaliseNode
 from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode
 from insitubatch_nodes.nodes.read_plan import ReadPlanNode
 from insitubatch_nodes.nodes.shuffle_block import ShuffleBlockNode
+from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
+from insitubatch_nodes.stats_pass import compute_stats
 
 __all__ = [
     "SAMPLE_INDEX_KEY",
     "AnchorSet",
     "AsyncFetchNode",
+    "ChannelStats",
     "ChunkPermuteNode",
     "ChunkReadError",
     "GatherNode",
     "Loader",
+    "NormaliseNode",
     "PinToDeviceNode",
     "ReadPlanNode",
     "SampleGeometry",
     "SampleSpec",
     "ShuffleBlockNode",
     "SplitManifest",
+    "StackChannelsNode",
     "VariableGroup",
     "VariableLayout",
     "ZarrSource",
+    "batch_channels",
     "build_loader",
+    "compute_stats",
     "forget_memory_store",
     "leads",
     "make_manifest",
     "memory_store",
     "open_store",
+    "stats_path",
     "window",
 ]

@@ -8,9 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torchdata.nodes import BaseNode
 from zarr.abc.store import Store
 
+from insitubatch_nodes.channel_stats import StatsLike
 from insitubatch_nodes.core.anchors import AnchorSet
+from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS, batch_channels
 from insitubatch_nodes.core.memory_bound import plan_memory
 from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
@@ -18,9 +21,11 @@ from insitubatch_nodes.loader import Loader
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
 from insitubatch_nodes.nodes.gather import GatherNode
+from insitubatch_nodes.nodes.normalise import NormaliseNode
 from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode
 from insitubatch_nodes.nodes.read_plan import ReadPlanNode
 from insitubatch_nodes.nodes.shuffle_block import ShuffleBlockNode
+from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
 
 
 def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -74,6 +79,9 @@ def build_loader(
     decode_threads: int | None = None,
     zarr_pipeline: str | None = None,
     spec: SampleSpec | None = None,
+    stack: bool = False,
+    normalise: StatsLike | None = None,
+    spatial_dims: int = DEFAULT_SPATIAL_DIMS,
 ) -> Loader[dict[str, torch.Tensor]]:
     """Shuffled, split-aware, resumable batches from a Zarr group.
 
@@ -90,6 +98,13 @@ def build_loader(
     the steps t+offset of its variables: batches hold `{"group/variable": (batch, steps,
     *sample_shape)}` and `sample_index` holds the anchors. Anchors whose window would
     leave the split are not used (`core.anchors`); `variables` defaults to the spec's.
+
+    `stack=True` puts each group's variables (a spec-less loader's variables: key
+    `"fields"`) into one `(batch, [steps,] channels, *grid)` tensor; the grid is the last
+    `spatial_dims` axes, anything between is flattened into channels. The channel order is
+    `batch_channels(...)` (`core.channels`). `normalise` (a `ChannelStats` or its JSON
+    file, see `insitubatch stats`) applies `(x - mean) / std` per channel after the device
+    copy, as float32.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -127,4 +142,11 @@ def build_loader(
         zarr_pipeline=zarr_pipeline,
     )
     draws = ShuffleBlockNode(blocks, batch_size=batch_size, drop_last=drop_last)
-    return Loader(PinToDeviceNode(GatherNode(draws), device=device))
+    node: BaseNode[Any] = GatherNode(draws)
+    if stack:
+        node = StackChannelsNode(node, opened.layouts, spec, spatial_dims=spatial_dims)
+    node = PinToDeviceNode(node, device=device)
+    if normalise is not None:
+        order = batch_channels(opened.layouts, spec, stacked=stack, spatial_dims=spatial_dims)
+        node = NormaliseNode(node, normalise, order, spatial_dims=spatial_dims)
+    return Loader(node)
