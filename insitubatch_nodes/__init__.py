@@ -6,11 +6,12 @@ from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.channels import batch_channels
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.manifest import SplitManifest, make_manifest
+from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.sample_spec import SampleSpec, VariableGroup, leads, window
 from insitubatch_nodes.io.chunk_reader import ChunkReadError
 from insitubatch_nodes.io.stores import forget_memory_store, memory_store, open_store
 from insitubatch_nodes.io.zarr_source import ZarrSource
-from insitubatch_nodes.items import SAMPLE_INDEX_KEY
+from insitubatch_nodes.items import PATCH_ORIGIN_KEY, SAMPLE_INDEX_KEY
 from insitubatch_nodes.loader import Loader
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
@@ -23,6 +24,7 @@ from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
 from insitubatch_nodes.stats_pass import compute_stats
 
 __all__ = [
+    "PATCH_ORIGIN_KEY",
     "SAMPLE_INDEX_KEY",
     "AnchorSet",
     "AsyncFetchNode",
@@ -32,6 +34,7 @@ __all__ = [
     "GatherNode",
     "Loader",
     "NormaliseNode",
+    "PatchSpec",
     "PinToDeviceNode",
     "ReadPlanNode",
     "SampleGeometry",

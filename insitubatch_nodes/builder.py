@@ -15,6 +15,7 @@ from insitubatch_nodes.channel_stats import StatsLike
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS, batch_channels
 from insitubatch_nodes.core.memory_bound import plan_memory
+from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
 from insitubatch_nodes.loader import Loader
@@ -39,7 +40,12 @@ def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
     return (found[0] if rank is None else rank), (found[1] if world_size is None else world_size)
 
 
-def split_anchors(opened: ZarrSource, split: str, spec: SampleSpec | None) -> AnchorSet:
+def split_anchors(
+    opened: ZarrSource,
+    split: str,
+    spec: SampleSpec | None,
+    patches: PatchSpec | None = None,
+) -> AnchorSet:
     """The anchors of `split` that `spec` may use; an error if the spec's windows leave none."""
     if spec is not None:
         missing = [v for v in spec.variables() if v not in opened.layouts]
@@ -48,7 +54,7 @@ def split_anchors(opened: ZarrSource, split: str, spec: SampleSpec | None) -> An
                 f"the sample spec names variable(s) {missing} that are not selected; the "
                 f"loader has {sorted(opened.layouts)}: add them to variables=[...]"
             )
-    anchors = AnchorSet.for_split(opened.geometry, opened.split_units(split), spec)
+    anchors = AnchorSet.for_split(opened.geometry, opened.split_units(split), spec, patches)
     if anchors.units.size == 0:
         lo, hi = spec.span if spec is not None else (0, 0)
         raise ValueError(
@@ -82,6 +88,7 @@ def build_loader(
     stack: bool = False,
     normalise: StatsLike | None = None,
     spatial_dims: int = DEFAULT_SPATIAL_DIMS,
+    patches: PatchSpec | None = None,
 ) -> Loader[dict[str, torch.Tensor]]:
     """Shuffled, split-aware, resumable batches from a Zarr group.
 
@@ -105,6 +112,11 @@ def build_loader(
     `batch_channels(...)` (`core.channels`). `normalise` (a `ChannelStats` or its JSON
     file, see `insitubatch stats`) applies `(x - mean) / std` per channel after the device
     copy, as float32.
+
+    `patches` (`PatchSpec(size)`) crops the last `len(size)` axes of every sample: a random
+    crop per sample, a pure function of (seed, epoch, anchor), or with `mode="tiles"` one
+    sample per fixed tile (evaluation). Only the grid chunks the crops touch are read;
+    batches also carry `"patch_origin"` (batch, axes).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -114,7 +126,7 @@ def build_loader(
     if spec is not None and variables is None:
         variables = spec.variables()
     opened = ZarrSource.open(source, variables, manifest=manifest, storage_options=storage_options)
-    anchors = split_anchors(opened, split, spec)
+    anchors = split_anchors(opened, split, spec, patches)
     permute = ChunkPermuteNode(anchors, anchors.units, seed=seed, rank=rank, world_size=world_size)
     if permute.samples_per_rank(batch_size, drop_last) == 0:
         raise ValueError(

@@ -13,6 +13,7 @@ from insitubatch_nodes import (
     AsyncFetchNode,
     ChunkPermuteNode,
     GatherNode,
+    PatchSpec,
     PinToDeviceNode,
     ReadPlanNode,
     SampleSpec,
@@ -40,9 +41,10 @@ def build_stage(
     fast_path: bool = True,
     zarr_pipeline: str | None = None,
     spec: SampleSpec | None = None,
+    patches: PatchSpec | None = None,
 ) -> BaseNode[Any]:
     source = ZarrSource.open(url)
-    anchors = AnchorSet.for_split(source.geometry, source.split_units(split), spec)
+    anchors = AnchorSet.for_split(source.geometry, source.split_units(split), spec, patches)
     node: BaseNode[Any] = ChunkPermuteNode(
         anchors, anchors.units, seed=seed, rank=rank, world_size=world_size
     )

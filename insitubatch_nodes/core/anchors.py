@@ -20,6 +20,7 @@ import numpy as np
 
 from insitubatch_nodes.core.geometry import SampleGeometry
 from insitubatch_nodes.core.manifest import units_to_ranges
+from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.sample_spec import SampleSpec
 
 
@@ -30,10 +31,16 @@ class AnchorSet:
     geometry: SampleGeometry
     spec: SampleSpec | None
     runs: np.ndarray  # (R, 2) [start, stop) anchor ranges, one per contiguous run of units
+    patches: PatchSpec | None = None
+    samples_per_anchor: int = 1  # > 1 for evaluation tiles: one sample per (anchor, tile)
 
     @classmethod
     def for_split(
-        cls, geometry: SampleGeometry, split_units: np.ndarray, spec: SampleSpec | None = None
+        cls,
+        geometry: SampleGeometry,
+        split_units: np.ndarray,
+        spec: SampleSpec | None = None,
+        patches: PatchSpec | None = None,
     ) -> AnchorSet:
         lo, hi = spec.span if spec is not None else (0, 0)
         ranges = np.asarray(units_to_ranges(split_units), dtype=np.int64).reshape(-1, 2)
@@ -41,7 +48,11 @@ class AnchorSet:
         stops = np.minimum(ranges[:, 1] * geometry.unit_length, geometry.num_samples)
         runs = np.stack([starts - lo, stops - hi], axis=1)
         runs = runs[runs[:, 1] > runs[:, 0]]
-        return cls(geometry, spec, runs.reshape(-1, 2))
+        per_anchor = 1
+        if patches is not None:
+            names = spec.variables() if spec is not None else list(geometry.variables)
+            per_anchor = patches.samples_per_anchor(patch_grid(geometry, names, patches))
+        return cls(geometry, spec, runs.reshape(-1, 2), patches, per_anchor)
 
     @classmethod
     def everything(cls, geometry: SampleGeometry) -> AnchorSet:
@@ -50,13 +61,22 @@ class AnchorSet:
 
     @property
     def unit_length(self) -> int:
-        return self.geometry.unit_length
+        """Samples in a full unit (its steps, times the tiles per anchor)."""
+        return self.geometry.unit_length * self.samples_per_anchor
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        """The axes patches crop (the last `len(patches.size)` axes); () without patches."""
+        if self.patches is None:
+            return ()
+        names = self.spec.variables() if self.spec is not None else list(self.geometry.variables)
+        return patch_grid(self.geometry, names, self.patches)
 
     def _bounds(self, units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """First and one-past-last anchor of each unit (empty when stop <= start)."""
         units = np.asarray(units, dtype=np.int64)
-        starts = units * self.unit_length
-        stops = np.minimum(starts + self.unit_length, self.geometry.num_samples)
+        starts = units * self.geometry.unit_length
+        stops = np.minimum(starts + self.geometry.unit_length, self.geometry.num_samples)
         if self.runs.size == 0:
             return starts, starts
         # each unit lies inside at most one run: the last run starting at or before it
@@ -67,12 +87,14 @@ class AnchorSet:
 
     def unit_sizes(self, units: np.ndarray) -> np.ndarray:
         lo, hi = self._bounds(units)
-        return hi - lo
+        return (hi - lo) * self.samples_per_anchor
 
     def unit_samples(self, units: np.ndarray) -> np.ndarray:
-        """Anchors of `units`, concatenated in the given unit order, ascending in each."""
+        """Sample ids of `units` (`anchor * samples_per_anchor + tile`; the anchor itself
+        without tiles), in the given unit order, ascending in each."""
         lo, hi = self._bounds(units)
-        sizes = hi - lo
+        m = self.samples_per_anchor
+        lo, sizes = lo * m, (hi - lo) * m
         offsets = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(
             np.cumsum(sizes) - sizes, sizes
         )
@@ -81,8 +103,9 @@ class AnchorSet:
     @property
     def units(self) -> np.ndarray:
         """Sorted units holding at least one anchor: what an epoch permutes."""
+        length = self.geometry.unit_length
         candidates = [
-            np.arange(start // self.unit_length, -(-stop // self.unit_length), dtype=np.int64)
+            np.arange(start // length, -(-stop // length), dtype=np.int64)
             for start, stop in self.runs.tolist()
         ]
         if not candidates:
@@ -103,3 +126,19 @@ class AnchorSet:
     @property
     def num_anchors(self) -> int:
         return int((self.runs[:, 1] - self.runs[:, 0]).sum())
+
+
+def patch_grid(geometry: SampleGeometry, names: list[str], patches: PatchSpec) -> tuple[int, ...]:
+    """The grid every read variable shares on the axes patches crop."""
+    k = len(patches.size)
+    grids = {n: geometry.variables[n].sample_shape[-k:] for n in names}
+    short = [n for n in names if len(geometry.variables[n].sample_shape) < k]
+    if short or len(set(grids.values())) != 1:
+        raise ValueError(
+            f"patches of size {patches.size} crop the last {k} axes of every variable, but "
+            + ", ".join(f"{n} has {geometry.variables[n].sample_shape}" for n in names)
+            + "; select variables on one grid"
+        )
+    grid = next(iter(grids.values()))
+    patches.check_grid(grid)
+    return grid

@@ -14,14 +14,17 @@ take per variable and block.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from insitubatch_nodes.core.anchors import AnchorSet
-from insitubatch_nodes.core.geometry import SampleGeometry
+from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.partition import EpochAssignment
+from insitubatch_nodes.core.patches import PatchSpec, touched_chunks
 from insitubatch_nodes.core.sample_spec import SampleSpec
 
 
@@ -39,6 +42,8 @@ class ReadPlan:
 
     `sample_index` holds the block's anchors; `rows[v][i, j]` is the buffer row of variable
     `v` at `sample_index[i] + offsets[v][j]`; `buffer_rows[v]` is the buffer's length.
+    With patches, sample i is the crop at `origins[i]` and only the grid chunks some crop
+    touches are read (the rest of the buffer is never gathered).
     """
 
     assignment: EpochAssignment
@@ -50,6 +55,8 @@ class ReadPlan:
     offsets: Mapping[str, tuple[int, ...]]
     buffer_rows: Mapping[str, int]
     spec: SampleSpec | None = None
+    patches: PatchSpec | None = None
+    origins: np.ndarray | None = None  # (num_samples, axes) crop origins with patches
 
     @property
     def num_samples(self) -> int:
@@ -79,7 +86,17 @@ def plan_block(
     anchors = samples if isinstance(samples, AnchorSet) else AnchorSet.everything(samples)
     geometry = anchors.geometry
     units = np.asarray(units, dtype=np.int64)
-    sample_index = anchors.unit_samples(units)
+    ids = anchors.unit_samples(units)
+    sample_index = ids // anchors.samples_per_anchor
+    origins = None
+    if anchors.patches is not None:
+        origins = anchors.patches.origins(
+            anchors.grid,
+            assignment.seed,
+            assignment.epoch,
+            sample_index,
+            ids % anchors.samples_per_anchor,
+        )
     if anchors.spec is None:
         wanted = {name: (0,) for name in geometry.variables}
     else:
@@ -98,12 +115,23 @@ def plan_block(
             steps.shape
         )
         buffer_rows[name] = int(lengths.sum())
-        inner = layout.inner_chunk_grid()
-        reads[name] = tuple(
-            ChunkRead((chunk, *rest), row)
-            for chunk, row in zip(chunk_ids.tolist(), dest.tolist(), strict=True)
-            for rest in inner
-        )
+        if origins is None:
+            inner = layout.inner_chunk_grid()
+            reads[name] = tuple(
+                ChunkRead((chunk, *rest), row)
+                for chunk, row in zip(chunk_ids.tolist(), dest.tolist(), strict=True)
+                for rest in inner
+            )
+        else:
+            assert anchors.patches is not None
+            reads[name] = _patch_reads(
+                layout,
+                anchors.patches.size,
+                origins,
+                position.reshape(steps.shape),
+                chunk_ids,
+                dest,
+            )
     return ReadPlan(
         assignment=assignment,
         block_index=block_index,
@@ -114,4 +142,41 @@ def plan_block(
         offsets=wanted,
         buffer_rows=buffer_rows,
         spec=anchors.spec,
+        patches=anchors.patches,
+        origins=origins,
     )
+
+
+def _patch_reads(
+    layout: VariableLayout,
+    size: tuple[int, ...],
+    origins: np.ndarray,
+    positions: np.ndarray,
+    chunk_ids: np.ndarray,
+    dest: np.ndarray,
+) -> tuple[ChunkRead, ...]:
+    """Each (time chunk, grid chunk) that some sample's crop touches, once; every chunk of
+    the axes between time and the grid (levels), which crops do not cut.
+
+    `positions` is (samples, offsets): where each step's time chunk sits in `chunk_ids`.
+    """
+    ndim, k = len(layout.shape), len(size)
+    grid, grid_chunks = layout.shape[ndim - k :], layout.chunks[ndim - k :]
+    counts = [-(-g // c) for g, c in zip(grid, grid_chunks, strict=True)]
+    per_grid = math.prod(counts)
+    touched = touched_chunks(origins, size, grid_chunks, grid)  # (samples, m), -1 = none
+    pairs = positions[:, :, None] * per_grid + touched[:, None, :]
+    used = np.broadcast_to(touched[:, None, :] >= 0, pairs.shape)
+    middle = [
+        range(-(-s // c))
+        for s, c in zip(layout.shape[1 : ndim - k], layout.chunks[1 : ndim - k], strict=True)
+    ]
+    reads = []
+    for pair in np.unique(pairs[used]).tolist():
+        position, flat = divmod(pair, per_grid)
+        spatial = tuple(int(i) for i in np.unravel_index(flat, counts))
+        for rest in itertools.product(*middle):
+            reads.append(
+                ChunkRead((int(chunk_ids[position]), *rest, *spatial), int(dest[position]))
+            )
+    return tuple(reads)

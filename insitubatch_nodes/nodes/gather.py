@@ -8,7 +8,7 @@ import numpy as np
 from torchdata.nodes import BaseNode
 
 from insitubatch_nodes.core.read_plan import ReadPlan
-from insitubatch_nodes.items import SAMPLE_INDEX_KEY, BatchDraw
+from insitubatch_nodes.items import PATCH_ORIGIN_KEY, SAMPLE_INDEX_KEY, BatchDraw
 
 
 class GatherNode(BaseNode[dict[str, np.ndarray]]):
@@ -53,25 +53,61 @@ def _fields(plan: ReadPlan) -> list[tuple[str, str, np.ndarray | None]]:
 
 def gather(draw: BatchDraw) -> dict[str, np.ndarray]:
     first_block = draw.parts[0][0]
-    fields = _fields(first_block.plan)
+    plan = first_block.plan
+    fields = _fields(plan)
+    crop = () if plan.patches is None else plan.patches.size
     size = draw.size
     out: dict[str, np.ndarray] = {}
     for key, variable, columns in fields:
-        sample = first_block.arrays[variable]
+        sample_shape = first_block.arrays[variable].shape[1:]
+        sample_shape = (*sample_shape[: len(sample_shape) - len(crop)], *crop)
         steps = () if columns is None else (columns.size,)
-        out[key] = np.empty((size, *steps, *sample.shape[1:]), dtype=sample.dtype)
+        dtype = first_block.arrays[variable].dtype
+        out[key] = np.empty((size, *steps, *sample_shape), dtype=dtype)
     out[SAMPLE_INDEX_KEY] = np.empty(size, dtype=np.int64)
+    if crop:
+        out[PATCH_ORIGIN_KEY] = np.empty((size, len(crop)), dtype=np.int64)
     start = 0
     for block, rows in draw.parts:
         stop = start + rows.size
         for key, variable, columns in fields:
             array = block.arrays[variable]
             if columns is None:
-                buffer_rows = block.plan.rows[variable][rows, 0]
+                buffer_rows = block.plan.rows[variable][rows, :1]
             else:
-                buffer_rows = block.plan.rows[variable][rows[:, None], columns[None, :]].reshape(-1)
-            target = out[key][start:stop].reshape(-1, *array.shape[1:])
-            np.take(array, buffer_rows, axis=0, out=target, mode="clip")
+                buffer_rows = block.plan.rows[variable][rows[:, None], columns[None, :]]
+            target = out[key][start:stop]
+            if crop:
+                assert block.plan.origins is not None
+                target[...] = crop_rows(array, buffer_rows, block.plan.origins[rows], crop).reshape(
+                    target.shape
+                )
+            else:
+                flat = target.reshape(-1, *array.shape[1:])
+                np.take(array, buffer_rows.reshape(-1), axis=0, out=flat, mode="clip")
         np.take(block.plan.sample_index, rows, out=out[SAMPLE_INDEX_KEY][start:stop], mode="clip")
+        if crop:
+            assert block.plan.origins is not None
+            out[PATCH_ORIGIN_KEY][start:stop] = block.plan.origins[rows]
         start = stop
     return out
+
+
+def crop_rows(
+    array: np.ndarray, rows: np.ndarray, origins: np.ndarray, size: tuple[int, ...]
+) -> np.ndarray:
+    """`array[rows[i, j], ..., o_i : o_i + size]` for all i, j as one fancy index:
+    (n, steps, *middle, *size)."""
+    n, steps = rows.shape
+    k = len(size)
+    middle = array.ndim - 1 - k
+    index: list[Any] = [rows.reshape(n, steps, *([1] * k))]
+    index += [slice(None)] * middle
+    for axis, length in enumerate(size):
+        shape = [n, 1] + [1] * k
+        shape[2 + axis] = length
+        index.append((origins[:, axis, None] + np.arange(length)[None, :]).reshape(shape))
+    taken = array[tuple(index)]  # advanced axes first: (n, steps, *size, *middle)
+    if middle:
+        taken = np.moveaxis(taken, list(range(2 + k, 2 + k + middle)), list(range(2, 2 + middle)))
+    return taken

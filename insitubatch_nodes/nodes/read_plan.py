@@ -76,6 +76,7 @@ class ReadPlanNode(BaseNode[ReadPlan]):
             "block_chunks": self.block_chunks,
             "unit_length": self.anchors.unit_length,
             "sample_spec": None if spec is None else spec.to_json(),
+            "patches": None if self.anchors.patches is None else self.anchors.patches.to_json(),
         }
 
     def get_state(self) -> dict[str, Any]:

@@ -21,7 +21,6 @@ from insitubatch_nodes.core.channels import (
 )
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.sample_spec import SampleSpec, batch_key
-from insitubatch_nodes.items import SAMPLE_INDEX_KEY
 
 
 class StackChannelsNode(BaseNode[dict[str, np.ndarray]]):
@@ -57,7 +56,8 @@ class StackChannelsNode(BaseNode[dict[str, np.ndarray]]):
 
     def next(self) -> dict[str, np.ndarray]:
         batch = next(self.source)
-        out = {SAMPLE_INDEX_KEY: batch[SAMPLE_INDEX_KEY]}
+        stacked = {field for parts in self._parts.values() for field, _ in parts}
+        out = {k: v for k, v in batch.items() if k not in stacked}
         lead = 2 if self._has_steps else 1  # (batch,) or (batch, steps)
         for key, parts in self._parts.items():
             pieces = []
