@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from conftest import write_store
 from test_resume import _check_every_cut
 
@@ -176,3 +177,16 @@ def test_stacked_normalised_graph_resumes_at_every_cut(
             ).root
         )
     )
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_normalisation_runs_on_the_gpu_and_matches_the_cpu(
+    store: tuple[str, dict[str, np.ndarray]],
+) -> None:
+    url, _ = store
+    stats = compute_stats(url)
+    settings = {"split": "train", "spec": SPEC, "stack": True, "normalise": stats}
+    on_gpu = next(iter(build_loader(url, device="cuda", **settings)))  # type: ignore[arg-type]
+    on_cpu = next(iter(build_loader(url, device="cpu", **settings)))  # type: ignore[arg-type]
+    assert on_gpu["inputs"].is_cuda and on_gpu[SAMPLE_INDEX_KEY].device.type == "cpu"
+    torch.testing.assert_close(on_gpu["inputs"].cpu(), on_cpu["inputs"], rtol=1e-6, atol=1e-6)
