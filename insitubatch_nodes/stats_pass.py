@@ -29,10 +29,14 @@ def compute_stats(
     manifest: ManifestLike | None = None,
     spatial_dims: int = DEFAULT_SPATIAL_DIMS,
     storage_options: dict[str, Any] | None = None,
-    batch_size: int = 64,
-    block_chunks: int = 8,
+    batch_size: int = 8,
+    block_chunks: int = 2,
+    memory_budget: int = 1 << 30,
 ) -> ChannelStats:
-    """Mean and std per channel over every step of `split`, in one pass over its chunks."""
+    """Mean and std per channel over every step of `split`, in one pass over its chunks.
+
+    The batch and block sizes only set how much is held at once (`memory_budget`), not the
+    result beyond float64 rounding."""
     opened = ZarrSource.open(source, variables, manifest=manifest, storage_options=storage_options)
     channels = {v: channel_names(v, layout, spatial_dims) for v, layout in opened.layouts.items()}
     moments = {v: RunningMoments(len(names)) for v, names in channels.items()}
@@ -42,6 +46,7 @@ def compute_stats(
         split,
         batch_size=batch_size,
         block_chunks=block_chunks,
+        memory_budget=memory_budget,
         rank=0,
         world_size=1,
         device="cpu",

@@ -190,3 +190,10 @@ def test_normalisation_runs_on_the_gpu_and_matches_the_cpu(
     on_cpu = next(iter(build_loader(url, device="cpu", **settings)))  # type: ignore[arg-type]
     assert on_gpu["inputs"].is_cuda and on_gpu[SAMPLE_INDEX_KEY].device.type == "cpu"
     torch.testing.assert_close(on_gpu["inputs"].cpu(), on_cpu["inputs"], rtol=1e-6, atol=1e-6)
+
+
+def test_stats_of_large_fields_fit_a_small_memory_budget(memory_url: Any) -> None:
+    url, truth = memory_url({"big": ((24, 100, 100), (1, 100, 100), "float32")})
+    stats = compute_stats(url, split="all", memory_budget=4_000_000)
+    np.testing.assert_allclose(stats.mean["big"], [truth["big"].astype(np.float64).mean()])
+    np.testing.assert_allclose(stats.std["big"], [truth["big"].astype(np.float64).std()])
