@@ -8,18 +8,26 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torchdata.nodes import BaseNode
 from zarr.abc.store import Store
 
+from insitubatch_nodes.channel_stats import StatsLike
+from insitubatch_nodes.core.anchors import AnchorSet
+from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS, batch_channels
 from insitubatch_nodes.core.memory_bound import plan_memory
 from insitubatch_nodes.io.retry import RetryPolicy
+from insitubatch_nodes.core.patches import PatchSpec
+from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
 from insitubatch_nodes.loader import Loader
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
 from insitubatch_nodes.nodes.gather import GatherNode
+from insitubatch_nodes.nodes.normalise import NormaliseNode
 from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode
 from insitubatch_nodes.nodes.read_plan import ReadPlanNode
 from insitubatch_nodes.nodes.shuffle_block import ShuffleBlockNode
+from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
 
 
 def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -31,6 +39,31 @@ def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
     else:
         found = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     return (found[0] if rank is None else rank), (found[1] if world_size is None else world_size)
+
+
+def split_anchors(
+    opened: ZarrSource,
+    split: str,
+    spec: SampleSpec | None,
+    patches: PatchSpec | None = None,
+) -> AnchorSet:
+    """The anchors of `split` that `spec` may use; an error if the spec's windows leave none."""
+    if spec is not None:
+        missing = [v for v in spec.variables() if v not in opened.layouts]
+        if missing:
+            raise ValueError(
+                f"the sample spec names variable(s) {missing} that are not selected; the "
+                f"loader has {sorted(opened.layouts)}: add them to variables=[...]"
+            )
+    anchors = AnchorSet.for_split(opened.geometry, opened.split_units(split), spec, patches)
+    if anchors.units.size == 0:
+        lo, hi = spec.span if spec is not None else (0, 0)
+        raise ValueError(
+            f"split {split!r} has no anchor whose steps t{lo:+d} .. t{hi:+d} all stay inside "
+            f"it: its runs are shorter than the sample spec's span of {hi - lo + 1} steps; "
+            f"use a larger split or a shorter window / lead"
+        )
+    return anchors
 
 
 def build_loader(
@@ -53,6 +86,11 @@ def build_loader(
     decode_threads: int | None = None,
     zarr_pipeline: str | None = None,
     retry: RetryPolicy | None = None,
+    spec: SampleSpec | None = None,
+    stack: bool = False,
+    normalise: StatsLike | None = None,
+    spatial_dims: int = DEFAULT_SPATIAL_DIMS,
+    patches: PatchSpec | None = None,
 ) -> Loader[dict[str, torch.Tensor]]:
     """Shuffled, split-aware, resumable batches from a Zarr group.
 
@@ -66,16 +104,34 @@ def build_loader(
     itself (filters, F order); common layouts are decoded by the library either way.
     `retry` says how reads that fail transiently (HTTP 5xx, timeouts, dropped connections)
     are retried; the default `RetryPolicy()` tries each read 5 times.
+
+    With a `spec` (`SampleSpec`) each sample is an anchor time step t carrying, per group,
+    the steps t+offset of its variables: batches hold `{"group/variable": (batch, steps,
+    *sample_shape)}` and `sample_index` holds the anchors. Anchors whose window would
+    leave the split are not used (`core.anchors`); `variables` defaults to the spec's.
+
+    `stack=True` puts each group's variables (a spec-less loader's variables: key
+    `"fields"`) into one `(batch, [steps,] channels, *grid)` tensor; the grid is the last
+    `spatial_dims` axes, anything between is flattened into channels. The channel order is
+    `batch_channels(...)` (`core.channels`). `normalise` (a `ChannelStats` or its JSON
+    file, see `insitubatch stats`) applies `(x - mean) / std` per channel after the device
+    copy, as float32.
+
+    `patches` (`PatchSpec(size)`) crops the last `len(size)` axes of every sample: a random
+    crop per sample, a pure function of (seed, epoch, anchor), or with `mode="tiles"` one
+    sample per fixed tile (evaluation). Only the grid chunks the crops touch are read;
+    batches also carry `"patch_origin"` (batch, axes).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if block_chunks < 1:
         raise ValueError(f"block_chunks must be >= 1, got {block_chunks}")
     rank, world_size = resolve_rank(rank, world_size)
+    if spec is not None and variables is None:
+        variables = spec.variables()
     opened = ZarrSource.open(source, variables, manifest=manifest, storage_options=storage_options)
-    permute = ChunkPermuteNode(
-        opened.geometry, opened.split_units(split), seed=seed, rank=rank, world_size=world_size
-    )
+    anchors = split_anchors(opened, split, spec, patches)
+    permute = ChunkPermuteNode(anchors, anchors.units, seed=seed, rank=rank, world_size=world_size)
     if permute.samples_per_rank(batch_size, drop_last) == 0:
         raise ValueError(
             f"batch_size={batch_size} with drop_last=True leaves no full batch: the smallest "
@@ -86,10 +142,10 @@ def build_loader(
         memory_budget,
         opened.layouts,
         batch_size=batch_size,
-        block_samples=block_chunks * opened.geometry.unit_length,
+        block_samples=anchors.block_rows_bound(block_chunks),
         max_inflight=max_inflight,
     )
-    plans = ReadPlanNode(permute, opened.geometry, block_chunks=block_chunks)
+    plans = ReadPlanNode(permute, anchors, block_chunks=block_chunks)
     blocks = AsyncFetchNode(
         plans,
         opened.store,
@@ -103,4 +159,11 @@ def build_loader(
         retry=retry,
     )
     draws = ShuffleBlockNode(blocks, batch_size=batch_size, drop_last=drop_last)
-    return Loader(PinToDeviceNode(GatherNode(draws), device=device))
+    node: BaseNode[Any] = GatherNode(draws)
+    if stack:
+        node = StackChannelsNode(node, opened.layouts, spec, spatial_dims=spatial_dims)
+    node = PinToDeviceNode(node, device=device)
+    if normalise is not None:
+        order = batch_channels(opened.layouts, spec, stacked=stack, spatial_dims=spatial_dims)
+        node = NormaliseNode(node, normalise, order, spatial_dims=spatial_dims)
+    return Loader(node)

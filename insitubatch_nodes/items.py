@@ -12,6 +12,7 @@ from insitubatch_nodes.core.partition import EpochAssignment
 from insitubatch_nodes.core.read_plan import ReadPlan
 
 SAMPLE_INDEX_KEY = "sample_index"
+PATCH_ORIGIN_KEY = "patch_origin"  # with patches: (batch, axes) crop origin of each sample
 
 
 @dataclass(frozen=True, eq=False)

@@ -12,6 +12,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+import numcodecs
 import numpy as np
 import zarr
 
@@ -19,7 +20,8 @@ ERA5_VARIABLES = ("t2m", "u10", "v10", "msl")
 ERA5_GRID = (121, 240)  # 1.5 degree, poles included, as WeatherBench2's coarse copy
 
 
-def _field(variable: int, times: np.ndarray, grid: tuple[int, int]) -> np.ndarray:
+def weather_field(variable: int, times: np.ndarray, grid: tuple[int, int]) -> np.ndarray:
+    """`(times, *grid)` float32: a known smooth function of (variable, time, lat, lon) + noise."""
     lat = np.linspace(np.pi / 2, -np.pi / 2, grid[0], dtype=np.float32)[None, :, None]
     lon = np.linspace(0, 2 * np.pi, grid[1], endpoint=False, dtype=np.float32)[None, None, :]
     t = times.astype(np.float32)[:, None, None]
@@ -61,7 +63,112 @@ def write_era5_like(
         )
         for start in range(0, time_steps, steps_per_chunk * 16):
             stop = min(start + steps_per_chunk * 16, time_steps)
-            array[start:stop] = _field(v, np.arange(start, stop), grid)
+            array[start:stop] = weather_field(v, np.arange(start, stop), grid)
     shutil.rmtree(path, ignore_errors=True)
     staging.rename(path)
     return path
+
+
+def _staged_group(path: Path, zarr_format: int) -> tuple[Path, zarr.Group]:
+    staging = path.with_name(path.name + f".partial-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    return staging, zarr.open_group(str(staging), mode="w", zarr_format=zarr_format)
+
+
+def _publish(staging: Path, path: Path) -> Path:
+    shutil.rmtree(path, ignore_errors=True)
+    staging.rename(path)
+    return path
+
+
+def _blosc_lz4() -> numcodecs.Blosc:
+    """zarr 2's default compressor, which the ERA5 and HRRR build scripts leave in place."""
+    return numcodecs.Blosc(cname="lz4", clevel=5, shuffle=numcodecs.Blosc.SHUFFLE)
+
+
+WB2_SURFACE = (
+    "2m_temperature",
+    "10m_u_component_of_wind",
+    "10m_v_component_of_wind",
+    "mean_sea_level_pressure",
+)
+WB2_LEVEL_VARIABLES = ("geopotential",)
+WB2_LEVELS = (50, 100, 150, 200, 250, 300, 400, 500, 600, 700, 850, 925, 1000)
+
+
+def write_weatherbench2_like(
+    path: str | Path,
+    *,
+    time_steps: int = 160,
+    grid: tuple[int, int] = ERA5_GRID,
+    surface: Sequence[str] = WB2_SURFACE,
+    level_variables: Sequence[str] = WB2_LEVEL_VARIABLES,
+    levels: Sequence[int] = WB2_LEVELS,
+) -> Path:
+    """WeatherBench2's 1.5 degree ERA5 copy, scaled down in time: Zarr format 2, float32,
+    one 6-hourly step per chunk ((1, lat, lon) and (1, level, lat, lon)), Blosc lz4."""
+    path = Path(path)
+    staging, group = _staged_group(path, zarr_format=2)
+    group.create_array("latitude", data=np.linspace(90, -90, grid[0], dtype=np.float32))
+    group.create_array(
+        "longitude", data=np.linspace(0, 360, grid[1], endpoint=False, dtype=np.float32)
+    )
+    group.create_array("level", data=np.array(levels, dtype=np.int64))
+    group.create_array("time", data=np.arange(time_steps, dtype=np.int64) * 6)
+    times = np.arange(time_steps)
+    for v, name in enumerate(surface):
+        array = group.create_array(
+            name,
+            shape=(time_steps, *grid),
+            chunks=(1, *grid),
+            dtype="float32",
+            compressors=_blosc_lz4(),
+        )
+        array.attrs["_ARRAY_DIMENSIONS"] = ["time", "latitude", "longitude"]
+        array[...] = weather_field(v, times, grid)
+    for v, name in enumerate(level_variables, start=len(surface)):
+        array = group.create_array(
+            name,
+            shape=(time_steps, len(levels), *grid),
+            chunks=(1, len(levels), *grid),
+            dtype="float32",
+            compressors=_blosc_lz4(),
+        )
+        array.attrs["_ARRAY_DIMENSIONS"] = ["time", "level", "latitude", "longitude"]
+        for start in range(0, time_steps, 16):  # whole chunks: no read-modify-write
+            block = times[start : start + 16]
+            array[block[0] : block[-1] + 1] = np.stack(
+                [weather_field(v + 10 * i, block, grid) for i in range(len(levels))], axis=1
+            )
+    return _publish(staging, path)
+
+
+HRRR_GRID = (1059, 1799)
+HRRR_VARIABLES = ("TMP_2m_above_ground", "UGRD_10m_above_ground", "VGRD_10m_above_ground")
+
+
+def write_hrrr_like(
+    path: str | Path,
+    *,
+    time_steps: int = 24,
+    grid: tuple[int, int] = HRRR_GRID,
+    chunk: int = 150,
+    variables: Sequence[str] = HRRR_VARIABLES,
+) -> Path:
+    """HRRR-Zarr analyses consolidated along time: Zarr format 2, float16, (1, 150, 150)
+    chunks (8 x 12 of them per step on the 1059 x 1799 grid), Blosc lz4."""
+    path = Path(path)
+    staging, group = _staged_group(path, zarr_format=2)
+    times = np.arange(time_steps)
+    for v, name in enumerate(variables):
+        array = group.create_array(
+            name,
+            shape=(time_steps, *grid),
+            chunks=(1, chunk, chunk),
+            dtype="float16",
+            compressors=_blosc_lz4(),
+        )
+        array.attrs["_ARRAY_DIMENSIONS"] = ["time", "y", "x"]
+        for t in times.tolist():
+            array[t] = weather_field(v, times[t : t + 1], grid)[0].astype(np.float16)
+    return _publish(staging, path)

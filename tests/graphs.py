@@ -9,11 +9,14 @@ from conftest import batch_key
 from torchdata.nodes import BaseNode
 
 from insitubatch_nodes import (
+    AnchorSet,
     AsyncFetchNode,
     ChunkPermuteNode,
     GatherNode,
+    PatchSpec,
     PinToDeviceNode,
     ReadPlanNode,
+    SampleSpec,
     ShuffleBlockNode,
     ZarrSource,
 )
@@ -37,13 +40,16 @@ def build_stage(
     max_inflight: int = 4,
     fast_path: bool = True,
     zarr_pipeline: str | None = None,
+    spec: SampleSpec | None = None,
+    patches: PatchSpec | None = None,
 ) -> BaseNode[Any]:
     source = ZarrSource.open(url)
+    anchors = AnchorSet.for_split(source.geometry, source.split_units(split), spec, patches)
     node: BaseNode[Any] = ChunkPermuteNode(
-        source.geometry, source.split_units(split), seed=seed, rank=rank, world_size=world_size
+        anchors, anchors.units, seed=seed, rank=rank, world_size=world_size
     )
     steps: list[tuple[str, Callable[[BaseNode[Any]], BaseNode[Any]]]] = [
-        ("plan", lambda n: ReadPlanNode(n, source.geometry, block_chunks=block_chunks)),
+        ("plan", lambda n: ReadPlanNode(n, anchors, block_chunks=block_chunks)),
         (
             "fetch",
             lambda n: AsyncFetchNode(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from insitubatch_nodes.core.geometry import SampleGeometry
+from insitubatch_nodes.core.geometry import UnitSamples
 from insitubatch_nodes.core.partition import EpochAssignment
 from insitubatch_nodes.core.seeding import rng_for
 
@@ -35,7 +35,7 @@ def padding_positions(block_size: int, count: int, draw: np.ndarray) -> np.ndarr
 
 
 def rank_epoch_order(
-    geometry: SampleGeometry,
+    geometry: UnitSamples,
     assignment: EpochAssignment,
     *,
     block_chunks: int,

@@ -12,6 +12,7 @@ import itertools
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -63,6 +64,21 @@ class VariableLayout:
         chunks = data["chunks"]
         assert isinstance(shape, list) and isinstance(chunks, list)
         return cls(tuple(int(s) for s in shape), tuple(int(c) for c in chunks), str(data["dtype"]))
+
+
+class UnitSamples(Protocol):
+    """Which samples each unit holds: all the partition and draw order need to know.
+
+    `SampleGeometry` holds every time step of a unit; `core.anchors.AnchorSet` holds only
+    the anchors whose windows stay inside the split.
+    """
+
+    @property
+    def unit_length(self) -> int: ...
+
+    def unit_sizes(self, units: np.ndarray) -> np.ndarray: ...
+
+    def unit_samples(self, units: np.ndarray) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)

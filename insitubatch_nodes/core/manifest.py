@@ -22,9 +22,14 @@ from insitubatch_nodes.core.seeding import rng_for
 MANIFEST_FORMAT = 1
 DEFAULT_FRACTIONS: Mapping[str, float] = {"train": 0.8, "val": 0.1, "test": 0.1}
 ALL_SPLIT = "all"
+ANCHOR_RULE = (
+    "a sample anchored at time t whose offsets span [lo, hi] (0 included) belongs to a split "
+    "only if every step t+lo .. t+hi lies in one contiguous run of that split's units; "
+    "anchors nearer a run's edge are left out (core.anchors)"
+)
 
 
-def _units_to_ranges(units: np.ndarray) -> list[list[int]]:
+def units_to_ranges(units: np.ndarray) -> list[list[int]]:
     """Run-length encode sorted unit ids as [start, stop) pairs: a contiguous split is one pair."""
     units = np.sort(np.asarray(units, dtype=np.int64))
     if units.size == 0:
@@ -176,11 +181,16 @@ def make_manifest(
                 f"cannot give it a fraction of {fractions[name]}; use fewer splits, a larger "
                 f"fraction or smaller chunks"
             )
-        splits[name] = _units_to_ranges(order[lo:hi])
+        splits[name] = units_to_ranges(order[lo:hi])
     return SplitManifest(
         num_samples=geometry.num_samples,
         unit_length=geometry.unit_length,
         layouts=dict(geometry.variables),
         splits=splits,
-        rule={"fractions": dict(fractions), "shuffle": shuffle, "seed": seed},
+        rule={
+            "fractions": dict(fractions),
+            "shuffle": shuffle,
+            "seed": seed,
+            "anchors": ANCHOR_RULE,
+        },
     )

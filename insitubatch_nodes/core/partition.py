@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from insitubatch_nodes.core.geometry import SampleGeometry
+from insitubatch_nodes.core.geometry import UnitSamples
 from insitubatch_nodes.core.seeding import rng_for
 
 
@@ -22,37 +22,40 @@ def chunk_permutation(split_units: np.ndarray, seed: int, epoch: int) -> np.ndar
     return units[rng_for(seed, "chunk-permutation", epoch).permutation(units.size)]
 
 
-def _full_and_ragged(
-    geometry: SampleGeometry, split_units: np.ndarray
+def _full_and_short(
+    geometry: UnitSamples, split_units: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
+    """Units holding `unit_length` samples, and the others, each sorted.
+
+    Without windows the only short unit is the array's ragged last one; with windows the
+    units at the edges of a split's runs lose the anchors whose windows would leave it.
+    """
     units = np.sort(np.asarray(split_units, dtype=np.int64))
     short = geometry.unit_sizes(units) < geometry.unit_length
-    return units[~short], units[short]  # at most one short unit: the array's last
+    return units[~short], units[short]
 
 
 def rank_sample_counts(
-    geometry: SampleGeometry, split_units: np.ndarray, world_size: int
+    geometry: UnitSamples, split_units: np.ndarray, world_size: int
 ) -> np.ndarray:
     """Samples each rank holds per epoch: the same every epoch.
 
-    Full units are dealt round-robin; the one ragged unit (if the split has the array's
-    last unit) always takes the last dealing slot, so which rank holds it, and therefore
-    every rank's count, never depends on the epoch.
+    Full units are dealt round-robin; the short units (in unit order) always take the last
+    dealing slots, so which rank holds each of them, and therefore every rank's count,
+    never depends on the epoch.
     """
-    full, ragged = _full_and_ragged(geometry, split_units)
-    total = full.size + ragged.size
+    full, short = _full_and_short(geometry, split_units)
+    total = full.size + short.size
     if total < world_size:
         raise ValueError(
             f"the split has {total} chunk-aligned units, fewer than world_size="
             f"{world_size}: every rank needs at least one; use fewer ranks or a larger split"
         )
-    counts = np.array([len(range(r, total, world_size)) for r in range(world_size)]) * (
-        geometry.unit_length
+    sizes = np.concatenate(
+        [np.full(full.size, geometry.unit_length, dtype=np.int64), geometry.unit_sizes(short)]
     )
-    if ragged.size:
-        counts[(total - 1) % world_size] -= geometry.unit_length - int(
-            geometry.unit_sizes(ragged)[0]
-        )
+    counts = np.zeros(world_size, dtype=np.int64)
+    np.add.at(counts, np.arange(total) % world_size, sizes)
     return counts
 
 
@@ -88,6 +91,15 @@ def samples_per_rank(
     return max_rank_samples
 
 
+def _scatter_short_units(mine: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+    """Move the last `count` units (the short ones) to seeded places in the share, so the
+    short units are not always read last; one insertion per short unit, not per sample."""
+    placed = mine[:-count]
+    for unit in mine[-count:].tolist():
+        placed = np.insert(placed, int(rng.integers(placed.size + 1)), unit)
+    return placed
+
+
 def check_rank(rank: int, world_size: int) -> None:
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
@@ -96,7 +108,7 @@ def check_rank(rank: int, world_size: int) -> None:
 
 
 def assign_epoch(
-    geometry: SampleGeometry,
+    geometry: UnitSamples,
     split_units: np.ndarray,
     *,
     seed: int,
@@ -104,15 +116,15 @@ def assign_epoch(
     rank: int,
     world_size: int,
 ) -> EpochAssignment:
-    """Rank `rank`'s units for `epoch`; the ragged unit sits at a seeded place in its share."""
+    """Rank `rank`'s units for `epoch`; short units sit at seeded places in its share."""
     check_rank(rank, world_size)
     counts = rank_sample_counts(geometry, split_units, world_size)
-    full, ragged = _full_and_ragged(geometry, split_units)
-    order = np.concatenate([chunk_permutation(full, seed, epoch), ragged])
+    full, short = _full_and_short(geometry, split_units)
+    order = np.concatenate([chunk_permutation(full, seed, epoch), short])
     mine = order[rank::world_size]
-    if ragged.size and rank == (order.size - 1) % world_size:
-        slot = int(rng_for(seed, "ragged-slot", epoch).integers(mine.size))
-        mine = np.insert(mine[:-1], slot, mine[-1])
+    mine_short = len(range(rank, order.size, world_size)) - len(range(rank, full.size, world_size))
+    if mine_short:
+        mine = _scatter_short_units(mine, mine_short, rng_for(seed, "ragged-slot", epoch))
     return EpochAssignment(
         seed=seed,
         epoch=epoch,

@@ -1,20 +1,31 @@
 """Read plans: the chunks a block of units needs, once each, and where each one lands.
 
-A block's samples sit in one buffer per variable, the units stacked in block order. Each
-chunk along the sample axis lies inside exactly one unit (units are chunk-aligned for every
-variable), so every chunk is read once per block and written to one place, however many
-samples use it.
+A block's anchors need, per variable, the time steps `anchor + offset` for the offsets
+their sample spec asks of that variable (offset 0 alone without a spec). Every sample-axis
+chunk holding such a step is read once per block, whichever and however many anchors need
+it: an input window reaching into the previous chunk (the halo) costs one extra read per
+block, not one per sample. Chunks are laid out in the block buffer in the order the
+block's anchors first need them, so without a spec the buffer is simply the block's units
+stacked in block order, one row per sample.
+
+`rows[variable]` maps (anchor, offset) to a buffer row, so the gather is one vectorised
+take per variable and block.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from insitubatch_nodes.core.geometry import SampleGeometry
+from insitubatch_nodes.core.anchors import AnchorSet
+from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.partition import EpochAssignment
+from insitubatch_nodes.core.patches import PatchSpec, touched_chunks
+from insitubatch_nodes.core.sample_spec import SampleSpec
 
 
 @dataclass(frozen=True)
@@ -27,13 +38,25 @@ class ChunkRead:
 
 @dataclass(frozen=True, eq=False)
 class ReadPlan:
-    """Everything needed to fetch one block; `assignment` ties it to its (seed, epoch, rank)."""
+    """Everything needed to fetch one block; `assignment` ties it to its (seed, epoch, rank).
+
+    `sample_index` holds the block's anchors; `rows[v][i, j]` is the buffer row of variable
+    `v` at `sample_index[i] + offsets[v][j]`; `buffer_rows[v]` is the buffer's length.
+    With patches, sample i is the crop at `origins[i]` and only the grid chunks some crop
+    touches are read (the rest of the buffer is never gathered).
+    """
 
     assignment: EpochAssignment
     block_index: int
     units: np.ndarray
     sample_index: np.ndarray
     reads: Mapping[str, tuple[ChunkRead, ...]]
+    rows: Mapping[str, np.ndarray]
+    offsets: Mapping[str, tuple[int, ...]]
+    buffer_rows: Mapping[str, int]
+    spec: SampleSpec | None = None
+    patches: PatchSpec | None = None
+    origins: np.ndarray | None = None  # (num_samples, axes) crop origins with patches
 
     @property
     def num_samples(self) -> int:
@@ -44,28 +67,116 @@ class ReadPlan:
         return sum(len(r) for r in self.reads.values())
 
 
+def _first_seen_order(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct values in order of first appearance, and each value's position among them."""
+    distinct, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return distinct[order], rank[inverse.reshape(-1)]
+
+
 def plan_block(
-    geometry: SampleGeometry,
+    samples: AnchorSet | SampleGeometry,
     units: np.ndarray,
     *,
     assignment: EpochAssignment,
     block_index: int,
 ) -> ReadPlan:
+    anchors = samples if isinstance(samples, AnchorSet) else AnchorSet.everything(samples)
+    geometry = anchors.geometry
     units = np.asarray(units, dtype=np.int64)
-    sizes = geometry.unit_sizes(units)
-    offsets = np.cumsum(sizes) - sizes
+    ids = anchors.unit_samples(units)
+    sample_index = ids // anchors.samples_per_anchor
+    origins = None
+    if anchors.patches is not None:
+        origins = anchors.patches.origins(
+            anchors.grid,
+            assignment.seed,
+            assignment.epoch,
+            sample_index,
+            ids % anchors.samples_per_anchor,
+        )
+    if anchors.spec is None:
+        wanted = {name: (0,) for name in geometry.variables}
+    else:
+        wanted = anchors.spec.variable_offsets()
     reads: dict[str, tuple[ChunkRead, ...]] = {}
-    for name, layout in geometry.variables.items():
-        wanted: dict[tuple[int, ...], int] = {}
-        for unit, offset in zip(units.tolist(), offsets.tolist(), strict=True):
-            unit_start = unit * geometry.unit_length
-            for coords in geometry.iter_unit_chunks(name, unit):
-                wanted.setdefault(coords, offset + coords[0] * layout.sample_chunk - unit_start)
-        reads[name] = tuple(ChunkRead(c, row) for c, row in wanted.items())
+    rows: dict[str, np.ndarray] = {}
+    buffer_rows: dict[str, int] = {}
+    for name, offsets in wanted.items():
+        layout = geometry.variables[name]
+        c = layout.sample_chunk
+        steps = sample_index[:, None] + np.asarray(offsets, dtype=np.int64)[None, :]
+        chunk_ids, position = _first_seen_order(steps.reshape(-1) // c)
+        lengths = np.minimum((chunk_ids + 1) * c, geometry.num_samples) - chunk_ids * c
+        dest = np.cumsum(lengths) - lengths
+        rows[name] = (dest[position] + steps.reshape(-1) - chunk_ids[position] * c).reshape(
+            steps.shape
+        )
+        buffer_rows[name] = int(lengths.sum())
+        if origins is None:
+            inner = layout.inner_chunk_grid()
+            reads[name] = tuple(
+                ChunkRead((chunk, *rest), row)
+                for chunk, row in zip(chunk_ids.tolist(), dest.tolist(), strict=True)
+                for rest in inner
+            )
+        else:
+            assert anchors.patches is not None
+            reads[name] = _patch_reads(
+                layout,
+                anchors.patches.size,
+                origins,
+                position.reshape(steps.shape),
+                chunk_ids,
+                dest,
+            )
     return ReadPlan(
         assignment=assignment,
         block_index=block_index,
         units=units,
-        sample_index=geometry.unit_samples(units),
+        sample_index=sample_index,
         reads=reads,
+        rows=rows,
+        offsets=wanted,
+        buffer_rows=buffer_rows,
+        spec=anchors.spec,
+        patches=anchors.patches,
+        origins=origins,
     )
+
+
+def _patch_reads(
+    layout: VariableLayout,
+    size: tuple[int, ...],
+    origins: np.ndarray,
+    positions: np.ndarray,
+    chunk_ids: np.ndarray,
+    dest: np.ndarray,
+) -> tuple[ChunkRead, ...]:
+    """Each (time chunk, grid chunk) that some sample's crop touches, once; every chunk of
+    the axes between time and the grid (levels), which crops do not cut.
+
+    `positions` is (samples, offsets): where each step's time chunk sits in `chunk_ids`.
+    """
+    ndim, k = len(layout.shape), len(size)
+    grid, grid_chunks = layout.shape[ndim - k :], layout.chunks[ndim - k :]
+    counts = [-(-g // c) for g, c in zip(grid, grid_chunks, strict=True)]
+    per_grid = math.prod(counts)
+    touched = touched_chunks(origins, size, grid_chunks, grid)  # (samples, m), -1 = none
+    pairs = positions[:, :, None] * per_grid + touched[:, None, :]
+    used = np.broadcast_to(touched[:, None, :] >= 0, pairs.shape)
+    middle = [
+        range(-(-s // c))
+        for s, c in zip(layout.shape[1 : ndim - k], layout.chunks[1 : ndim - k], strict=True)
+    ]
+    reads = []
+    for pair in np.unique(pairs[used]).tolist():
+        position, flat = divmod(pair, per_grid)
+        spatial = tuple(int(i) for i in np.unravel_index(flat, counts))
+        for rest in itertools.product(*middle):
+            reads.append(
+                ChunkRead((int(chunk_ids[position]), *rest, *spatial), int(dest[position]))
+            )
+    return tuple(reads)

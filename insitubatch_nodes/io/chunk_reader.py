@@ -235,8 +235,11 @@ class ChunkReader:
     async def read_block(self, plan: ReadPlan) -> dict[str, np.ndarray]:
         arrays = await self._ready()
         buffers = {
-            name: np.empty((plan.num_samples, *layout.sample_shape), dtype=layout.dtype)
-            for name, layout in self._layouts.items()
+            name: np.empty(
+                (plan.buffer_rows[name], *self._layouts[name].sample_shape),
+                dtype=self._layouts[name].dtype,
+            )
+            for name in plan.reads
         }
         local: list[tuple[str, ChunkRead]] = []  # plain file reads, all arrays together
         try:

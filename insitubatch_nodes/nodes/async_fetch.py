@@ -82,10 +82,11 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         self.max_inflight = max_inflight
         self.prefetch_blocks = prefetch_blocks
         self.memory_budget = memory_budget
-        self._sample_nbytes = sum(
-            int(np.prod(layout.sample_shape, dtype=np.int64)) * np.dtype(layout.dtype).itemsize
-            for layout in self.layouts.values()
-        )
+        self._row_nbytes = {
+            name: int(np.prod(layout.sample_shape, dtype=np.int64))
+            * np.dtype(layout.dtype).itemsize
+            for name, layout in self.layouts.items()
+        }
         self.decode_threads = decode_threads or default_decode_threads()
         self.where = where
         self.fast_path = fast_path
@@ -170,7 +171,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
                     return
                 self._held = (plan, self.source.state_dict())
             plan, state = self._held
-            nbytes = plan.num_samples * self._sample_nbytes
+            nbytes = sum(rows * self._row_nbytes[n] for n, rows in plan.buffer_rows.items())
             pending_bytes = sum(p.nbytes for p in self._pending)
             if self._pending and pending_bytes + nbytes > self.memory_budget:
                 return  # submitted once earlier blocks are handed out

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
-from insitubatch_nodes.core.geometry import SampleGeometry
+from insitubatch_nodes.core.geometry import UnitSamples
 from insitubatch_nodes.core.partition import (
     EpochAssignment,
     assign_epoch,
@@ -22,6 +22,10 @@ from insitubatch_nodes.nodes.state_checks import CONFIG_KEY, check_saved_config
 class ChunkPermuteNode(BaseNode[UnitTicket]):
     """Yields one `UnitTicket` per unit; the order is a pure function of (seed, epoch, rank).
 
+    `geometry` says how many samples each unit holds: a `SampleGeometry` (every time step)
+    or a `core.anchors.AnchorSet` (the anchors of a windowed sample spec, with
+    `split_units=anchors.units`).
+
     `reset(None)` after iteration began moves to the next epoch, so a `Loader` sees a fresh
     order every `iter()`. State is (epoch, position) plus the settings it is only valid for.
     """
@@ -31,7 +35,7 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
 
     def __init__(
         self,
-        geometry: SampleGeometry,
+        geometry: UnitSamples,
         split_units: np.ndarray,
         *,
         seed: int = 0,
@@ -45,6 +49,13 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         self.split_units = np.sort(np.asarray(split_units, dtype=np.int64))
         if self.split_units.size == 0:
             raise ValueError("the split has no units: nothing to load")
+        empty = self.split_units[geometry.unit_sizes(self.split_units) == 0]
+        if empty.size:
+            raise ValueError(
+                f"units {empty[:5].tolist()} hold no sample (no anchor whose window stays in "
+                f"the split): pass AnchorSet.units as split_units"
+            )
+        self.num_samples = int(geometry.unit_sizes(self.split_units).sum())
         counts = rank_sample_counts(geometry, self.split_units, world_size)
         self.min_rank_samples = int(counts.min())
         self.max_rank_samples = int(counts.max())
@@ -110,6 +121,7 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
             "rank": self.rank,
             "world_size": self.world_size,
             "units": int(self.split_units.size),
+            "samples": self.num_samples,
         }
 
     def get_state(self) -> dict[str, Any]:

@@ -7,14 +7,18 @@ from typing import Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
-from insitubatch_nodes.items import SAMPLE_INDEX_KEY, BatchDraw
+from insitubatch_nodes.core.read_plan import ReadPlan
+from insitubatch_nodes.items import PATCH_ORIGIN_KEY, SAMPLE_INDEX_KEY, BatchDraw
 
 
 class GatherNode(BaseNode[dict[str, np.ndarray]]):
-    """Yields `{variable: (batch, *sample_shape) array, "sample_index": int64 (batch,)}`.
+    """Yields `{variable: (batch, *sample_shape) array, "sample_index": int64 (batch,)}`, or
+    with a sample spec `{"group/variable": (batch, steps, *sample_shape), ...}` (the
+    sample index is then the anchor's).
 
-    Work is one `np.take` per (variable, resident block in the batch): it scales with the
-    blocks a batch touches, never with its samples. `mode="clip"`: the rows come from a
+    Work is one `np.take` per (field, resident block in the batch), through the plan's
+    (anchor, offset) -> buffer row map: it scales with the blocks a batch touches, never
+    with its samples. `mode="clip"`: the rows come from a
     permutation of the block, always in range, and numpy's default `mode="raise"` copies
     through a temporary buffer (about 3x slower here).
     """
@@ -36,18 +40,74 @@ class GatherNode(BaseNode[dict[str, np.ndarray]]):
         return {self.SOURCE_KEY: self.source.state_dict()}
 
 
+def _fields(plan: ReadPlan) -> list[tuple[str, str, np.ndarray | None]]:
+    """`(batch key, variable, offset columns)`; columns `None` means no steps axis."""
+    if plan.spec is None:
+        return [(name, name, None) for name in plan.reads]
+    fields = []
+    for key, _, variable, offsets in plan.spec.fields():
+        have = plan.offsets[variable]
+        fields.append((key, variable, np.array([have.index(o) for o in offsets])))
+    return fields
+
+
 def gather(draw: BatchDraw) -> dict[str, np.ndarray]:
     first_block = draw.parts[0][0]
+    plan = first_block.plan
+    fields = _fields(plan)
+    crop = () if plan.patches is None else plan.patches.size
     size = draw.size
     out: dict[str, np.ndarray] = {}
-    for name, sample in first_block.arrays.items():
-        out[name] = np.empty((size, *sample.shape[1:]), dtype=sample.dtype)
+    for key, variable, columns in fields:
+        sample_shape = first_block.arrays[variable].shape[1:]
+        sample_shape = (*sample_shape[: len(sample_shape) - len(crop)], *crop)
+        steps = () if columns is None else (columns.size,)
+        dtype = first_block.arrays[variable].dtype
+        out[key] = np.empty((size, *steps, *sample_shape), dtype=dtype)
     out[SAMPLE_INDEX_KEY] = np.empty(size, dtype=np.int64)
+    if crop:
+        out[PATCH_ORIGIN_KEY] = np.empty((size, len(crop)), dtype=np.int64)
     start = 0
     for block, rows in draw.parts:
         stop = start + rows.size
-        for name, array in block.arrays.items():
-            np.take(array, rows, axis=0, out=out[name][start:stop], mode="clip")
+        for key, variable, columns in fields:
+            array = block.arrays[variable]
+            if columns is None:
+                buffer_rows = block.plan.rows[variable][rows, :1]
+            else:
+                buffer_rows = block.plan.rows[variable][rows[:, None], columns[None, :]]
+            target = out[key][start:stop]
+            if crop:
+                assert block.plan.origins is not None
+                target[...] = crop_rows(array, buffer_rows, block.plan.origins[rows], crop).reshape(
+                    target.shape
+                )
+            else:
+                flat = target.reshape(-1, *array.shape[1:])
+                np.take(array, buffer_rows.reshape(-1), axis=0, out=flat, mode="clip")
         np.take(block.plan.sample_index, rows, out=out[SAMPLE_INDEX_KEY][start:stop], mode="clip")
+        if crop:
+            assert block.plan.origins is not None
+            out[PATCH_ORIGIN_KEY][start:stop] = block.plan.origins[rows]
         start = stop
     return out
+
+
+def crop_rows(
+    array: np.ndarray, rows: np.ndarray, origins: np.ndarray, size: tuple[int, ...]
+) -> np.ndarray:
+    """`array[rows[i, j], ..., o_i : o_i + size]` for all i, j as one fancy index:
+    (n, steps, *middle, *size)."""
+    n, steps = rows.shape
+    k = len(size)
+    middle = array.ndim - 1 - k
+    index: list[Any] = [rows.reshape(n, steps, *([1] * k))]
+    index += [slice(None)] * middle
+    for axis, length in enumerate(size):
+        shape = [n, 1] + [1] * k
+        shape[2 + axis] = length
+        index.append((origins[:, axis, None] + np.arange(length)[None, :]).reshape(shape))
+    taken = array[tuple(index)]  # advanced axes first: (n, steps, *size, *middle)
+    if middle:
+        taken = np.moveaxis(taken, list(range(2 + k, 2 + k + middle)), list(range(2, 2 + middle)))
+    return taken

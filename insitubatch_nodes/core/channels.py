@@ -1,0 +1,97 @@
+"""Channel order: which channel of a batch array is which variable (and level).
+
+Models want one `(batch, channels, *spatial)` tensor, and normalisation wants to know
+which statistics belong to which channel. The trailing `spatial_dims` axes of a variable
+are its grid; every axis between the sample axis and the grid (levels, members, ...) is
+flattened into channels named `variable[i]` (C order); a variable without such axes is one
+channel named after itself. Stacking concatenates the channels of a group's variables in
+the group's order; this module is the single place that order is defined.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from insitubatch_nodes.core.geometry import VariableLayout
+from insitubatch_nodes.core.sample_spec import SampleSpec
+
+DEFAULT_SPATIAL_DIMS = 2
+SPECLESS_STACK_KEY = "fields"
+
+
+def channel_shape(layout: VariableLayout, spatial_dims: int) -> tuple[int, ...]:
+    """The non-grid axes of one sample: what becomes channels."""
+    sample = layout.sample_shape
+    if spatial_dims < 0 or spatial_dims > len(sample):
+        raise ValueError(
+            f"spatial_dims={spatial_dims} but a sample of this variable has shape {sample}; "
+            f"spatial_dims counts the trailing grid axes (e.g. 2 for latitude, longitude)"
+        )
+    return sample[: len(sample) - spatial_dims]
+
+
+def channel_names(name: str, layout: VariableLayout, spatial_dims: int) -> list[str]:
+    shape = channel_shape(layout, spatial_dims)
+    if not shape:
+        return [name]
+    count = math.prod(shape)
+    return [f"{name}[{i}]" for i in range(count)]
+
+
+def grid_shape(layout: VariableLayout, spatial_dims: int) -> tuple[int, ...]:
+    sample = layout.sample_shape
+    return sample[len(sample) - spatial_dims :]
+
+
+def stacked_groups(
+    layouts: Mapping[str, VariableLayout], spec: SampleSpec | None
+) -> dict[str, list[str]]:
+    """Batch key of each stacked tensor -> the variables stacked into it, in order."""
+    if spec is None:
+        return {SPECLESS_STACK_KEY: list(layouts)}
+    return {name: list(group.variables) for name, group in spec.groups.items()}
+
+
+def batch_channels(
+    layouts: Mapping[str, VariableLayout],
+    spec: SampleSpec | None,
+    *,
+    stacked: bool,
+    spatial_dims: int = DEFAULT_SPATIAL_DIMS,
+) -> dict[str, list[str]]:
+    """Each batch array's channel names, in channel order (axis -(spatial_dims + 1))."""
+    if stacked:
+        groups = stacked_groups(layouts, spec)
+        check_stackable(layouts, groups, spatial_dims)
+        return {
+            key: [c for v in variables for c in channel_names(v, layouts[v], spatial_dims)]
+            for key, variables in groups.items()
+        }
+    if spec is None:
+        return {v: channel_names(v, layouts[v], spatial_dims) for v in layouts}
+    return {
+        key: channel_names(variable, layouts[variable], spatial_dims)
+        for key, _, variable, _ in spec.fields()
+    }
+
+
+def check_stackable(
+    layouts: Mapping[str, VariableLayout],
+    groups: Mapping[str, Sequence[str]],
+    spatial_dims: int,
+) -> None:
+    for key, variables in groups.items():
+        grids = {v: grid_shape(layouts[v], spatial_dims) for v in variables}
+        if len(set(grids.values())) > 1:
+            raise ValueError(
+                f"cannot stack {key!r}: its variables have different grids "
+                + ", ".join(f"{v}={g}" for v, g in grids.items())
+                + f" (the last spatial_dims={spatial_dims} axes); put them in separate groups"
+            )
+        dtypes = {layouts[v].dtype for v in variables}
+        if len(dtypes) > 1:
+            raise ValueError(
+                f"cannot stack {key!r}: its variables have different dtypes {sorted(dtypes)}; "
+                f"stack variables of one dtype or normalise them separately"
+            )

@@ -1,0 +1,113 @@
+"""Spatial patches: a fixed-size crop of the grid per sample, random for training, tiled for
+evaluation.
+
+Random crops are a pure function of (seed, epoch, anchor): a counter-based hash
+(splitmix64) of those integers, vectorised over a block's anchors. They do not depend on
+the rank, the block or the batch a sample lands in, so a resumed run crops exactly as the
+uninterrupted one, and the read plan knows every crop before any byte is read, which is
+what lets it fetch only the grid chunks the crops touch.
+
+Tiles cover the grid with full-size crops (the last tile of an axis is moved back to end
+at the edge, so it overlaps its neighbour rather than being short); each anchor then
+yields one sample per tile.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+RANDOM = "random"
+TILES = "tiles"
+_MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+@dataclass(frozen=True)
+class PatchSpec:
+    """Crop the last `len(size)` axes of every variable to `size`."""
+
+    size: tuple[int, ...]
+    mode: str = RANDOM
+
+    def __post_init__(self) -> None:
+        if not self.size or any(s < 1 for s in self.size):
+            raise ValueError(f"patch size must be positive lengths, got {self.size}")
+        if self.mode not in (RANDOM, TILES):
+            raise ValueError(f"patch mode must be {RANDOM!r} or {TILES!r}, got {self.mode!r}")
+
+    def check_grid(self, grid: tuple[int, ...]) -> None:
+        if len(grid) != len(self.size) or any(s > g for s, g in zip(self.size, grid, strict=True)):
+            raise ValueError(
+                f"patch size {self.size} does not fit the grid {grid} (the last "
+                f"{len(self.size)} axes of each variable); use a smaller patch"
+            )
+
+    def tile_origins(self, grid: tuple[int, ...]) -> np.ndarray:
+        """(tiles, axes) origins covering the grid, C order."""
+        self.check_grid(grid)
+        per_axis = []
+        for g, s in zip(grid, self.size, strict=True):
+            starts = list(range(0, g - s + 1, s))
+            if starts[-1] + s < g:
+                starts.append(g - s)
+            per_axis.append(starts)
+        return np.array(list(itertools.product(*per_axis)), dtype=np.int64).reshape(-1, len(grid))
+
+    def samples_per_anchor(self, grid: tuple[int, ...]) -> int:
+        return len(self.tile_origins(grid)) if self.mode == TILES else 1
+
+    def origins(
+        self, grid: tuple[int, ...], seed: int, epoch: int, anchors: np.ndarray, tiles: np.ndarray
+    ) -> np.ndarray:
+        """(n, axes) crop origins of samples (anchor, tile number)."""
+        if self.mode == TILES:
+            return self.tile_origins(grid)[tiles]
+        self.check_grid(grid)
+        room = np.array([g - s + 1 for g, s in zip(grid, self.size, strict=True)], dtype=np.uint64)
+        draws = np.stack(
+            [_hash(seed, epoch, anchors, axis) for axis in range(len(grid))], axis=1
+        ).reshape(-1, len(grid))
+        return (draws % room[None, :]).astype(np.int64)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"size": list(self.size), "mode": self.mode}
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        x = (x + np.uint64(0x9E3779B97F4A7C15)) & _MASK
+        x = ((x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & _MASK
+        x = ((x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & _MASK
+        return x ^ (x >> np.uint64(31))
+
+
+def _hash(seed: int, epoch: int, anchors: np.ndarray, axis: int) -> np.ndarray:
+    """A 64-bit hash of (seed, epoch, anchor, axis) per anchor, vectorised."""
+    key = _splitmix64(np.array([seed, epoch, axis], dtype=np.uint64))
+    with np.errstate(over="ignore"):
+        mixed = _splitmix64(np.uint64(key[0]) ^ _splitmix64(np.asarray(anchors, dtype=np.uint64)))
+        mixed = _splitmix64(mixed ^ key[1])
+        return _splitmix64(mixed ^ key[2])
+
+
+def touched_chunks(
+    origins: np.ndarray, size: tuple[int, ...], chunks: tuple[int, ...], grid: tuple[int, ...]
+) -> np.ndarray:
+    """(n, m) flat C-order indices into the grid's chunk grid of the chunks each crop
+    touches; -1 pads rows that touch fewer than m chunks."""
+    counts = [math.ceil(g / c) for g, c in zip(grid, chunks, strict=True)]
+    most = [math.ceil(s / c) + 1 for s, c in zip(size, chunks, strict=True)]
+    flat = np.zeros((origins.shape[0], 1), dtype=np.int64)
+    valid = np.ones((origins.shape[0], 1), dtype=bool)
+    for axis, (s, c, n, m) in enumerate(zip(size, chunks, counts, most, strict=True)):
+        first = origins[:, axis] // c
+        last = (origins[:, axis] + s - 1) // c
+        along = first[:, None] + np.arange(m)[None, :]  # (n, m)
+        ok = along <= last[:, None]
+        flat = (flat[:, :, None] * n + np.minimum(along, n - 1)[:, None, :]).reshape(len(flat), -1)
+        valid = (valid[:, :, None] & ok[:, None, :]).reshape(len(valid), -1)
+    return np.where(valid, flat, -1)

@@ -1,0 +1,70 @@
+"""NormaliseNode: `(x - mean) / std` per channel, on whatever device the batch is on.
+
+Put after `PinToDeviceNode`, so on a GPU the arithmetic runs there (and the host-to-device
+copy moves the stored dtype, e.g. float16, not float32). The mean/std vectors are moved to
+each device once and cached. Stateless, so resume stays exact. Channels with zero spread
+are divided by 1 instead of 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torchdata.nodes import BaseNode
+
+from insitubatch_nodes.channel_stats import StatsLike, load_stats
+from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
+
+
+class NormaliseNode(BaseNode[dict[str, torch.Tensor]]):
+    SOURCE_KEY = "source"
+
+    def __init__(
+        self,
+        source: BaseNode[dict[str, torch.Tensor]],
+        stats: StatsLike,
+        channel_order: Mapping[str, Sequence[str]],
+        *,
+        spatial_dims: int = DEFAULT_SPATIAL_DIMS,
+    ) -> None:
+        """`channel_order`: batch key -> its channel names (`core.channels.batch_channels`,
+        or `StackChannelsNode.channel_order`); keys not listed pass through."""
+        super().__init__()
+        self.source = source
+        loaded = load_stats(stats)
+        self._host: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        for key, names in channel_order.items():
+            mean, std = loaded.vectors(list(names))
+            std[std == 0] = 1.0
+            shape = (len(names), *([1] * spatial_dims))
+            self._host[key] = (
+                torch.from_numpy(mean).reshape(shape),
+                torch.from_numpy(std).reshape(shape),
+            )
+        self._on_device: dict[tuple[str, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])
+
+    def _vectors(self, key: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        cached = self._on_device.get((key, device))
+        if cached is None:
+            mean, std = self._host[key]
+            cached = (mean.to(device), std.to(device))
+            self._on_device[(key, device)] = cached
+        return cached
+
+    def next(self) -> dict[str, torch.Tensor]:
+        batch = next(self.source)
+        out = dict(batch)
+        for key in self._host:
+            tensor = batch[key]
+            mean, std = self._vectors(key, tensor.device)
+            out[key] = (tensor.to(torch.float32) - mean) / std
+        return out
+
+    def get_state(self) -> dict[str, Any]:
+        return {self.SOURCE_KEY: self.source.state_dict()}
