@@ -16,7 +16,11 @@ from insitubatch_nodes.loader import Loader
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
 from insitubatch_nodes.nodes.gather import GatherNode
-from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode
+from insitubatch_nodes.nodes.pin_to_device import (
+    PinToDeviceNode,
+    default_prefetch,
+    resolve_device,
+)
 from insitubatch_nodes.nodes.read_plan import ReadPlanNode
 from insitubatch_nodes.nodes.shuffle_block import ShuffleBlockNode
 
@@ -51,6 +55,7 @@ def build_loader(
     storage_options: dict[str, Any] | None = None,
     decode_threads: int | None = None,
     zarr_pipeline: str | None = None,
+    device_prefetch: int | None = None,
 ) -> Loader[dict[str, torch.Tensor]]:
     """Shuffled, split-aware, resumable batches from a Zarr group.
 
@@ -62,6 +67,8 @@ def build_loader(
     `2 * max_inflight` chunk reads are pending. Every rank yields the same number of
     batches per epoch. `zarr_pipeline="zarrs"` speeds up arrays that zarr must decode
     itself (filters, F order); common layouts are decoded by the library either way.
+    `device_prefetch` batches are copied to the GPU ahead of the one handed out (default 2
+    on CUDA).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -78,12 +85,17 @@ def build_loader(
             f"rank holds {permute.min_rank_samples} samples of split {split!r}; lower "
             f"batch_size or set drop_last=False"
         )
+    if device_prefetch is not None and device_prefetch < 0:
+        raise ValueError(f"device_prefetch must be >= 0 batches, got {device_prefetch}")
+    target = resolve_device(device)
+    prefetch = default_prefetch(target) if device_prefetch is None else device_prefetch
     memory = plan_memory(
         memory_budget,
         opened.layouts,
         batch_size=batch_size,
         block_samples=block_chunks * opened.geometry.unit_length,
         max_inflight=max_inflight,
+        batches_held=PinToDeviceNode.staging_slots(prefetch) if target.type == "cuda" else 1,
     )
     plans = ReadPlanNode(permute, opened.geometry, block_chunks=block_chunks)
     blocks = AsyncFetchNode(
@@ -98,4 +110,4 @@ def build_loader(
         zarr_pipeline=zarr_pipeline,
     )
     draws = ShuffleBlockNode(blocks, batch_size=batch_size, drop_last=drop_last)
-    return Loader(PinToDeviceNode(GatherNode(draws), device=device))
+    return Loader(PinToDeviceNode(GatherNode(draws), device=target, prefetch=prefetch))

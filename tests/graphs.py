@@ -37,6 +37,8 @@ def build_stage(
     max_inflight: int = 4,
     fast_path: bool = True,
     zarr_pipeline: str | None = None,
+    device: str = "cpu",
+    prefetch: int | None = None,
 ) -> BaseNode[Any]:
     source = ZarrSource.open(url)
     node: BaseNode[Any] = ChunkPermuteNode(
@@ -58,7 +60,7 @@ def build_stage(
         ),
         ("shuffle", lambda n: ShuffleBlockNode(n, batch_size=batch_size, drop_last=drop_last)),
         ("gather", GatherNode),
-        ("device", lambda n: PinToDeviceNode(n, device="cpu")),
+        ("device", lambda n: PinToDeviceNode(n, device=device, prefetch=prefetch)),
     ]
     for name, wrap in steps:
         if STAGES.index(name) > STAGES.index(stage):
