@@ -56,6 +56,7 @@ def build_loader(
     decode_threads: int | None = None,
     zarr_pipeline: str | None = None,
     device_prefetch: int | None = None,
+    decode: str = "cpu",
 ) -> Loader[dict[str, torch.Tensor]]:
     """Shuffled, split-aware, resumable batches from a Zarr group.
 
@@ -68,12 +69,27 @@ def build_loader(
     batches per epoch. `zarr_pipeline="zarrs"` speeds up arrays that zarr must decode
     itself (filters, F order); common layouts are decoded by the library either way.
     `device_prefetch` batches are copied to the GPU ahead of the one handed out (default 2
-    on CUDA).
+    on CUDA). `decode="gpu"` decodes chunks on the GPU (the `gpu` extra: nvCOMP for
+    zstd; uncompressed chunks need nothing): only compressed bytes cross to the device.
+    Arrays it cannot decode there are decoded on the CPU, and the log says why.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if block_chunks < 1:
         raise ValueError(f"block_chunks must be >= 1, got {block_chunks}")
+    if device_prefetch is not None and device_prefetch < 0:
+        raise ValueError(f"device_prefetch must be >= 0 batches, got {device_prefetch}")
+    target = resolve_device(device)
+    prefetch = default_prefetch(target) if device_prefetch is None else device_prefetch
+    if decode not in ("cpu", "gpu"):
+        raise ValueError(f"decode must be 'cpu' or 'gpu', got {decode!r}")
+    if decode == "gpu" and target.type != "cuda":
+        raise ValueError(
+            f"decode='gpu' needs a CUDA device, but the loader's device is {target}; "
+            f"pass decode='cpu' on a machine without CUDA"
+        )
+    decode_on = target if decode == "gpu" else None
+    staged = target.type == "cuda" and decode_on is None  # the gather fills the pinned ring
     rank, world_size = resolve_rank(rank, world_size)
     opened = ZarrSource.open(source, variables, manifest=manifest, storage_options=storage_options)
     permute = ChunkPermuteNode(
@@ -85,17 +101,13 @@ def build_loader(
             f"rank holds {permute.min_rank_samples} samples of split {split!r}; lower "
             f"batch_size or set drop_last=False"
         )
-    if device_prefetch is not None and device_prefetch < 0:
-        raise ValueError(f"device_prefetch must be >= 0 batches, got {device_prefetch}")
-    target = resolve_device(device)
-    prefetch = default_prefetch(target) if device_prefetch is None else device_prefetch
     memory = plan_memory(
         memory_budget,
         opened.layouts,
         batch_size=batch_size,
         block_samples=block_chunks * opened.geometry.unit_length,
         max_inflight=max_inflight,
-        batches_held=PinToDeviceNode.staging_slots(prefetch) if target.type == "cuda" else 1,
+        batches_held=PinToDeviceNode.staging_slots(prefetch) if staged else 1,
     )
     plans = ReadPlanNode(permute, opened.geometry, block_chunks=block_chunks)
     blocks = AsyncFetchNode(
@@ -108,6 +120,11 @@ def build_loader(
         decode_threads=decode_threads,
         where=opened.where,
         zarr_pipeline=zarr_pipeline,
+        decode_on=decode_on,
     )
     draws = ShuffleBlockNode(blocks, batch_size=batch_size, drop_last=drop_last)
-    return Loader(PinToDeviceNode(GatherNode(draws), device=target, prefetch=prefetch))
+    gathered = GatherNode(draws)
+    moved = PinToDeviceNode(gathered, device=target, prefetch=prefetch)
+    if staged and moved.copier is not None:
+        gathered.allocate = moved.copier.stage
+    return Loader(moved)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from conftest import batch_key
 from torchdata.nodes import BaseNode
 
@@ -39,6 +40,7 @@ def build_stage(
     zarr_pipeline: str | None = None,
     device: str = "cpu",
     prefetch: int | None = None,
+    decode_on: torch.device | None = None,
 ) -> BaseNode[Any]:
     source = ZarrSource.open(url)
     node: BaseNode[Any] = ChunkPermuteNode(
@@ -56,6 +58,7 @@ def build_stage(
                 where=url,
                 fast_path=fast_path,
                 zarr_pipeline=zarr_pipeline,
+                decode_on=decode_on,
             ),
         ),
         ("shuffle", lambda n: ShuffleBlockNode(n, batch_size=batch_size, drop_last=drop_last)),

@@ -127,6 +127,45 @@ def test_copier_batches_stay_intact_after_their_ring_slot_is_reused() -> None:
     assert copier.ring.stats.allocations == 2  # sized once from the batch, then reused
 
 
+def test_staged_batches_are_gathered_in_place_and_copied_without_packing() -> None:
+    copier = BatchCopier(torch.device("cpu"), slots=2)
+    spec = {"a": ((3, 2), np.dtype(np.float32)), "b": ((3,), np.dtype(np.int16))}
+    delivered = []
+    for i in range(5):
+        arrays = copier.stage(spec)
+        arrays["a"][...] = i
+        arrays["b"][...] = -i
+        delivered.append(copier.deliver(copier.submit(arrays)))
+    assert copier.packed == 0 and copier.ring.stats.allocations == 2
+    for i, batch in enumerate(delivered):
+        assert (batch["a"] == i).all() and (batch["b"] == -i).all()
+    staged = copier.stage(spec)
+    other = {name: np.ones_like(array) for name, array in staged.items()}
+    batch = copier.deliver(copier.submit(other))  # not the staged arrays: packed instead
+    assert copier.packed == 1 and (batch["a"] == 1).all()
+
+
+def test_gather_into_staged_memory_gives_the_same_batches(memory_url: Any) -> None:
+    url, _ = memory_url()
+    plain = [batch_key(b) for b in Loader(build_stage(url, "gather", batch_size=6))]
+    copier = BatchCopier(torch.device("cpu"), slots=2)
+    staged = build_stage(url, "gather", batch_size=6)
+    staged.allocate = copier.stage  # type: ignore[attr-defined]
+    got = []
+    for arrays in Loader(staged):
+        got.append(
+            batch_key(
+                {
+                    **copier.deliver(
+                        copier.submit({k: v for k, v in arrays.items() if k != "sample_index"})
+                    ),
+                    "sample_index": arrays["sample_index"],
+                }
+            )
+        )
+    assert got == plain and copier.packed == 0
+
+
 class _Counting(BaseNode[Any]):
     """Counts how far the node has pulled its source."""
 

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from conftest import batch_key
 from graphs import build_stage
 
 from insitubatch_nodes import Loader, PinToDeviceNode, build_loader
@@ -118,3 +119,14 @@ def test_cuda_resume_with_prefetch_is_exact(memory_url: Any) -> None:
         for got, want in zip(rest, epoch[cut:], strict=True):
             for name, tensor in want.items():
                 assert torch.equal(got[name].cpu(), tensor)
+
+
+@needs_cuda
+def test_build_loader_gathers_straight_into_the_pinned_ring(memory_url: Any) -> None:
+    url, _ = memory_url()
+    on_cpu = [batch_key(b) for b in build_loader(url, split="all", batch_size=6, device="cpu")]
+    loader = build_loader(url, split="all", batch_size=6, device="cuda")
+    assert [batch_key(b) for b in loader] == on_cpu
+    node = loader.root
+    assert isinstance(node, PinToDeviceNode) and node.copier is not None
+    assert node.copier.packed == 0  # every batch was gathered in place, none copied over

@@ -32,20 +32,61 @@ class InFlightBatch:
     copied: CompletionEvent
 
 
+@dataclass(frozen=True)
+class _Staged:
+    index: int
+    host: torch.Tensor
+    layout: BatchLayout
+    arrays: dict[str, np.ndarray]
+
+
 class BatchCopier:
+    """`stage` hands out a ring slot's memory for the producer to fill in place (the gather
+    writes straight into pinned memory); `submit` copies a batch, packing it first unless
+    it is the staged one."""
+
     def __init__(self, device: torch.device, slots: int) -> None:
         self.device = device
         self._cuda = device.type == "cuda"
         self._stream = torch.cuda.Stream(device=device) if self._cuda else None
         self.ring = StagingRing(slots, self._allocate_host)
+        self._staged: _Staged | None = None
+        self.packed = 0  # batches that had to be copied into the ring (not staged)
 
     def _allocate_host(self, nbytes: int) -> torch.Tensor:
         return torch.empty(nbytes, dtype=torch.uint8, pin_memory=self._cuda)
 
-    def submit(self, arrays: Mapping[str, np.ndarray]) -> InFlightBatch:
-        layout = BatchLayout.of(arrays)
+    def stage(self, spec: Mapping[str, tuple[tuple[int, ...], np.dtype]]) -> dict[str, np.ndarray]:
+        """Arrays of these shapes and dtypes in the next ring slot, to be filled, then
+        passed to `submit`. Staging again before submitting gives the slot up."""
+        if self._staged is not None:
+            self.ring.release_after(self._staged.index, CompleteEvent())
+        layout = BatchLayout.of_spec(spec)
         index, host = self.ring.acquire(layout.nbytes)
-        layout.pack(arrays, host)
+        arrays = layout.host_views(host)
+        self._staged = _Staged(index, host, layout, arrays)
+        return dict(arrays)
+
+    def _take_staged(self, arrays: Mapping[str, np.ndarray]) -> _Staged | None:
+        staged, self._staged = self._staged, None
+        if staged is None:
+            return None
+        if set(arrays) == set(staged.arrays) and all(
+            arrays[name] is staged.arrays[name] for name in arrays
+        ):
+            return staged
+        self.ring.release_after(staged.index, CompleteEvent())
+        return None
+
+    def submit(self, arrays: Mapping[str, np.ndarray]) -> InFlightBatch:
+        staged = self._take_staged(arrays)
+        if staged is not None:
+            index, host, layout = staged.index, staged.host, staged.layout
+        else:
+            layout = BatchLayout.of(arrays)
+            index, host = self.ring.acquire(layout.nbytes)
+            layout.pack(arrays, host)
+            self.packed += 1
         if self._stream is None:
             device_bytes = host.clone()
             copied: CompletionEvent = CompleteEvent()

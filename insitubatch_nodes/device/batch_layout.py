@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,10 +35,15 @@ class BatchLayout:
 
     @classmethod
     def of(cls, arrays: Mapping[str, np.ndarray]) -> BatchLayout:
+        return cls.of_spec({name: (a.shape, a.dtype) for name, a in arrays.items()})
+
+    @classmethod
+    def of_spec(cls, spec: Mapping[str, tuple[tuple[int, ...], Any]]) -> BatchLayout:
+        """The layout of arrays with these `(shape, dtype)`s, in this order."""
         fields = []
         offset = 0
-        for name, array in arrays.items():
-            field = Field(name, offset, tuple(array.shape), np.dtype(array.dtype))
+        for name, (shape, dtype) in spec.items():
+            field = Field(name, offset, tuple(shape), np.dtype(dtype))
             fields.append(field)
             offset += -(-field.nbytes // ALIGNMENT) * ALIGNMENT
         return cls(tuple(fields), offset)
@@ -46,6 +52,10 @@ class BatchLayout:
         """Copy each array into its place in the byte tensor `into` (on the host)."""
         for field in self.fields:
             np.copyto(_as_array(into, field), arrays[field.name], casting="no")
+
+    def host_views(self, buffer: torch.Tensor) -> dict[str, np.ndarray]:
+        """Each array as a numpy array over its bytes of the host byte tensor `buffer`."""
+        return {field.name: _as_array(buffer, field) for field in self.fields}
 
     def views(self, buffer: torch.Tensor) -> dict[str, torch.Tensor]:
         """Each array as a tensor viewing its bytes of `buffer` (any device), no copy."""

@@ -12,8 +12,10 @@ The state is the source's state right after the batch last handed out was pulled
 pulled ahead but not handed out are pulled again after a resume, so resume is exact
 whatever `prefetch` is.
 
-`sample_index` stays on the host: it indexes host-side metadata (time stamps, file
-names), and reading it back from the device would stall the consumer's stream.
+Tensors that arrive already on a device (blocks decoded there: `AsyncFetchNode`'s
+`decode_on`) are passed through. `sample_index` stays on the host: it indexes host-side
+metadata (time stamps, file names), and reading it back from the device would stall the
+consumer's stream.
 """
 
 from __future__ import annotations
@@ -85,8 +87,8 @@ class _PlainCopy(_ZeroCopy):
 
 @dataclass(frozen=True)
 class _Ahead:
-    transfer: Any
-    host: dict[str, torch.Tensor]
+    transfer: Any  # None when nothing needed copying
+    ready: dict[str, torch.Tensor]  # sample_index, and tensors already on the device
     source_state: dict[str, Any]
 
 
@@ -143,10 +145,13 @@ class PinToDeviceNode(BaseNode[dict[str, torch.Tensor]]):
                 self._source_done = True
                 return
             state = self.source.state_dict()
-            host = {}
+            ready = {}
             if SAMPLE_INDEX_KEY in arrays:
-                host[SAMPLE_INDEX_KEY] = torch.from_numpy(arrays.pop(SAMPLE_INDEX_KEY))
-            self._ahead.append(_Ahead(self._transfer.submit(arrays), host, state))
+                ready[SAMPLE_INDEX_KEY] = torch.from_numpy(arrays.pop(SAMPLE_INDEX_KEY))
+            for name in [n for n, a in arrays.items() if isinstance(a, torch.Tensor)]:
+                ready[name] = arrays.pop(name).to(self.device)  # decoded on a device
+            transfer = self._transfer.submit(arrays) if arrays else None
+            self._ahead.append(_Ahead(transfer, ready, state))
 
     def next(self) -> dict[str, torch.Tensor]:
         self._pull_ahead(1)
@@ -155,7 +160,8 @@ class PinToDeviceNode(BaseNode[dict[str, torch.Tensor]]):
         ahead = self._ahead.popleft()
         self._delivered_source_state = ahead.source_state
         self._pull_ahead(self.prefetch)  # queue the next copies before the step on this one
-        return {**self._transfer.deliver(ahead.transfer), **ahead.host}
+        copied = {} if ahead.transfer is None else self._transfer.deliver(ahead.transfer)
+        return {**copied, **ahead.ready}
 
     def get_state(self) -> dict[str, Any]:
         return {self.SOURCE_KEY: copy.deepcopy(self._delivered_source_state)}
