@@ -24,7 +24,11 @@ from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
 from insitubatch_nodes.nodes.gather import GatherNode
 from insitubatch_nodes.nodes.normalise import NormaliseNode
-from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode
+from insitubatch_nodes.nodes.pin_to_device import (
+    PinToDeviceNode,
+    default_prefetch,
+    resolve_device,
+)
 from insitubatch_nodes.nodes.read_plan import ReadPlanNode
 from insitubatch_nodes.nodes.shuffle_block import ShuffleBlockNode
 from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
@@ -91,6 +95,8 @@ def build_loader(
     normalise: StatsLike | None = None,
     spatial_dims: int = DEFAULT_SPATIAL_DIMS,
     patches: PatchSpec | None = None,
+    device_prefetch: int | None = None,
+    decode: str = "cpu",
 ) -> Loader[dict[str, torch.Tensor]]:
     """Shuffled, split-aware, resumable batches from a Zarr group.
 
@@ -121,11 +127,34 @@ def build_loader(
     crop per sample, a pure function of (seed, epoch, anchor), or with `mode="tiles"` one
     sample per fixed tile (evaluation). Only the grid chunks the crops touch are read;
     batches also carry `"patch_origin"` (batch, axes).
+
+    `device_prefetch` batches are copied to the GPU ahead of the one handed out (default 2
+    on CUDA). `decode="gpu"` decodes chunks on the GPU (the `gpu` extra: nvCOMP for
+    zstd; uncompressed chunks need nothing): only compressed bytes cross to the device.
+    Arrays it cannot decode there are decoded on the CPU, and the log says why.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if block_chunks < 1:
         raise ValueError(f"block_chunks must be >= 1, got {block_chunks}")
+    if device_prefetch is not None and device_prefetch < 0:
+        raise ValueError(f"device_prefetch must be >= 0 batches, got {device_prefetch}")
+    target = resolve_device(device)
+    prefetch = default_prefetch(target) if device_prefetch is None else device_prefetch
+    if decode not in ("cpu", "gpu"):
+        raise ValueError(f"decode must be 'cpu' or 'gpu', got {decode!r}")
+    if decode == "gpu" and target.type != "cuda":
+        raise ValueError(
+            f"decode='gpu' needs a CUDA device, but the loader's device is {target}; "
+            f"pass decode='cpu' on a machine without CUDA"
+        )
+    decode_on = target if decode == "gpu" else None
+    if decode_on is not None and (spec is not None or patches is not None or stack):
+        raise ValueError(
+            "decode='gpu' gathers spec-less batches only for now: drop spec, patches and "
+            "stack, or pass decode='cpu'"
+        )
+    staged = target.type == "cuda" and decode_on is None  # the gather fills the pinned ring
     rank, world_size = resolve_rank(rank, world_size)
     if spec is not None and variables is None:
         variables = spec.variables()
@@ -144,6 +173,7 @@ def build_loader(
         batch_size=batch_size,
         block_samples=anchors.block_rows_bound(block_chunks),
         max_inflight=max_inflight,
+        batches_held=PinToDeviceNode.staging_slots(prefetch) if staged else 1,
     )
     plans = ReadPlanNode(permute, anchors, block_chunks=block_chunks)
     blocks = AsyncFetchNode(
@@ -157,12 +187,17 @@ def build_loader(
         where=opened.where,
         zarr_pipeline=zarr_pipeline,
         retry=retry,
+        decode_on=decode_on,
     )
     draws = ShuffleBlockNode(blocks, batch_size=batch_size, drop_last=drop_last)
-    node: BaseNode[Any] = GatherNode(draws)
+    gathered = GatherNode(draws)
+    node: BaseNode[Any] = gathered
     if stack:
         node = StackChannelsNode(node, opened.layouts, spec, spatial_dims=spatial_dims)
-    node = PinToDeviceNode(node, device=device)
+    moved = PinToDeviceNode(node, device=target, prefetch=prefetch)
+    if staged and not stack and moved.copier is not None:
+        gathered.allocate = moved.copier.stage  # the gather writes the pinned ring
+    node = moved
     if normalise is not None:
         order = batch_channels(opened.layouts, spec, stacked=stack, spatial_dims=spatial_dims)
         node = NormaliseNode(node, normalise, order, spatial_dims=spatial_dims)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from conftest import batch_key
 from torchdata.nodes import BaseNode
 
@@ -42,6 +43,9 @@ def build_stage(
     zarr_pipeline: str | None = None,
     spec: SampleSpec | None = None,
     patches: PatchSpec | None = None,
+    device: str = "cpu",
+    prefetch: int | None = None,
+    decode_on: torch.device | None = None,
 ) -> BaseNode[Any]:
     source = ZarrSource.open(url)
     anchors = AnchorSet.for_split(source.geometry, source.split_units(split), spec, patches)
@@ -60,11 +64,12 @@ def build_stage(
                 where=url,
                 fast_path=fast_path,
                 zarr_pipeline=zarr_pipeline,
+                decode_on=decode_on,
             ),
         ),
         ("shuffle", lambda n: ShuffleBlockNode(n, batch_size=batch_size, drop_last=drop_last)),
         ("gather", GatherNode),
-        ("device", lambda n: PinToDeviceNode(n, device="cpu")),
+        ("device", lambda n: PinToDeviceNode(n, device=device, prefetch=prefetch)),
     ]
     for name, wrap in steps:
         if STAGES.index(name) > STAGES.index(stage):

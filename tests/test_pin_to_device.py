@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from conftest import batch_key
 from graphs import build_stage
 
 from insitubatch_nodes import Loader, PinToDeviceNode, build_loader
@@ -61,3 +62,71 @@ def test_cuda_copy_is_ordered_before_work_on_the_consumer_stream(memory_url: Any
     assert len(doubled) == len(on_cpu)
     for got, cpu_batch in zip(doubled, on_cpu, strict=True):
         assert torch.equal(got.cpu(), cpu_batch["t2m"] * 2)
+
+
+@needs_cuda
+def test_cuda_staging_is_pinned_sized_once_and_reused(memory_url: Any) -> None:
+    url, _ = memory_url()
+    node = PinToDeviceNode(build_stage(url, "gather", batch_size=6), device="cuda", prefetch=2)
+    batches = list(Loader(node))
+    assert len(batches) > 3 * (node.prefetch + 1)  # the ring went round several times
+    assert node.copier is not None
+    assert node.copier.ring.slots == node.prefetch + 1
+    assert node.copier.ring.stats.allocations == node.copier.ring.slots
+    _, buffer = node.copier.ring.acquire(1)
+    assert buffer.is_pinned()
+
+
+@needs_cuda
+def test_cuda_batches_are_right_when_the_consumer_stream_lags(memory_url: Any) -> None:
+    """The consumer's stream is held up before each read while the node copies ahead and
+    reuses its ring: without the event wait or record_stream, reads would see other data."""
+    url, _ = memory_url()
+    expected = list(Loader(build_stage(url, "gather", batch_size=4)))
+    node = PinToDeviceNode(build_stage(url, "gather", batch_size=4), device="cuda", prefetch=2)
+    consumer = torch.cuda.Stream()
+    sums = []
+    with torch.cuda.stream(consumer):
+        for batch in Loader(node):
+            torch.cuda._sleep(2_000_000)  # a long kernel ahead of the read, on the consumer
+            sums.append(batch["t2m"].double().sum())
+            del batch  # freed now: only record_stream keeps the memory from early reuse
+    torch.cuda.synchronize()
+    assert len(sums) == len(expected)
+    for got, arrays in zip(sums, expected, strict=True):
+        assert got.item() == float(arrays["t2m"].astype(np.float64).sum())
+
+
+@needs_cuda
+def test_cuda_resume_with_prefetch_is_exact(memory_url: Any) -> None:
+    url, _ = memory_url()
+
+    def make() -> Any:
+        return build_stage(url, "device", batch_size=5, device="cuda", prefetch=3)
+
+    epoch = [{k: v.cpu() for k, v in b.items()} for b in Loader(make())]
+    for cut in (0, 1, len(epoch) // 2, len(epoch) - 1):
+        loader = Loader(make())
+        iterator = iter(loader)
+        for _ in range(cut):
+            next(iterator)
+        state = loader.state_dict()
+        del iterator, loader
+        fresh = Loader(make())
+        fresh.load_state_dict(state)
+        rest = list(fresh)
+        assert len(rest) == len(epoch) - cut
+        for got, want in zip(rest, epoch[cut:], strict=True):
+            for name, tensor in want.items():
+                assert torch.equal(got[name].cpu(), tensor)
+
+
+@needs_cuda
+def test_build_loader_gathers_straight_into_the_pinned_ring(memory_url: Any) -> None:
+    url, _ = memory_url()
+    on_cpu = [batch_key(b) for b in build_loader(url, split="all", batch_size=6, device="cpu")]
+    loader = build_loader(url, split="all", batch_size=6, device="cuda")
+    assert [batch_key(b) for b in loader] == on_cpu
+    node = loader.root
+    assert isinstance(node, PinToDeviceNode) and node.copier is not None
+    assert node.copier.packed == 0  # every batch was gathered in place, none copied over

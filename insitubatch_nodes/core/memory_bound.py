@@ -41,15 +41,17 @@ def plan_memory(
     batch_size: int,
     block_samples: int,
     max_inflight: int,
+    batches_held: int = 1,
 ) -> MemoryPlan:
     """Split `memory_budget` (bytes); a budget too small for one block read ahead is an
-    error that says what the fixed parts need."""
+    error that says what the fixed parts need. `batches_held`: gathered batches alive at
+    once (on CUDA, the device node's staging ring: its prefetch depth plus one)."""
     per_sample = sample_nbytes(layouts)
     largest_chunk = max(
         math.prod(layout.chunks) * np.dtype(layout.dtype).itemsize for layout in layouts.values()
     )
     window = (batch_size + 2 * block_samples) * per_sample
-    batch = batch_size * per_sample
+    batch = batches_held * batch_size * per_sample
     inflight = max_inflight * largest_chunk  # stored bytes are at most about decoded bytes
     block = block_samples * per_sample
     read_ahead = memory_budget - window - batch - inflight

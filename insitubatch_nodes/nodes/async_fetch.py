@@ -23,11 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 from torchdata.nodes import BaseNode
 from zarr.abc.store import Store
 
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.read_plan import ReadPlan
+from insitubatch_nodes.device.device_block_reader import DeviceBlockReader
 from insitubatch_nodes.io.chunk_reader import ChunkReader, FetchStats
 from insitubatch_nodes.io.event_loop import EventLoopThread, default_decode_threads
 from insitubatch_nodes.io.fork_guard import check_same_process
@@ -52,7 +54,8 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
     way at any moment. Arrays that zarr must decode (filters, F order, ...) can use another
     codec pipeline: `zarr_pipeline="zarrs"` (a file or object store; not memory stores).
     Reads that fail transiently are retried under `retry` (default: `RetryPolicy()`);
-    `stats.retries` counts the retries."""
+    `stats.retries` counts the retries. With `decode_on` a device, blocks are decoded into
+    tensors there (`device.device_block_reader`)."""
 
     SOURCE_KEY = "source"
 
@@ -70,6 +73,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         fast_path: bool = True,
         zarr_pipeline: str | None = None,
         retry: RetryPolicy | None = None,
+        decode_on: torch.device | None = None,
     ) -> None:
         super().__init__()
         if max_inflight < 1:
@@ -92,11 +96,12 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         self.fast_path = fast_path
         self.zarr_pipeline = resolve_pipeline(zarr_pipeline)
         self.retry = retry or RetryPolicy()
+        self.decode_on = decode_on
         self.stats = FetchStats()
         self._shard_indexes = ShardIndexes()  # shard indexes outlive each epoch's reader
         self._owner_pid = os.getpid()
         self._runtime: EventLoopThread | None = None
-        self._reader: ChunkReader | None = None
+        self._reader: ChunkReader | DeviceBlockReader | None = None
         self._finalizer: weakref.finalize | None = None
         self._pending: deque[_Pending] = deque()
         self._held: tuple[ReadPlan, dict[str, Any]] | None = None  # pulled, over budget
@@ -143,7 +148,23 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             zarr_pipeline=self.zarr_pipeline,
             retry=self.retry,
         )
+        if self.decode_on is not None:
+            self._reader = self._device_reader()
         self._finalizer = weakref.finalize(self, runtime.close)
+
+    def _device_reader(self) -> DeviceBlockReader:
+        assert self.decode_on is not None
+        return DeviceBlockReader(
+            self.store,
+            self.layouts,
+            device=self.decode_on,
+            max_inflight=self.max_inflight,
+            decode_threads=self.decode_threads,
+            where=self.where,
+            stats=self.stats,
+            shard_indexes=self._shard_indexes,
+            zarr_pipeline=self.zarr_pipeline,
+        )
 
     def _wants_more(self) -> bool:
         if len(self._pending) < self.prefetch_blocks:
@@ -183,8 +204,8 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             self._pending.append(_Pending(future, state, plan.num_reads, nbytes))
 
     @staticmethod
-    async def _fetch(reader: ChunkReader, plan: ReadPlan) -> FetchedBlock:
-        return FetchedBlock(plan, await reader.read_block(plan))
+    async def _fetch(reader: ChunkReader | DeviceBlockReader, plan: ReadPlan) -> FetchedBlock:
+        return FetchedBlock(plan, await reader.read_block(plan))  # type: ignore[arg-type]
 
     def next(self) -> FetchedBlock:
         check_same_process(self._owner_pid)

@@ -1,23 +1,36 @@
 """PinToDeviceNode: numpy batches to torch tensors, on the GPU when there is one.
 
-On CUDA each batch is staged in page-locked memory and copied with `non_blocking=True` on
-the node's own stream; the consumer's stream waits on an event recorded after the copy,
-and `record_stream` keeps the caching allocator from reusing the memory while the
-consumer still uses it. Without CUDA it is a zero-copy `torch.from_numpy`: torchdata's
-`PinMemory` cannot even be built on a CPU-only torch, this node must run everywhere.
+On CUDA the node keeps `prefetch` batches ahead of the one it hands out: each is packed
+into a reusable page-locked ring slot and copied with `non_blocking=True` on the node's
+own stream (`device.batch_copy`), so the copy of batch k+1 runs while the consumer's step
+on batch k does. Handing a batch out makes the consumer's current stream wait on the
+copy's event, and `record_stream` keeps the caching allocator from reusing the memory
+early. Without CUDA it is a zero-copy `torch.from_numpy`: torchdata's `PinMemory` cannot
+even be built on a CPU-only torch, this node must run everywhere.
 
-`sample_index` stays on the host: it indexes host-side metadata (time stamps, file
-names), and reading it back from the device would stall the consumer's stream.
+The state is the source's state right after the batch last handed out was pulled; batches
+pulled ahead but not handed out are pulled again after a resume, so resume is exact
+whatever `prefetch` is.
+
+Tensors that arrive already on a device (blocks decoded there: `AsyncFetchNode`'s
+`decode_on`) are passed through. `sample_index` stays on the host: it indexes host-side
+metadata (time stamps, file names), and reading it back from the device would stall the
+consumer's stream.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
+from insitubatch_nodes.device.batch_copy import BatchCopier
 from insitubatch_nodes.items import SAMPLE_INDEX_KEY
 
 
@@ -35,54 +48,120 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
             f"device={device!r} asks for CUDA but torch.cuda.is_available() is False on this "
             f"machine; pass device='cpu' (or None to pick automatically)"
         )
+    if resolved.type == "cuda" and resolved.index is None:
+        resolved = torch.device("cuda", torch.cuda.current_device())
     return resolved
 
 
+def default_prefetch(device: torch.device) -> int:
+    """Two batches copied ahead on CUDA (the copy of k+1 overlaps the step on k, with one
+    to spare); none elsewhere, where nothing is copied."""
+    return 2 if device.type == "cuda" else 0
+
+
+class _Transfer(Protocol):
+    def submit(self, arrays: Mapping[str, np.ndarray]) -> Any: ...
+
+    def deliver(self, batch: Any) -> dict[str, torch.Tensor]: ...
+
+
+class _ZeroCopy:
+    """CPU: the tensors share the gathered arrays' memory."""
+
+    def submit(self, arrays: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        return {name: torch.from_numpy(array) for name, array in arrays.items()}
+
+    def deliver(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return batch
+
+
+class _PlainCopy(_ZeroCopy):
+    """Devices other than CUDA and the CPU: torch's own synchronous copy."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def submit(self, arrays: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        return {name: tensor.to(self.device) for name, tensor in super().submit(arrays).items()}
+
+
+@dataclass(frozen=True)
+class _Ahead:
+    transfer: Any  # None when nothing needed copying
+    ready: dict[str, torch.Tensor]  # sample_index, and tensors already on the device
+    source_state: dict[str, Any]
+
+
 class PinToDeviceNode(BaseNode[dict[str, torch.Tensor]]):
+    """`prefetch`: batches copied ahead of the one handed out (default 2 on CUDA, else 0)."""
+
     SOURCE_KEY = "source"
 
     def __init__(
-        self, source: BaseNode[dict[str, np.ndarray]], device: str | torch.device | None = None
+        self,
+        source: BaseNode[dict[str, np.ndarray]],
+        device: str | torch.device | None = None,
+        *,
+        prefetch: int | None = None,
     ) -> None:
         super().__init__()
         self.source = source
         self.device = resolve_device(device)
-        self._stream: torch.cuda.Stream | None = None
+        if prefetch is None:
+            prefetch = default_prefetch(self.device)
+        if prefetch < 0:
+            raise ValueError(f"prefetch must be >= 0 batches, got {prefetch}")
+        self.prefetch = prefetch
+        self._transfer: _Transfer
+        self.copier: BatchCopier | None = None
         if self.device.type == "cuda":
-            self._stream = torch.cuda.Stream(device=self.device)
+            self.copier = BatchCopier(self.device, slots=self.staging_slots(prefetch))
+            self._transfer = self.copier
+        elif self.device.type == "cpu":
+            self._transfer = _ZeroCopy()
+        else:
+            self._transfer = _PlainCopy(self.device)
+        self._ahead: deque[_Ahead] = deque()
+        self._source_done = False
+        self._delivered_source_state: dict[str, Any] = {}
+
+    @staticmethod
+    def staging_slots(prefetch: int) -> int:
+        """One slot per batch that may be in flight: the prefetched ones and the newest."""
+        return prefetch + 1
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
+        self._ahead.clear()
+        self._source_done = False
         self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])
+        self._delivered_source_state = self.source.state_dict()
+
+    def _pull_ahead(self, count: int) -> None:
+        while len(self._ahead) < count and not self._source_done:
+            try:
+                arrays = dict(next(self.source))
+            except StopIteration:
+                self._source_done = True
+                return
+            state = self.source.state_dict()
+            ready = {}
+            if SAMPLE_INDEX_KEY in arrays:
+                ready[SAMPLE_INDEX_KEY] = torch.from_numpy(arrays.pop(SAMPLE_INDEX_KEY))
+            for name in [n for n, a in arrays.items() if isinstance(a, torch.Tensor)]:
+                ready[name] = arrays.pop(name).to(self.device)  # decoded on a device
+            transfer = self._transfer.submit(arrays) if arrays else None
+            self._ahead.append(_Ahead(transfer, ready, state))
 
     def next(self) -> dict[str, torch.Tensor]:
-        batch = {name: torch.from_numpy(array) for name, array in next(self.source).items()}
-        if self.device.type == "cpu":
-            return batch
-        host = {}
-        if SAMPLE_INDEX_KEY in batch:
-            host[SAMPLE_INDEX_KEY] = batch.pop(SAMPLE_INDEX_KEY)
-        if self._stream is None:
-            moved = {name: tensor.to(self.device) for name, tensor in batch.items()}
-        else:
-            moved = self._copy_to_cuda(batch, self._stream)
-        return {**moved, **host}
-
-    def _copy_to_cuda(
-        self, batch: dict[str, torch.Tensor], stream: torch.cuda.Stream
-    ) -> dict[str, torch.Tensor]:
-        consumer = torch.cuda.current_stream(self.device)
-        with torch.cuda.stream(stream):
-            moved = {
-                name: tensor.pin_memory().to(self.device, non_blocking=True)
-                for name, tensor in batch.items()
-            }
-            copied = torch.cuda.Event()
-            copied.record(stream)
-        consumer.wait_event(copied)
-        for tensor in moved.values():
-            tensor.record_stream(consumer)
-        return moved
+        self._pull_ahead(1)
+        if not self._ahead:
+            raise StopIteration
+        ahead = self._ahead.popleft()
+        self._delivered_source_state = ahead.source_state
+        self._pull_ahead(self.prefetch)  # queue the next copies before the step on this one
+        copied = {} if ahead.transfer is None else self._transfer.deliver(ahead.transfer)
+        return {**copied, **ahead.ready}
 
     def get_state(self) -> dict[str, Any]:
-        return {self.SOURCE_KEY: self.source.state_dict()}
+        return {self.SOURCE_KEY: copy.deepcopy(self._delivered_source_state)}

@@ -1,0 +1,396 @@
+"""Device benchmark: does the loader keep a GPU busy?
+
+    python -m benchmarks.gpu        # needs CUDA; nvCOMP (the `gpu` extra) for GPU zstd
+    python -m benchmarks.gpu --time-steps 480 --epochs 2   # a quicker look
+
+Three measurements, each against a baseline from the same run:
+
+1. Host-to-device copies: GB/s from pageable and from pinned memory at the batch's size,
+   the pinned peak (a 512 MiB copy), and the node's staging ring (`BatchCopier`: packing
+   the batch into the ring slot and the copy, back to back, as the node does them).
+2. Training: a small convolutional model's step (the variables as channels, MSE to the
+   input) fed by `build_loader(..., device="cuda")` with CPU decode and with GPU decode.
+   The data-stall fraction is `1 - compute-only time / fed time` for the same number of
+   steps: the share of the fed run the GPU spent waiting for data, epoch starts included.
+   Each decode mode runs in a fresh process, for its own peak host RSS and device memory.
+3. Decode alone: every stored chunk of the store, bytes already in memory, decoded by
+   numcodecs on all cores, and by nvCOMP in batches on the GPU (bytes already there).
+
+Store: ERA5-shaped, 4 float32 variables `(T, 121, 240)`, zstd level 1, Zarr v3, 24 time
+steps per chunk, on local disk. Prints a markdown report and writes `gpu.json` to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import multiprocessing
+import os
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from insitubatch_nodes.synthetic import ERA5_GRID, ERA5_VARIABLES, write_era5_like
+
+GB = 1e9
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _timed_copies(source: torch.Tensor, repeats: int) -> float:
+    """GB/s of `repeats` host-to-device copies of `source`, back to back."""
+    target = torch.empty(source.shape, dtype=source.dtype, device="cuda")
+    target.copy_(source, non_blocking=True)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        target.copy_(source, non_blocking=True)
+    torch.cuda.synchronize()
+    return repeats * source.numel() * source.element_size() / (time.perf_counter() - start) / GB
+
+
+def h2d(batch_size: int) -> dict[str, float]:
+    from insitubatch_nodes.device.batch_copy import BatchCopier
+
+    sample = {
+        name: np.random.default_rng(0).random(ERA5_GRID, np.float32) for name in ERA5_VARIABLES
+    }
+    batch = {name: np.stack([array] * batch_size) for name, array in sample.items()}
+    nbytes = sum(a.nbytes for a in batch.values())
+    flat = torch.from_numpy(np.concatenate([a.reshape(-1) for a in batch.values()]))
+    repeats = 50
+    result = {
+        "batch_MB": nbytes / 1e6,
+        "pageable_GBps": _timed_copies(flat, repeats),
+        "pinned_GBps": _timed_copies(flat.pin_memory(), repeats),
+        "pinned_peak_GBps": _timed_copies(
+            torch.empty(512 << 20, dtype=torch.uint8).pin_memory(), 10
+        ),
+    }
+    copier = BatchCopier(torch.device("cuda"), slots=3)
+    for _ in range(3):
+        copier.deliver(copier.submit(batch))
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        copier.deliver(copier.submit(batch))
+    torch.cuda.synchronize()
+    result["ring_GBps"] = repeats * nbytes / (time.perf_counter() - start) / GB
+    spec = {name: (array.shape, array.dtype) for name, array in batch.items()}
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(repeats):  # as the node runs it: the gather fills the slot in place
+        copier.deliver(copier.submit(copier.stage(spec)))
+    torch.cuda.synchronize()
+    result["ring_staged_GBps"] = repeats * nbytes / (time.perf_counter() - start) / GB
+    result["ring_staged_over_peak"] = result["ring_staged_GBps"] / result["pinned_peak_GBps"]
+    result["ring_over_peak"] = result["ring_GBps"] / result["pinned_peak_GBps"]
+    result["pageable_over_peak"] = result["pageable_GBps"] / result["pinned_peak_GBps"]
+    result["pinned_over_peak"] = result["pinned_GBps"] / result["pinned_peak_GBps"]
+    return result
+
+
+class SmallConvNet(torch.nn.Module):
+    """A few 3x3 convolutions over the variables as channels: a small weather model's step."""
+
+    def __init__(self, channels: int, width: int, depth: int) -> None:
+        super().__init__()
+        layers: list[torch.nn.Module] = [torch.nn.Conv2d(channels, width, 3, padding=1)]
+        for _ in range(depth - 2):
+            layers += [torch.nn.GELU(), torch.nn.Conv2d(width, width, 3, padding=1)]
+        layers += [torch.nn.GELU(), torch.nn.Conv2d(width, channels, 3, padding=1)]
+        self.net = torch.nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def _train_run(args: dict[str, Any], queue: Any) -> None:
+    from insitubatch_nodes import build_loader
+
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    model = SmallConvNet(len(ERA5_VARIABLES), args["width"], args["depth"]).cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step(batch: dict[str, torch.Tensor]) -> None:
+        x = torch.stack([batch[name] for name in ERA5_VARIABLES], dim=1)
+        loss = torch.nn.functional.mse_loss(model(x), x)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    rss_before = _rss_mb()
+    loader = build_loader(
+        args["path"],
+        split="all",
+        batch_size=args["batch_size"],
+        device="cuda",
+        decode=args["decode"],
+        seed=1,
+        decode_threads=args["decode_threads"],
+    )
+    steps_per_epoch = len(list(range(0, args["samples"], args["batch_size"])))
+    fixed = None
+    for batch in loader:  # warm-up epoch: cudnn autotune, allocator, page cache, threads
+        step(batch)
+        fixed = {k: v.clone() for k, v in batch.items() if k != "sample_index"}
+    assert fixed is not None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    steps = steps_per_epoch * args["epochs"]
+
+    start = time.perf_counter()
+    for _ in range(steps):
+        step(fixed)
+    torch.cuda.synchronize()
+    compute_s = time.perf_counter() - start
+
+    start = time.perf_counter()
+    for _ in range(args["epochs"]):
+        for _batch in loader:
+            pass
+    torch.cuda.synchronize()
+    loader_s = time.perf_counter() - start
+
+    fed_steps = 0
+    waiting_s = 0.0  # host time inside next(): the loader's own work on this thread
+    start = time.perf_counter()
+    for _ in range(args["epochs"]):
+        iterator = iter(loader)
+        while True:
+            asked = time.perf_counter()
+            batch = next(iterator, None)
+            waiting_s += time.perf_counter() - asked
+            if batch is None:
+                break
+            step(batch)
+            fed_steps += 1
+    torch.cuda.synchronize()
+    fed_s = time.perf_counter() - start
+    assert fed_steps == steps, (fed_steps, steps)
+    queue.put(
+        {
+            "decode": args["decode"],
+            "steps": steps,
+            "compute_ms_per_step": 1e3 * compute_s / steps,
+            "fed_ms_per_step": 1e3 * fed_s / steps,
+            "batches_per_s": steps / fed_s,
+            "loader_only_ms_per_batch": 1e3 * loader_s / steps,
+            "host_in_next_ms_per_step": 1e3 * waiting_s / steps,
+            "width": args["width"],
+            "threads": args["decode_threads"] or "default",
+            "data_stall": max(0.0, 1 - compute_s / fed_s),
+            "peak_rss_growth_MB": _peak_rss_mb() - rss_before,
+            "peak_device_MB": torch.cuda.max_memory_allocated() / 2**20,
+            "params_M": sum(p.numel() for p in model.parameters()) / 1e6,
+        }
+    )
+
+
+def train(path: str, samples: int, args: argparse.Namespace) -> list[dict[str, Any]]:
+    context = multiprocessing.get_context("spawn")
+    results = []
+    runs = [(w, d, args.decode_threads) for w in args.widths for d in ("cpu", "gpu")]
+    runs += [(max(args.widths), d, 4) for d in ("cpu", "gpu") if args.decode_threads != 4]
+    for width, decode, threads in runs:
+        queue = context.Queue()
+        process = context.Process(
+            target=_train_run,
+            args=(
+                {
+                    "path": path,
+                    "samples": samples,
+                    "decode": decode,
+                    "batch_size": args.batch_size,
+                    "epochs": args.epochs,
+                    "width": width,
+                    "decode_threads": threads,
+                    "depth": args.depth,
+                },
+                queue,
+            ),
+        )
+        process.start()
+        results.append({"decode": decode, **_result_of(process, queue)})
+        process.join()
+        print(_train_row(results[-1]), flush=True)
+    return results
+
+
+def _result_of(process: Any, queue: Any) -> dict[str, Any]:
+    """The child's result, or an error row if it died without one (never wait forever)."""
+    import queue as queues
+
+    while True:
+        try:
+            return queue.get(timeout=5)
+        except queues.Empty:
+            if not process.is_alive():
+                return {"error": f"the run died (exit code {process.exitcode})"}
+
+
+def _chunk_bytes(path: Path) -> list[bytes]:
+    return [
+        file.read_bytes()
+        for name in ERA5_VARIABLES
+        for file in sorted((path / name / "c").rglob("*"))
+        if file.is_file()
+    ]
+
+
+def decode_throughput(path: Path, raw_chunk_nbytes: int) -> dict[str, float]:
+    import numcodecs
+
+    chunks = _chunk_bytes(path)
+    decoded = len(chunks) * raw_chunk_nbytes
+    codec = numcodecs.Zstd()
+    workers = os.cpu_count() or 1
+    outs = [np.empty(raw_chunk_nbytes, dtype=np.uint8) for _ in range(workers)]
+
+    def decode_share(worker: int) -> None:
+        for data in chunks[worker::workers]:
+            codec.decode(data, out=outs[worker])
+
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        list(pool.map(decode_share, range(workers)))  # warm
+        start = time.perf_counter()
+        list(pool.map(decode_share, range(workers)))
+        cpu_s = time.perf_counter() - start
+    result = {"chunks": len(chunks), "cpu_threads": workers, "cpu_GBps": decoded / cpu_s / GB}
+
+    from insitubatch_nodes.device.gpu_codecs import load_nvcomp
+
+    nvcomp = load_nvcomp()
+    if nvcomp is None:
+        return result
+    stream = torch.cuda.Stream()
+    codec_gpu = nvcomp.Codec(
+        algorithm="Zstd", bitstream_kind=nvcomp.BitstreamKind.RAW, cuda_stream=stream.cuda_stream
+    )
+    on_device = [torch.frombuffer(bytearray(c), dtype=torch.uint8).cuda() for c in chunks]
+    torch.cuda.synchronize()
+    for per_call in (32, len(on_device)):
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # first round warms up
+                start = time.perf_counter()
+                for i in range(0, len(on_device), per_call):
+                    batch = nvcomp.as_arrays(
+                        on_device[i : i + per_call], cuda_stream=stream.cuda_stream
+                    )
+                    out = codec_gpu.decode(batch)
+                    stream.synchronize()
+                    del out
+                gpu_s = time.perf_counter() - start
+        result[f"gpu_GBps_{per_call}_per_call"] = decoded / gpu_s / GB
+    result["gpu_GBps"] = max(v for k, v in result.items() if k.startswith("gpu_GBps_"))
+    result["gpu_over_cpu"] = result["gpu_GBps"] / result["cpu_GBps"]
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--time-steps", type=int, default=1460)
+    parser.add_argument("--steps-per-chunk", type=int, default=24)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument(
+        "--widths", type=lambda text: [int(w) for w in text.split(",")], default=[64, 128]
+    )
+    parser.add_argument("--depth", type=int, default=4)
+    parser.add_argument("--decode-threads", type=int, default=None)
+    parser.add_argument("--store", type=Path, default=Path("/tmp/insitubatch-gpu-bench"))
+    parser.add_argument("--out", type=Path, default=Path("."))
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("benchmarks.gpu needs a CUDA device")
+    path = args.store / f"era5-{args.time_steps}-{args.steps_per_chunk}.zarr"
+    if not path.exists():
+        write_era5_like(path, time_steps=args.time_steps, steps_per_chunk=args.steps_per_chunk)
+    report: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "store": {
+            "time_steps": args.time_steps,
+            "steps_per_chunk": args.steps_per_chunk,
+            "grid": ERA5_GRID,
+            "variables": len(ERA5_VARIABLES),
+        },
+        "model": {"widths": args.widths, "depth": args.depth, "batch_size": args.batch_size},
+    }
+    report["h2d"] = h2d(args.batch_size)
+    print(json.dumps({"h2d": report["h2d"]}), flush=True)
+    raw_chunk = args.steps_per_chunk * ERA5_GRID[0] * ERA5_GRID[1] * 4
+    report["decode"] = decode_throughput(path, raw_chunk)
+    print(json.dumps({"decode": report["decode"]}), flush=True)
+    report["train"] = train(str(path), args.time_steps, args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "gpu.json").write_text(json.dumps(report, indent=2))
+    print(render(report))
+
+
+def render(report: dict[str, Any]) -> str:
+    h, d = report["h2d"], report["decode"]
+    lines = [
+        f"## {report['device']}, torch {report['torch']}",
+        f"store: {report['store']}; model: {report['model']}",
+        "",
+        f"### Host to device, batch of {h['batch_MB']:.1f} MB",
+        "| path | GB/s | of pinned peak |",
+        "|---|---:|---:|",
+        f"| pageable | {h['pageable_GBps']:.1f} | {h['pageable_over_peak']:.0%} |",
+        f"| pinned | {h['pinned_GBps']:.1f} | {h['pinned_over_peak']:.0%} |",
+        f"| staging ring (pack + copy) | {h['ring_GBps']:.1f} | {h['ring_over_peak']:.0%} |",
+        f"| staging ring (staged in place + copy) | {h['ring_staged_GBps']:.1f} | "
+        f"{h['ring_staged_over_peak']:.0%} |",
+        f"| pinned peak (512 MiB) | {h['pinned_peak_GBps']:.1f} | 100% |",
+        "",
+        f"### Decode of all {d['chunks']} chunks, bytes in memory (GB/s decoded)",
+        f"CPU numcodecs, {d['cpu_threads']} threads: {d['cpu_GBps']:.2f}",
+    ]
+    if "gpu_GBps" in d:
+        for key, value in d.items():
+            if key.startswith("gpu_GBps_"):
+                per_call = key.removeprefix("gpu_GBps_").removesuffix("_per_call")
+                lines.append(f"GPU nvCOMP, {per_call} chunks per call: {value:.2f}")
+        lines.append(f"best GPU over CPU: {d['gpu_over_cpu']:.2f}x")
+    else:
+        lines.append("GPU nvCOMP: not installed")
+    lines += [
+        "",
+        "### Training step fed by the loader",
+        "| width | decode | threads | steps | compute ms/step | loader-only ms/batch | fed ms/step "
+        "| in next() ms/step | batches/s | data stall | peak RSS growth MB | peak device MB |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    lines += [_train_row(t) for t in report["train"]]
+    return "\n".join(lines)
+
+
+def _train_row(t: dict[str, Any]) -> str:
+    if "error" in t:
+        return f"| | {t.get('decode', '?')} | {t['error']} |"
+    return (
+        f"| {t['width']} | {t['decode']} | {t['threads']} | {t['steps']} | "
+        f"{t['compute_ms_per_step']:.2f} | "
+        f"{t['loader_only_ms_per_batch']:.2f} | {t['fed_ms_per_step']:.2f} | "
+        f"{t['host_in_next_ms_per_step']:.2f} | {t['batches_per_s']:.1f} | {t['data_stall']:.1%} | "
+        f"{t['peak_rss_growth_MB']:.0f} | {t['peak_device_MB']:.0f} |"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,234 @@
+"""The staging ring, the batch layout, the copier and the node's prefetch and resume,
+checked on the CPU: the same code the CUDA path runs, with events complete at once."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from conftest import batch_key, torch_roundtrip
+from graphs import build_stage
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torchdata.nodes import BaseNode
+
+from insitubatch_nodes import Loader, PinToDeviceNode
+from insitubatch_nodes.device.batch_copy import BatchCopier
+from insitubatch_nodes.device.batch_layout import ALIGNMENT, BatchLayout
+from insitubatch_nodes.device.staging_ring import StagingRing
+
+
+class _PendingEvent:
+    """A copy still running until someone waits for it."""
+
+    def __init__(self) -> None:
+        self.done = False
+        self.waited = 0
+
+    def query(self) -> bool:
+        return self.done
+
+    def synchronize(self) -> None:
+        self.waited += 1
+        self.done = True
+
+
+def _allocate(nbytes: int) -> torch.Tensor:
+    return torch.empty(nbytes, dtype=torch.uint8)
+
+
+def test_ring_reuses_its_buffers_in_turn() -> None:
+    ring = StagingRing(3, _allocate)
+    seen = [ring.acquire(1000) for _ in range(9)]
+    assert [index for index, _ in seen] == [0, 1, 2] * 3
+    pointers = [buffer.data_ptr() for _, buffer in seen]
+    assert pointers[:3] == pointers[3:6] == pointers[6:]
+    assert len(set(pointers[:3])) == 3
+    assert ring.stats.allocations == 3
+
+
+def test_ring_waits_for_the_last_copy_before_handing_a_slot_out_again() -> None:
+    ring = StagingRing(2, _allocate)
+    events = []
+    for _ in range(2):
+        index, _ = ring.acquire(64)
+        event = _PendingEvent()
+        ring.release_after(index, event)
+        events.append(event)
+    assert [e.waited for e in events] == [0, 0]  # fresh slots: nothing to wait for
+    ring.acquire(64)
+    assert [e.waited for e in events] == [1, 0]  # slot 0 again: its copy is waited for
+    assert ring.stats.waits == 1
+    finished = _PendingEvent()
+    finished.done = True
+    ring.release_after(0, finished)
+    events[1].done = True
+    ring.acquire(64)  # slot 1: its copy already finished, no wait
+    assert ring.stats.waits == 1 and events[1].waited == 0
+
+
+def test_ring_grows_a_slot_only_for_a_larger_batch() -> None:
+    ring = StagingRing(1, _allocate)
+    _, first = ring.acquire(100)
+    _, smaller = ring.acquire(40)
+    assert smaller.numel() == 40 and smaller.data_ptr() == first.data_ptr()
+    _, larger = ring.acquire(500)
+    assert larger.numel() == 500 and ring.stats.allocations == 2
+
+
+def test_ring_refuses_zero_slots() -> None:
+    with pytest.raises(ValueError, match="at least one slot"):
+        StagingRing(0, _allocate)
+
+
+_dtypes = st.sampled_from(["float32", "float64", "int16", "int8", "uint8", "int64", "float16"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(_dtypes, st.lists(st.integers(0, 5), min_size=1, max_size=3)),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_layout_packs_arrays_aligned_and_apart_and_views_them_back(spec: Any) -> None:
+    rng = np.random.default_rng(0)
+    arrays = {
+        f"v{i}": rng.integers(-100, 100, size=shape).astype(dtype)
+        for i, (dtype, shape) in enumerate(spec)
+    }
+    layout = BatchLayout.of(arrays)
+    spans = sorted((f.offset, f.offset + f.nbytes) for f in layout.fields)
+    assert all(f.offset % ALIGNMENT == 0 for f in layout.fields)
+    assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
+    assert spans[-1][1] <= layout.nbytes
+    buffer = torch.zeros(layout.nbytes, dtype=torch.uint8)
+    layout.pack(arrays, buffer)
+    for name, tensor in layout.views(buffer).items():
+        assert tensor.numpy().dtype == arrays[name].dtype
+        assert np.array_equal(tensor.numpy(), arrays[name])
+
+
+def test_copier_batches_stay_intact_after_their_ring_slot_is_reused() -> None:
+    copier = BatchCopier(torch.device("cpu"), slots=2)
+    batches = [
+        {"a": np.full((4, 3), i, dtype=np.float32), "b": np.arange(i, i + 5, dtype=np.int16)}
+        for i in range(7)
+    ]
+    in_flight = [copier.submit(batch) for batch in batches]  # all submitted, none delivered
+    for batch, pending in zip(batches, in_flight, strict=True):
+        delivered = copier.deliver(pending)
+        for name, array in batch.items():
+            assert np.array_equal(delivered[name].numpy(), array)
+    assert copier.ring.stats.allocations == 2  # sized once from the batch, then reused
+
+
+def test_staged_batches_are_gathered_in_place_and_copied_without_packing() -> None:
+    copier = BatchCopier(torch.device("cpu"), slots=2)
+    spec = {"a": ((3, 2), np.dtype(np.float32)), "b": ((3,), np.dtype(np.int16))}
+    delivered = []
+    for i in range(5):
+        arrays = copier.stage(spec)
+        arrays["a"][...] = i
+        arrays["b"][...] = -i
+        delivered.append(copier.deliver(copier.submit(arrays)))
+    assert copier.packed == 0 and copier.ring.stats.allocations == 2
+    for i, batch in enumerate(delivered):
+        assert (batch["a"] == i).all() and (batch["b"] == -i).all()
+    staged = copier.stage(spec)
+    other = {name: np.ones_like(array) for name, array in staged.items()}
+    batch = copier.deliver(copier.submit(other))  # not the staged arrays: packed instead
+    assert copier.packed == 1 and (batch["a"] == 1).all()
+
+
+def test_gather_into_staged_memory_gives_the_same_batches(memory_url: Any) -> None:
+    url, _ = memory_url()
+    plain = [batch_key(b) for b in Loader(build_stage(url, "gather", batch_size=6))]
+    copier = BatchCopier(torch.device("cpu"), slots=2)
+    staged = build_stage(url, "gather", batch_size=6)
+    staged.allocate = copier.stage  # type: ignore[attr-defined]
+    got = []
+    for arrays in Loader(staged):
+        got.append(
+            batch_key(
+                {
+                    **copier.deliver(
+                        copier.submit({k: v for k, v in arrays.items() if k != "sample_index"})
+                    ),
+                    "sample_index": arrays["sample_index"],
+                }
+            )
+        )
+    assert got == plain and copier.packed == 0
+
+
+class _Counting(BaseNode[Any]):
+    """Counts how far the node has pulled its source."""
+
+    def __init__(self, source: BaseNode[Any]) -> None:
+        super().__init__()
+        self.source = source
+        self.pulled = 0
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        self.source.reset(initial_state)
+
+    def next(self) -> Any:
+        item = next(self.source)
+        self.pulled += 1
+        return item
+
+    def get_state(self) -> dict[str, Any]:
+        return self.source.state_dict()
+
+
+@pytest.mark.parametrize("prefetch", [0, 1, 3])
+def test_node_keeps_prefetch_batches_ahead_and_yields_the_same_batches(
+    memory_url: Any, prefetch: int
+) -> None:
+    url, _ = memory_url()
+    expected = [batch_key(b) for b in Loader(build_stage(url, "gather", batch_size=6))]
+    counting = _Counting(build_stage(url, "gather", batch_size=6))
+    node = PinToDeviceNode(counting, device="cpu", prefetch=prefetch)
+    node.reset()
+    got = []
+    for handed_out in range(1, len(expected) + 1):
+        got.append(batch_key(next(node)))
+        assert counting.pulled == min(handed_out + prefetch, len(expected))
+    with pytest.raises(StopIteration):
+        next(node)
+    assert got == expected
+
+
+@pytest.mark.parametrize("prefetch", [1, 3])
+def test_node_with_prefetch_resumes_exactly_at_every_cut(memory_url: Any, prefetch: int) -> None:
+    url, _ = memory_url()
+
+    def make() -> BaseNode[Any]:
+        return build_stage(url, "device", batch_size=7, prefetch=prefetch)
+
+    whole = Loader(make())
+    epoch0 = [batch_key(b) for b in whole]
+    epoch1 = [batch_key(b) for b in whole]
+    for cut in range(len(epoch0) + 1):
+        loader = Loader(make())
+        iterator = iter(loader)
+        for _ in range(cut):
+            next(iterator)
+        state = torch_roundtrip(loader.state_dict())
+        del iterator, loader
+        fresh = Loader(make())
+        fresh.load_state_dict(state)
+        rest = [batch_key(b) for b in fresh]
+        assert rest == (epoch0[cut:] if cut < len(epoch0) else epoch1), f"cut {cut}"
+
+
+def test_negative_prefetch_is_refused(memory_url: Any) -> None:
+    url, _ = memory_url()
+    with pytest.raises(ValueError, match="prefetch must be >= 0"):
+        PinToDeviceNode(build_stage(url, "gather"), device="cpu", prefetch=-1)

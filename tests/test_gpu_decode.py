@@ -1,0 +1,155 @@
+"""GPU-direct decode: which arrays go to the device, the fallback, and the batches.
+
+The codec choice and the whole device-reader plumbing (block tensors, the tensor gather,
+the node passing device tensors through, resume) run on the CPU too, with `decode_on`
+the CPU: uncompressed arrays take the device path there, compressed ones fall back.
+The CUDA tests check nvCOMP's decode against the CPU decode, batch for batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import zarr
+import zarr.api.asynchronous
+from conftest import batch_key, torch_roundtrip
+from graphs import build_stage
+
+from insitubatch_nodes import Loader, build_loader
+from insitubatch_nodes.device.gpu_codecs import DeviceCodec, device_codec, load_nvcomp
+from insitubatch_nodes.io.chunk_codec import fast_decoder
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+needs_nvcomp = pytest.mark.skipif(
+    not torch.cuda.is_available() or load_nvcomp() is None, reason="needs CUDA and nvCOMP"
+)
+
+CODECS: dict[str, Any] = {
+    "zstd": lambda: zarr.codecs.ZstdCodec(level=1),
+    "gzip": lambda: zarr.codecs.GzipCodec(level=1),
+    "blosc": lambda: zarr.codecs.BloscCodec(cname="lz4", shuffle="shuffle"),
+    "none": lambda: None,
+}
+
+
+def _write(path: Path, codecs: dict[str, str], *, shape: Any = (50, 6, 7)) -> str:
+    """One float32 variable per entry, named after its codec; edge chunks on every axis."""
+    group = zarr.open_group(str(path), mode="w")
+    rng = np.random.default_rng(1)
+    for name, codec in codecs.items():
+        array = group.create_array(
+            name,
+            shape=shape,
+            chunks=(4, 4, 5),
+            dtype="float32",
+            compressors=CODECS[codec](),
+            fill_value=0,
+        )
+        array[...] = rng.standard_normal(shape).astype(np.float32).cumsum(axis=0)
+    return f"file://{path}"
+
+
+def _codec_of(path: Path, name: str, *, nvcomp: bool) -> DeviceCodec | str:
+    async def open_it() -> Any:
+        return await zarr.api.asynchronous.open_array(store=str(path), path=name, mode="r")
+
+    return device_codec(fast_decoder(asyncio.run(open_it())), nvcomp_available=nvcomp)
+
+
+def test_device_codec_choice(tmp_path: Path) -> None:
+    _write(tmp_path, {c: c for c in CODECS})
+    zstd = _codec_of(tmp_path, "zstd", nvcomp=True)
+    assert isinstance(zstd, DeviceCodec) and zstd.algorithm == "Zstd"
+    assert "nvCOMP cannot decode 'gzip'" in str(_codec_of(tmp_path, "gzip", nvcomp=True))
+    raw = _codec_of(tmp_path, "none", nvcomp=False)
+    assert isinstance(raw, DeviceCodec) and raw.algorithm is None
+    assert "nvCOMP cannot decode 'blosc'" in str(_codec_of(tmp_path, "blosc", nvcomp=True))
+    assert "not installed" in str(_codec_of(tmp_path, "zstd", nvcomp=False))
+    assert "not one the GPU decodes" in str(device_codec(None, nvcomp_available=True))
+
+
+def test_device_reader_on_the_cpu_matches_the_host_reader_and_logs_each_fallback_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = _write(tmp_path, {"raw": "none", "packed": "zstd"})
+    expected = [batch_key(b) for b in Loader(build_stage(url, "device", batch_size=6))]
+    with caplog.at_level(logging.WARNING):
+        node = build_stage(url, "device", batch_size=6, decode_on=torch.device("cpu"))
+        loader = Loader(node)
+        got = [batch_key(b) for b in loader] + [batch_key(b) for b in loader]
+    assert got[: len(expected)] == expected
+    fallbacks = [r.getMessage() for r in caplog.records if "decoded on the CPU" in r.getMessage()]
+    assert fallbacks == [
+        "variable 'packed' is decoded on the CPU: its 'zstd' chunks need nvCOMP, which is not "
+        "installed (pip install 'insitubatch-nodes[gpu]')"
+    ]  # once, though each epoch opens the store anew
+
+
+def test_device_reader_resumes_exactly(tmp_path: Path) -> None:
+    url = _write(tmp_path, {"raw": "none", "packed": "zstd"})
+
+    def make() -> Any:
+        return build_stage(url, "device", batch_size=7, decode_on=torch.device("cpu"))
+
+    epoch = [batch_key(b) for b in Loader(make())]
+    for cut in range(len(epoch)):
+        loader = Loader(make())
+        iterator = iter(loader)
+        for _ in range(cut):
+            next(iterator)
+        state = torch_roundtrip(loader.state_dict())
+        del iterator, loader
+        fresh = Loader(make())
+        fresh.load_state_dict(state)
+        assert [batch_key(b) for b in fresh] == epoch[cut:], f"cut {cut}"
+
+
+def test_gpu_decode_needs_a_cuda_device(tmp_path: Path) -> None:
+    url = _write(tmp_path, {"raw": "none"})
+    with pytest.raises(ValueError, match="decode='gpu' needs a CUDA device"):
+        build_loader(url, split="all", device="cpu", decode="gpu")
+    with pytest.raises(ValueError, match="decode must be 'cpu' or 'gpu'"):
+        build_loader(url, split="all", decode="tpu")
+
+
+@needs_nvcomp
+@pytest.mark.parametrize("codec", ["zstd", "none", "blosc", "gzip"])
+def test_gpu_decode_yields_the_cpu_batches(
+    tmp_path: Path, codec: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = _write(tmp_path, {"a": codec, "b": codec})
+    on_cpu = [batch_key(b) for b in build_loader(url, split="all", batch_size=6, device="cuda")]
+    with caplog.at_level(logging.WARNING):
+        loader = build_loader(url, split="all", batch_size=6, device="cuda", decode="gpu")
+        batches = list(loader)
+    for batch in batches:
+        assert batch["a"].device.type == "cuda" and batch["sample_index"].device.type == "cpu"
+    assert [batch_key(b) for b in batches] == on_cpu
+    fallbacks = [r for r in caplog.records if "decoded on the CPU" in r.getMessage()]
+    assert len(fallbacks) == (2 if codec in ("blosc", "gzip") else 0)
+
+
+@needs_nvcomp
+def test_gpu_decode_leaves_the_host_decoder_idle_and_keeps_the_consumer_stream_order(
+    tmp_path: Path,
+) -> None:
+    url = _write(tmp_path, {"a": "zstd"}, shape=(64, 33, 20))
+    plain = build_stage(url, "device", batch_size=5, device="cuda")
+    expected = [b["a"].double().sum().item() for b in Loader(plain)]
+    node = build_stage(url, "device", batch_size=5, device="cuda", decode_on=torch.device("cuda"))
+    consumer = torch.cuda.Stream()
+    sums = []
+    with torch.cuda.stream(consumer):
+        for batch in Loader(node):
+            torch.cuda._sleep(1_000_000)
+            sums.append(batch["a"].double().sum())
+    torch.cuda.synchronize()
+    assert [s.item() for s in sums] == pytest.approx(expected, rel=0, abs=0)
+    fetch = node.source.source.source  # type: ignore[attr-defined]
+    assert fetch.stats.chunks_read > 0 and fetch.stats.fast_path_chunks == 0
