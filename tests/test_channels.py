@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,8 @@ VARIABLES = {
     "msl": ((120, 4, 5), (3, 2, 5), "float32"),
 }
 SPEC = SampleSpec({"inputs": window(["t2m", "z"], steps=2), "targets": leads(["msl"], [1])})
+
+cpu_loader = functools.partial(build_loader, device="cpu")  # batches read as numpy
 
 
 @pytest.fixture
@@ -92,7 +95,7 @@ def test_stacked_windows_hold_the_channels_in_the_recorded_order(
     layouts = ZarrSource.open(url).layouts
     order = batch_channels(layouts, SPEC, stacked=True)
     assert order == {"inputs": ["t2m", "z[0]", "z[1]", "z[2]"], "targets": ["msl"]}
-    loader = build_loader(url, split="train", spec=SPEC, stack=True, batch_size=5)
+    loader = cpu_loader(url, split="train", spec=SPEC, stack=True, batch_size=5)
     batches = list(loader)
     assert batches
     for batch in batches:
@@ -111,7 +114,7 @@ def test_normalised_batches_equal_numpy_normalisation(
     url, truth = store
     stats = compute_stats(url)
     expected_stats = _numpy_stats(truth, _train_steps(url))
-    loader = build_loader(
+    loader = cpu_loader(
         url, split="val", spec=SPEC, stack=True, normalise=stats, batch_size=4, device="cpu"
     )
     mean_in = np.concatenate([expected_stats["t2m"][0], expected_stats["z"][0]])
@@ -137,7 +140,7 @@ def test_normalised_batches_equal_numpy_normalisation(
 
 def test_specless_stack_and_normalise(store: tuple[str, dict[str, np.ndarray]]) -> None:
     url, truth = store
-    loader = build_loader(
+    loader = cpu_loader(
         url, ["t2m", "msl"], split="train", stack=True, normalise=compute_stats(url, ["t2m", "msl"])
     )
     batch = next(iter(loader))
@@ -154,7 +157,7 @@ def test_specless_stack_and_normalise(store: tuple[str, dict[str, np.ndarray]]) 
 def test_stats_for_other_channels_are_refused(store: tuple[str, dict[str, np.ndarray]]) -> None:
     url, _ = store
     with pytest.raises(ValueError, match=r"no channel\(s\) \['z\[0\]'"):
-        build_loader(url, split="train", spec=SPEC, normalise=compute_stats(url, ["t2m", "msl"]))
+        cpu_loader(url, split="train", spec=SPEC, normalise=compute_stats(url, ["t2m", "msl"]))
 
 
 def test_stacked_normalised_graph_resumes_at_every_cut(
@@ -165,7 +168,7 @@ def test_stacked_normalised_graph_resumes_at_every_cut(
     stats = compute_stats(url, manifest=manifest)
     _check_every_cut(
         lambda: (
-            build_loader(
+            cpu_loader(
                 url,
                 split="train",
                 spec=SPEC,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import os
 import pathlib
 import subprocess
@@ -36,6 +37,8 @@ from insitubatch_nodes.loader import graph_nodes
 FAST_RETRY = RetryPolicy(attempts=4, base_delay_s=0.001, max_delay_s=0.01, attempt_timeout_s=10.0)
 # For injected hangs: short enough to keep the test quick, long enough for a loaded machine.
 HANG_RETRY = dataclasses.replace(FAST_RETRY, attempt_timeout_s=0.3)
+
+cpu_loader = functools.partial(build_loader, device="cpu")  # batches read as numpy
 
 
 def _faulty(url: str, **faults: Any) -> FaultyStore:
@@ -71,12 +74,12 @@ def test_transient_faults_are_retried_and_the_epoch_is_unchanged(
     memory_url: Any, kind: str
 ) -> None:
     url, truth = memory_url()
-    expected = _epoch(build_loader(url, split="all", batch_size=8, block_chunks=2))
+    expected = _epoch(cpu_loader(url, split="all", batch_size=8, block_chunks=2))
     kinds = ("http-503", "timeout", "connection-reset") if kind == "mixed" else (kind,)
     rate = 0.05 if kind == "hang" else 0.3  # each hang costs one attempt timeout
     store = _faulty(url, transient_rate=rate, kinds=kinds, seed=1)
     policy = HANG_RETRY if kind == "hang" else FAST_RETRY
-    loader = build_loader(store, split="all", batch_size=8, block_chunks=2, retry=policy)
+    loader = cpu_loader(store, split="all", batch_size=8, block_chunks=2, retry=policy)
     batches = list(loader)
     assert [batch_key(b) for b in batches] == expected  # same batches, same order
     _assert_every_sample_once(batches, truth)
@@ -105,11 +108,11 @@ def test_transient_faults_on_the_other_read_paths_are_retried(layout: str) -> No
             filters=[zarr.codecs.TransposeCodec(order=(1, 0))],
         )
     array[...] = values
-    expected = _epoch(build_loader(store, split="all", batch_size=6))
+    expected = _epoch(cpu_loader(store, split="all", batch_size=6))
     faulty = FaultyStore(
         store, Faults(transient_rate=0.4, max_transient_per_key=1, seed=3), name=f"faulty+{layout}"
     )
-    loader = build_loader(faulty, split="all", batch_size=6, retry=FAST_RETRY)
+    loader = cpu_loader(faulty, split="all", batch_size=6, retry=FAST_RETRY)
     assert _epoch(loader) == expected
     stats = _fetch_node(loader).stats
     if layout == "sharded":
@@ -136,7 +139,7 @@ def test_transient_errors_of_local_file_reads_are_retried(
         group.create_array("x", shape=(48, 4), chunks=(2, 4), shards=(8, 4), dtype="float32")[
             ...
         ] = np.arange(48 * 4, dtype="float32").reshape(48, 4)
-    expected = _epoch(build_loader(url, split="all", batch_size=8))
+    expected = _epoch(cpu_loader(url, split="all", batch_size=8))
     real_open = os.open
     failed: set[str] = set()
     lock = threading.Lock()
@@ -153,7 +156,7 @@ def test_transient_errors_of_local_file_reads_are_retried(
         return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", flaky_open)
-    loader = build_loader(url, split="all", batch_size=8, retry=FAST_RETRY)
+    loader = cpu_loader(url, split="all", batch_size=8, retry=FAST_RETRY)
     assert _epoch(loader) == expected
     stats = _fetch_node(loader).stats
     local_reads = stats.local_file_reads if layout == "chunked" else stats.range_requests
@@ -178,7 +181,7 @@ def test_a_permanent_error_raises_once_naming_array_key_and_url(memory_url: Any,
         attempts, cause = FAST_RETRY.attempts, "TimeoutError"
     store = FaultyStore(ZarrSource.open(url).store, faults, name=f"faulty+{url}")
     policy = HANG_RETRY if kind == "hang-forever" else FAST_RETRY
-    loader = build_loader(store, split="all", batch_size=8, retry=policy)
+    loader = cpu_loader(store, split="all", batch_size=8, retry=policy)
     started = time.monotonic()
     with pytest.raises(ChunkReadError) as raised:
         for _ in loader:
@@ -203,7 +206,7 @@ def test_a_permanent_error_raises_once_naming_array_key_and_url(memory_url: Any,
 def test_corrupt_chunk_bytes_raise_an_error_naming_the_key(memory_url: Any) -> None:
     url, _ = memory_url()
     store = _faulty(url, corrupt=frozenset({"u10/c/30/0"}))
-    loader = build_loader(store, split="all", batch_size=8, retry=FAST_RETRY)
+    loader = cpu_loader(store, split="all", batch_size=8, retry=FAST_RETRY)
     with pytest.raises(
         ChunkReadError, match=r"chunk \(30, 0\) of variable 'u10' \(key 'u10/c/30/0'\)"
     ):
@@ -219,7 +222,7 @@ def test_missing_chunk_objects_read_as_the_fill_value() -> None:
     array = group.create_array("x", shape=(40, 3), chunks=(4, 3), dtype="int32", fill_value=-7)
     array[...] = np.arange(120, dtype="int32").reshape(40, 3)
     faulty = FaultyStore(store, Faults(missing=frozenset({"x/c/2/0", "x/c/9/0"})))
-    batches = list(build_loader(faulty, split="all", batch_size=5))
+    batches = list(cpu_loader(faulty, split="all", batch_size=5))
     indices = np.concatenate([as_numpy(b["sample_index"]) for b in batches])
     rows = np.concatenate([as_numpy(b["x"]) for b in batches])
     assert sorted(indices.tolist()) == list(range(40))
@@ -235,8 +238,8 @@ def test_leaving_mid_epoch_under_faults_stops_everything_and_the_next_epoch_is_c
 ) -> None:
     url, truth = memory_url()
     store = _faulty(url, transient_rate=0.3, latency_s=0.002, seed=5)
-    loader = build_loader(store, split="all", batch_size=4, retry=FAST_RETRY)
-    reference = build_loader(url, split="all", batch_size=4)
+    loader = cpu_loader(store, split="all", batch_size=4, retry=FAST_RETRY)
+    reference = cpu_loader(url, split="all", batch_size=4)
     _epoch(reference)  # epoch 0 of the reference, to compare epoch 1 with
     error = {"raise": RuntimeError, "keyboard-interrupt": KeyboardInterrupt}.get(how)
     try:
@@ -259,10 +262,10 @@ def test_resume_after_a_crash_with_reads_in_flight_yields_the_uninterrupted_batc
     memory_url: Any,
 ) -> None:
     url, _ = memory_url()
-    expected = _epoch(build_loader(url, split="all", batch_size=4, block_chunks=2))
+    expected = _epoch(cpu_loader(url, split="all", batch_size=4, block_chunks=2))
     crash_key = "u10/c/40/0"  # in the last unit: many batches are out before it is read
     store = _faulty(url, latency_s=0.005, permanent=frozenset({crash_key}))
-    loader = build_loader(
+    loader = cpu_loader(
         store, split="all", batch_size=4, block_chunks=2, max_inflight=8, retry=FAST_RETRY
     )
     checkpoints: list[tuple[int, dict[str, Any]]] = []
@@ -273,7 +276,7 @@ def test_resume_after_a_crash_with_reads_in_flight_yields_the_uninterrupted_batc
     assert our_threads() == []
     assert 0 < len(checkpoints) < len(expected)
     for done, state in (checkpoints[0], checkpoints[len(checkpoints) // 2], checkpoints[-1]):
-        resumed = build_loader(url, split="all", batch_size=4, block_chunks=2)
+        resumed = cpu_loader(url, split="all", batch_size=4, block_chunks=2)
         resumed.load_state_dict(state)
         assert _epoch(resumed) == expected[done:], f"resumed after {done} batches"
 
@@ -292,7 +295,7 @@ def rss():
 url, _ = write_store("memory", {"x": ((256, 64, 64), (8, 64, 64), "float32")})
 store = FaultyStore(ZarrSource.open(url).store, Faults(transient_rate=0.2, seed=9))
 retry = RetryPolicy(attempts=4, base_delay_s=0.001, max_delay_s=0.01)
-loader = build_loader(store, split="all", batch_size=16, block_chunks=4, retry=retry)
+loader = cpu_loader(store, split="all", batch_size=16, block_chunks=4, retry=retry)
 for _ in range(3):  # warm up: allocator pools, zarr's IO thread, import caches
     assert sum(1 for _ in loader) == 16
 gc.collect()

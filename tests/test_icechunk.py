@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ from conftest import as_numpy, our_threads
 from insitubatch_nodes import build_loader, open_icechunk
 
 SHAPE, CHUNKS = (24, 3), (2, 3)
+
+cpu_loader = functools.partial(build_loader, device="cpu")  # batches read as numpy
 
 
 def _values(version: int) -> np.ndarray:
@@ -41,7 +44,7 @@ def repository(tmp_path: Path) -> tuple[Path, str, str]:
 
 def _read_all(store: Any) -> np.ndarray:
     """The whole array as the loader hands it out, put back in sample order."""
-    batches = list(build_loader(store, split="all", batch_size=5))
+    batches = list(cpu_loader(store, split="all", batch_size=5))
     indices = np.concatenate([as_numpy(b["sample_index"]) for b in batches])
     rows = np.concatenate([as_numpy(b["x"]) for b in batches])
     assert sorted(indices.tolist()) == list(range(SHAPE[0]))

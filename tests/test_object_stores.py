@@ -3,6 +3,7 @@ user passes, faults on that server, and the client options for GCS and Azure."""
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -23,6 +24,8 @@ SMALL = {
 }
 QUICK = RetryPolicy(attempts=3, base_delay_s=0.01, max_delay_s=0.05, attempt_timeout_s=10.0)
 
+cpu_loader = functools.partial(build_loader, device="cpu")  # batches read as numpy
+
 
 def _s3_store(server: S3Server, variables: Any = SMALL) -> tuple[str, dict[str, np.ndarray]]:
     url = f"s3://{server.new_bucket()}/data/era5.zarr"
@@ -42,12 +45,12 @@ def test_a_train_loop_over_s3_reads_what_was_written_and_resumes_exactly(
     options = s3_server.options()
 
     def make() -> Any:
-        return build_loader(url, split="all", batch_size=5, storage_options=options)
+        return cpu_loader(url, split="all", batch_size=5, storage_options=options)
 
     loader = make()
     batches = list(loader)
     assert [batch_key(b) for b in batches] == _keys(
-        build_loader(same_in_memory, split="all", batch_size=5)
+        cpu_loader(same_in_memory, split="all", batch_size=5)
     )
     indices = np.concatenate([as_numpy(b["sample_index"]) for b in batches])
     assert sorted(indices.tolist()) == list(range(24))
@@ -69,9 +72,9 @@ def test_a_train_loop_over_s3_reads_what_was_written_and_resumes_exactly(
 def test_transient_faults_on_s3_are_retried(s3_server: S3Server) -> None:
     url, _ = _s3_store(s3_server)
     options = s3_server.options()
-    expected = _keys(build_loader(url, split="all", batch_size=5, storage_options=options))
+    expected = _keys(cpu_loader(url, split="all", batch_size=5, storage_options=options))
     store = FaultyStore(open_store(url, options), Faults(transient_rate=0.3, seed=2), name=url)
-    loader = build_loader(store, split="all", batch_size=5, retry=QUICK)
+    loader = cpu_loader(store, split="all", batch_size=5, retry=QUICK)
     assert _keys(loader) == expected
     (stats,) = [n.stats for n in graph_nodes(loader.root) if hasattr(n, "stats")]
     assert stats.retries == store.transient_injected() > 0
@@ -81,7 +84,7 @@ def test_a_missing_object_on_s3_reads_as_the_fill_value(s3_server: S3Server) -> 
     url, truth = _s3_store(s3_server)
     options = s3_server.options()
     obstore.delete(obstore.store.from_url(url, **options), "t2m/c/3/0/0")
-    batches = list(build_loader(url, split="all", batch_size=5, storage_options=options))
+    batches = list(cpu_loader(url, split="all", batch_size=5, storage_options=options))
     indices = np.concatenate([as_numpy(b["sample_index"]) for b in batches])
     rows = np.concatenate([as_numpy(b["t2m"]) for b in batches])
     gone = (indices == 6) | (indices == 7)
@@ -94,7 +97,7 @@ def test_a_corrupt_object_on_s3_raises_naming_its_key_and_url(s3_server: S3Serve
     options = s3_server.options()
     obstore.put(obstore.store.from_url(url, **options), "u10/c/2/0", b"garbage")
     with pytest.raises(ChunkReadError, match=rf"\(key 'u10/c/2/0'\) from {url} failed"):
-        list(build_loader(url, split="all", batch_size=5, storage_options=options))
+        list(cpu_loader(url, split="all", batch_size=5, storage_options=options))
     assert our_threads() == []
 
 
@@ -103,7 +106,7 @@ def test_the_server_going_away_mid_epoch_raises_once_in_bounded_time() -> None:
     stopped = False
     try:
         url, _ = _s3_store(server, {"x": ((48, 2), (2, 2), "float32")})
-        loader = build_loader(
+        loader = cpu_loader(
             url,
             split="all",
             batch_size=2,
@@ -178,4 +181,4 @@ def test_cloud_urls_and_options_reach_the_object_store_client(
 
 def test_a_misspelled_storage_option_is_named() -> None:
     with pytest.raises(ValueError, match=r"'acess_key_id' is not valid for store 'S3'"):
-        build_loader("s3://my-bucket/era5.zarr", storage_options={"acess_key_id": "x"})
+        cpu_loader("s3://my-bucket/era5.zarr", storage_options={"acess_key_id": "x"})

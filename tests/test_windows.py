@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from typing import Any
 
@@ -26,6 +27,8 @@ SPEC = SampleSpec(
     {"inputs": window(["t2m", "u10"], steps=2, stride=2), "targets": leads(["t2m"], [1, 3])}
 )
 
+cpu_loader = functools.partial(build_loader, device="cpu")  # batches read as numpy
+
 
 def _fetch(loader: Any) -> AsyncFetchNode:
     return next(n for n in graph_nodes(loader.root) if isinstance(n, AsyncFetchNode))
@@ -36,7 +39,7 @@ def test_windows_hold_the_stored_steps_and_never_leave_the_split(
     memory_url: Any, split: str
 ) -> None:
     url, truth = memory_url()
-    loader = build_loader(url, split=split, spec=SPEC, batch_size=4, block_chunks=2, seed=5)
+    loader = cpu_loader(url, split=split, spec=SPEC, batch_size=4, block_chunks=2, seed=5)
     source = ZarrSource.open(url)
     in_split = np.zeros(88, dtype=bool)
     in_split[source.geometry.unit_samples(source.split_units(split))] = True
@@ -65,9 +68,9 @@ def test_a_spec_whose_span_exceeds_the_split_is_refused(memory_url: Any) -> None
     url, _ = memory_url()
     too_long = SampleSpec({"x": window(["t2m"], steps=12)})  # val: 9 steps of t2m
     with pytest.raises(ValueError, match=r"no anchor whose steps t-11 \.\. t\+0"):
-        build_loader(url, split="val", spec=too_long)
+        cpu_loader(url, split="val", spec=too_long)
     with pytest.raises(ValueError, match="not selected"):
-        build_loader(url, ["u10"], split="train", spec=SPEC)
+        cpu_loader(url, ["u10"], split="train", spec=SPEC)
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -86,7 +89,7 @@ def test_windowed_loader_resumes_on_every_rank(
     for rank in range(world_size):
         _check_every_cut(
             lambda rank=rank: (
-                build_loader(
+                cpu_loader(
                     url,
                     split="train",
                     spec=SPEC,
@@ -105,7 +108,7 @@ def test_windowed_loader_resumes_on_every_rank(
 def _window_reads(memory_url: Any, steps_per_chunk: int, block_chunks: int) -> tuple[int, int]:
     url, _ = memory_url({"t": ((192, 4, 4), (steps_per_chunk, 4, 4), "float32")})
     spec = SampleSpec({"inputs": window(["t"], steps=2)})
-    loader = build_loader(url, split="all", spec=spec, batch_size=16, block_chunks=block_chunks)
+    loader = cpu_loader(url, split="all", spec=spec, batch_size=16, block_chunks=block_chunks)
     samples = sum(len(b[SAMPLE_INDEX_KEY]) for b in loader)
     return _fetch(loader).stats.chunks_read, samples
 
