@@ -295,7 +295,9 @@ def rss():
 url, _ = write_store("memory", {"x": ((256, 64, 64), (8, 64, 64), "float32")})
 store = FaultyStore(ZarrSource.open(url).store, Faults(transient_rate=0.2, seed=9))
 retry = RetryPolicy(attempts=4, base_delay_s=0.001, max_delay_s=0.01)
-loader = cpu_loader(store, split="all", batch_size=16, block_chunks=4, retry=retry)
+loader = build_loader(
+    store, split="all", batch_size=16, block_chunks=4, retry=retry, device="cpu"
+)
 for _ in range(3):  # warm up: allocator pools, zarr's IO thread, import caches
     assert sum(1 for _ in loader) == 16
 gc.collect()
