@@ -4,6 +4,8 @@ zarr's own read gives, and is used only where it applies."""
 from __future__ import annotations
 
 import itertools
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import numcodecs
@@ -12,8 +14,19 @@ import pytest
 import torch
 import zarr
 from graphs import build_stage
+from zarr.abc.store import ByteRequest, Store
+from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.storage import WrapperStore
 
-from insitubatch_nodes import SAMPLE_INDEX_KEY, Loader, forget_memory_store, memory_store
+from insitubatch_nodes import (
+    SAMPLE_INDEX_KEY,
+    Loader,
+    ZarrSource,
+    build_loader,
+    forget_memory_store,
+    memory_store,
+)
+from insitubatch_nodes.io.chunk_reader import read_file
 from insitubatch_nodes.loader import graph_nodes
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 
@@ -195,3 +208,48 @@ def test_an_unknown_zarr_pipeline_is_refused_when_the_graph_is_built() -> None:
             build_stage(f"memory://{name}", "fetch", zarr_pipeline="nowhere.Pipeline")
     finally:
         forget_memory_store(name)
+
+
+@pytest.mark.parametrize("scratch_size", [None, 1, 99, 100, 101, 4096])
+def test_read_file_gives_the_whole_file_whatever_its_scratch(
+    tmp_path: Path, scratch_size: int | None
+) -> None:
+    path = tmp_path / "chunk"
+    data = np.random.default_rng(0).integers(0, 256, 100, dtype=np.uint8).tobytes()
+    path.write_bytes(data)
+    scratch = None if scratch_size is None else bytearray(scratch_size)
+    assert bytes(read_file(str(path), scratch)) == data  # type: ignore[arg-type]
+    assert read_file(str(tmp_path / "never-written"), scratch) is None
+
+
+class _MetadataCounting(WrapperStore[Store]):
+    """Counts reads of zarr metadata documents."""
+
+    def __init__(self, store: Store, counts: Counter[str] | None = None) -> None:
+        super().__init__(store)
+        self.counts: Counter[str] = Counter() if counts is None else counts
+
+    def _with_store(self, store: Store) -> _MetadataCounting:
+        return _MetadataCounting(store, self.counts)
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        if key.rsplit("/", 1)[-1] in ("zarr.json", ".zarray", ".zgroup", ".zattrs"):
+            self.counts[key] += 1
+        return await self._store.get(key, prototype, byte_range)
+
+
+def test_arrays_are_opened_once_for_all_epochs(memory_url: Any) -> None:
+    """Each metadata read is a round trip to an object store: the fetch node opens its
+    arrays at the first epoch only, and the batches stay the same."""
+    url, _ = memory_url()
+    store = _MetadataCounting(ZarrSource.open(url).store)
+    loader = build_loader(store, split="all", batch_size=8, device="cpu")
+    first = np.concatenate([b[SAMPLE_INDEX_KEY].numpy() for b in loader])
+    after_first = sum(store.counts.values())
+    assert after_first > 0
+    second = np.concatenate([b[SAMPLE_INDEX_KEY].numpy() for b in loader])
+    assert sum(store.counts.values()) == after_first
+    assert np.array_equal(np.sort(first), np.sort(second))  # the same samples,
+    assert not np.array_equal(first, second)  # in the next epoch's order

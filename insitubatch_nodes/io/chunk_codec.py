@@ -29,8 +29,15 @@ class ChunkDecoder:
     chunk_shape: tuple[int, ...]
     fill_value: Any
 
+    @property
+    def stored_bound(self) -> int:
+        """More bytes than any stored chunk takes: compressors store data they cannot shrink
+        as raw blocks, a few bytes of framing per block and header on top."""
+        nbytes = int(np.prod(self.chunk_shape, dtype=np.int64)) * self.dtype.itemsize
+        return nbytes + nbytes // 128 + (1 << 16)
+
     def decode_into(
-        self, data: bytes | None, destination: np.ndarray, valid: tuple[slice, ...]
+        self, data: bytes | memoryview | None, destination: np.ndarray, valid: tuple[slice, ...]
     ) -> None:
         """Write the chunk's `valid` region (edge chunks are padded in storage)."""
         if data is None:

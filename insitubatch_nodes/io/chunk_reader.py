@@ -32,28 +32,33 @@ from zarr.core.buffer import default_buffer_prototype
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.read_plan import ChunkRead, ReadPlan
 from insitubatch_nodes.io.chunk_codec import ChunkDecoder, fast_decoder
+from insitubatch_nodes.io.opened_arrays import OpenedArrays
 from insitubatch_nodes.io.retry import ReadGaveUp, RetryPolicy
 from insitubatch_nodes.io.shard_index import shard_layout
 from insitubatch_nodes.io.shard_reader import Loaded, ShardIndexes, ShardReader
 from insitubatch_nodes.io.store_errors import first_line
 from insitubatch_nodes.io.stores import local_root
-from insitubatch_nodes.io.zarr_compat import (
-    chunk_key,
-    codec_pipeline,
-    pipeline_can_read,
-    stored_object_key,
-)
+from insitubatch_nodes.io.zarr_compat import chunk_key, pipeline_can_read, stored_object_key
 
 T = TypeVar("T")
 
 
-def read_file(path: str) -> bytes | None:
-    """A local chunk file's bytes, or `None` if it was never written (the fill value)."""
+def read_file(path: str, scratch: bytearray | None = None) -> bytes | memoryview | None:
+    """A local chunk file's bytes, or `None` if it was never written (the fill value).
+
+    With `scratch`, a file that fits is read into it (a view of it comes back, valid until
+    the next read into the same scratch): one syscall fewer than sizing the file first,
+    and no fresh allocation, whose first-touch page faults cost as much as the copy."""
     try:
         descriptor = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return None
     try:
+        if scratch is not None:
+            got = os.readv(descriptor, [scratch])
+            if got < len(scratch):
+                return memoryview(scratch)[:got]
+            os.lseek(descriptor, 0, os.SEEK_SET)  # larger than the scratch: read it whole
         size = os.fstat(descriptor).st_size
         parts = [os.read(descriptor, size)]
         got = len(parts[0])
@@ -134,8 +139,11 @@ class ChunkReader:
         shard_indexes: ShardIndexes | None = None,
         zarr_pipeline: str | None = None,
         retry: RetryPolicy | None = None,
+        opened_arrays: OpenedArrays | None = None,
     ) -> None:
+        """`shard_indexes` and `opened_arrays` may outlive this reader (one per epoch)."""
         self._store = store
+        self._opened = opened_arrays or OpenedArrays(store)
         self._retry = retry or RetryPolicy()
         self._shard_indexes = shard_indexes or ShardIndexes()
         self._zarr_pipeline = zarr_pipeline
@@ -147,6 +155,7 @@ class ChunkReader:
         self._fast_path = fast_path
         self._local_root = local_root(store)
         self._arrays: dict[str, _OpenArray] | None = None
+        self._scratches = threading.local()
         self._inflight: asyncio.Semaphore | None = None
         self._opening: asyncio.Lock | None = None
 
@@ -169,14 +178,13 @@ class ChunkReader:
         return self._arrays
 
     async def _open_arrays(self) -> dict[str, _OpenArray]:
-        group = await zarr.api.asynchronous.open_group(store=self._store, mode="r")
-        arrays = {}
-        for name in self._layouts:
-            opened = self._open(name, await group.getitem(name))  # type: ignore[arg-type]
-            if self._use_zarr_pipeline(opened):
-                with codec_pipeline(self._zarr_pipeline):  # e.g. zarrs, for zarr's reads
-                    opened = _OpenArray(await group.getitem(name), None)  # type: ignore[arg-type]
-            arrays[name] = opened
+        names = list(self._layouts)
+        found = await self._opened.open(names)
+        arrays = {name: self._open(name, array) for name, array in zip(names, found, strict=True)}
+        rerouted = [name for name, opened in arrays.items() if self._use_zarr_pipeline(opened)]
+        if rerouted:  # arrays zarr must decode, through the named pipeline (e.g. zarrs)
+            through = await self._opened.open(rerouted, self._zarr_pipeline)
+            arrays.update({n: _OpenArray(a, None) for n, a in zip(rerouted, through, strict=True)})
         return arrays
 
     def _use_zarr_pipeline(self, opened: _OpenArray) -> bool:
@@ -349,6 +357,13 @@ class ChunkReader:
         if fetched:
             await loop.run_in_executor(None, decode, fetched)
 
+    def _scratch(self, nbytes: int) -> bytearray:
+        """This decode thread's read buffer, at least `nbytes` long (reused: see read_file)."""
+        scratch: bytearray | None = getattr(self._scratches, "buffer", None)
+        if scratch is None or len(scratch) < nbytes:
+            scratch = self._scratches.buffer = bytearray(nbytes)
+        return scratch
+
     async def _read_local(
         self,
         work: list[tuple[str, ChunkRead]],
@@ -362,12 +377,16 @@ class ChunkReader:
 
         def read_and_decode(items: list[tuple[str, ChunkRead]]) -> None:
             decoded = 0
+            bounds = (arrays[name].decoder for name, _ in items)
+            scratch = self._scratch(max(d.stored_bound for d in bounds if d is not None))
             for name, read in items:
                 opened = arrays[name]
                 key = chunk_key(opened.array.metadata, opened.array.store_path.path, read.coords)
                 try:
                     data = self._retry.call_sync(
-                        lambda key=key: read_file(f"{root}/{key}"), key, self._count_retry
+                        lambda key=key: read_file(f"{root}/{key}", scratch),
+                        key,
+                        self._count_retry,
                     )
                 except Exception as err:
                     raise self._error(name, read.coords, key, err) from err

@@ -33,6 +33,7 @@ from insitubatch_nodes.device.device_block_reader import DeviceBlockReader
 from insitubatch_nodes.io.chunk_reader import ChunkReader, FetchStats
 from insitubatch_nodes.io.event_loop import EventLoopThread, default_decode_threads
 from insitubatch_nodes.io.fork_guard import check_same_process
+from insitubatch_nodes.io.opened_arrays import OpenedArrays
 from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.shard_reader import ShardIndexes
 from insitubatch_nodes.io.zarr_compat import resolve_pipeline
@@ -98,7 +99,8 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         self.retry = retry or RetryPolicy()
         self.decode_on = decode_on
         self.stats = FetchStats()
-        self._shard_indexes = ShardIndexes()  # shard indexes outlive each epoch's reader
+        self._shard_indexes = ShardIndexes()  # shard indexes outlive each epoch's reader,
+        self._opened_arrays = OpenedArrays(store)  # and so do the opened arrays
         self._owner_pid = os.getpid()
         self._runtime: EventLoopThread | None = None
         self._reader: ChunkReader | DeviceBlockReader | None = None
@@ -147,6 +149,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             shard_indexes=self._shard_indexes,
             zarr_pipeline=self.zarr_pipeline,
             retry=self.retry,
+            opened_arrays=self._opened_arrays,
         )
         if self.decode_on is not None:
             self._reader = self._device_reader()
