@@ -128,9 +128,11 @@ def build_loader(
     sample per fixed tile (evaluation). Only the grid chunks the crops touch are read;
     batches also carry `"patch_origin"` (batch, axes).
 
-    `device_prefetch` batches are copied to the GPU ahead of the one handed out (default 2
-    on CUDA). `decode="gpu"` decodes chunks on the GPU (the `gpu` extra: nvCOMP for
-    zstd; uncompressed chunks need nothing): only compressed bytes cross to the device.
+    `device_prefetch` batches are gathered (and on CUDA copied to the GPU) ahead of the one
+    handed out, by a producer thread, while the consumer's step runs (default 2 on CUDA, 0 on
+    the CPU, where the gather then runs in the consumer's thread). `decode="gpu"` decodes
+    chunks on the GPU (the `gpu` extra: nvCOMP for zstd; uncompressed chunks need nothing):
+    only compressed bytes cross to the device.
     Arrays it cannot decode there are decoded on the CPU, and the log says why.
     """
     if batch_size < 1:
@@ -173,7 +175,7 @@ def build_loader(
         batch_size=batch_size,
         block_samples=anchors.block_rows_bound(block_chunks),
         max_inflight=max_inflight,
-        batches_held=PinToDeviceNode.staging_slots(prefetch) if staged else 1,
+        batches_held=PinToDeviceNode.staging_slots(prefetch),
     )
     plans = ReadPlanNode(permute, anchors, block_chunks=block_chunks)
     blocks = AsyncFetchNode(

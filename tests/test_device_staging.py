@@ -4,12 +4,14 @@ checked on the CPU: the same code the CUDA path runs, with events complete at on
 from __future__ import annotations
 
 import itertools
+import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from conftest import batch_key, torch_roundtrip
+from conftest import batch_key, our_threads, torch_roundtrip
 from graphs import build_stage
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -194,7 +196,7 @@ def test_node_keeps_prefetch_batches_ahead_and_yields_the_same_batches(
     url, _ = memory_url()
     expected = [batch_key(b) for b in Loader(build_stage(url, "gather", batch_size=6))]
     counting = _Counting(build_stage(url, "gather", batch_size=6))
-    node = PinToDeviceNode(counting, device="cpu", prefetch=prefetch)
+    node = PinToDeviceNode(counting, device="cpu", prefetch=prefetch, background=False)
     node.reset()
     got = []
     for handed_out in range(1, len(expected) + 1):
@@ -203,6 +205,74 @@ def test_node_keeps_prefetch_batches_ahead_and_yields_the_same_batches(
     with pytest.raises(StopIteration):
         next(node)
     assert got == expected
+
+
+def _eventually(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return condition()
+
+
+@pytest.mark.parametrize("prefetch", [1, 3])
+def test_background_producer_runs_prefetch_batches_ahead_never_more(
+    memory_url: Any, prefetch: int
+) -> None:
+    url, _ = memory_url()
+    expected = [batch_key(b) for b in Loader(build_stage(url, "gather", batch_size=6))]
+    counting = _Counting(build_stage(url, "gather", batch_size=6))
+    node = PinToDeviceNode(counting, device="cpu", prefetch=prefetch, background=True)
+    node.reset()
+    got = []
+    for handed_out in range(1, len(expected) + 1):
+        got.append(batch_key(next(node)))
+        ahead = min(handed_out + prefetch, len(expected))
+        assert counting.pulled <= ahead
+        assert _eventually(lambda want=ahead: counting.pulled == want)
+    with pytest.raises(StopIteration):
+        next(node)
+    assert got == expected
+    assert not any(t.name == "insitubatch-pin" for t in our_threads())
+
+
+def test_close_keeps_what_the_producer_pulled_and_goes_on_from_there(memory_url: Any) -> None:
+    url, _ = memory_url()
+    expected = [batch_key(b) for b in Loader(build_stage(url, "gather", batch_size=6))]
+    node = PinToDeviceNode(build_stage(url, "gather", batch_size=6), device="cpu", prefetch=3)
+    node.reset()
+    got = [batch_key(next(node)) for _ in range(2)]
+    node.close()
+    assert not any(t.name == "insitubatch-pin" for t in our_threads())
+    got += [batch_key(b) for b in _drain(node)]
+    assert got == expected
+
+
+def _drain(node: BaseNode[Any]) -> list[Any]:
+    out = []
+    while True:
+        try:
+            out.append(next(node))
+        except StopIteration:
+            return out
+
+
+def test_a_source_error_reaches_the_consumer_and_stops_the_producer(memory_url: Any) -> None:
+    url, _ = memory_url()
+
+    class Failing(_Counting):
+        def next(self) -> Any:
+            if self.pulled == 2:
+                raise OSError("the store went away")
+            return super().next()
+
+    node = PinToDeviceNode(
+        Failing(build_stage(url, "gather", batch_size=6)), device="cpu", prefetch=2
+    )
+    node.reset()
+    next(node), next(node)
+    with pytest.raises(OSError, match="the store went away"):
+        next(node)
+    assert not any(t.name == "insitubatch-pin" for t in our_threads())
 
 
 @pytest.mark.parametrize("prefetch", [1, 3])

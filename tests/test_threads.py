@@ -20,9 +20,10 @@ def _assert_no_threads_left(timeout: float = 5.0) -> None:
     assert our_threads() == []
 
 
-def test_threads_stop_when_an_epoch_ends(memory_url: Any) -> None:
+@pytest.mark.parametrize("device_prefetch", [None, 2])  # 2: a producer thread too
+def test_threads_stop_when_an_epoch_ends(memory_url: Any, device_prefetch: int | None) -> None:
     url, _ = memory_url()
-    loader = build_loader(url, split="all", batch_size=4)
+    loader = build_loader(url, split="all", batch_size=4, device_prefetch=device_prefetch)
     iterator = iter(loader)
     next(iterator)
     assert our_threads(), "the fetch loop should be running mid-epoch"
@@ -31,9 +32,12 @@ def test_threads_stop_when_an_epoch_ends(memory_url: Any) -> None:
     assert our_threads() == []  # no waiting: stopped by the time the loop ends
 
 
-def test_threads_stop_on_break_and_a_new_epoch_starts_cleanly(memory_url: Any) -> None:
+@pytest.mark.parametrize("device_prefetch", [None, 2])  # 2: a producer thread too
+def test_threads_stop_on_break_and_a_new_epoch_starts_cleanly(
+    memory_url: Any, device_prefetch: int | None
+) -> None:
     url, _ = memory_url()
-    loader = build_loader(url, split="all", batch_size=4)
+    loader = build_loader(url, split="all", batch_size=4, device_prefetch=device_prefetch)
     for _ in loader:
         break
     assert our_threads() == []
@@ -41,9 +45,12 @@ def test_threads_stop_on_break_and_a_new_epoch_starts_cleanly(memory_url: Any) -
     assert our_threads() == []
 
 
-def test_threads_stop_when_the_loop_body_raises(memory_url: Any) -> None:
+@pytest.mark.parametrize("device_prefetch", [None, 2])  # 2: a producer thread too
+def test_threads_stop_when_the_loop_body_raises(
+    memory_url: Any, device_prefetch: int | None
+) -> None:
     url, _ = memory_url()
-    loader = build_loader(url, split="all", batch_size=4)
+    loader = build_loader(url, split="all", batch_size=4, device_prefetch=device_prefetch)
     with pytest.raises(RuntimeError, match="boom"):
         for i, _ in enumerate(loader):
             if i == 2:
@@ -51,18 +58,22 @@ def test_threads_stop_when_the_loop_body_raises(memory_url: Any) -> None:
     assert our_threads() == []
 
 
-def test_threads_stop_on_keyboard_interrupt(memory_url: Any) -> None:
+@pytest.mark.parametrize("device_prefetch", [None, 2])  # 2: a producer thread too
+def test_threads_stop_on_keyboard_interrupt(memory_url: Any, device_prefetch: int | None) -> None:
     url, _ = memory_url()
-    loader = build_loader(url, split="all", batch_size=4)
+    loader = build_loader(url, split="all", batch_size=4, device_prefetch=device_prefetch)
     with pytest.raises(KeyboardInterrupt):
         for _ in loader:
             raise KeyboardInterrupt
     assert our_threads() == []
 
 
-def test_threads_stop_when_the_graph_is_dropped(memory_url: Any) -> None:
+@pytest.mark.parametrize("device_prefetch", [None, 2])  # 2: a producer thread too
+def test_threads_stop_when_the_graph_is_dropped(
+    memory_url: Any, device_prefetch: int | None
+) -> None:
     url, _ = memory_url()
-    loader = build_loader(url, split="all", batch_size=4)
+    loader = build_loader(url, split="all", batch_size=4, device_prefetch=device_prefetch)
     iterator = iter(loader.root)  # bypass the Loader: only garbage collection can stop it
     next(iterator)
     assert our_threads()

@@ -8,9 +8,13 @@ copy's event, and `record_stream` keeps the caching allocator from reusing the m
 early. Without CUDA it is a zero-copy `torch.from_numpy`: torchdata's `PinMemory` cannot
 even be built on a CPU-only torch, this node must run everywhere.
 
+With `background` (the default whenever `prefetch` > 0) the batches ahead are pulled, and
+their copies queued, by one producer thread (`producer_thread`), so the gather runs while
+the training step does rather than before it; the consumer's thread only hands batches out.
+
 The state is the source's state right after the batch last handed out was pulled; batches
 pulled ahead but not handed out are pulled again after a resume, so resume is exact
-whatever `prefetch` is.
+whatever `prefetch` is. `close()` stops the producer and keeps what it had pulled.
 
 Tensors that arrive already on a device (blocks decoded there: `AsyncFetchNode`'s
 `decode_on`) are passed through. `sample_index` stays on the host: it indexes host-side
@@ -21,6 +25,7 @@ consumer's stream.
 from __future__ import annotations
 
 import copy
+import weakref
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +37,7 @@ from torchdata.nodes import BaseNode
 
 from insitubatch_nodes.device.batch_copy import BatchCopier
 from insitubatch_nodes.items import SAMPLE_INDEX_KEY
+from insitubatch_nodes.producer_thread import ProducerThread
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -90,10 +96,12 @@ class _Ahead:
     transfer: Any  # None when nothing needed copying
     ready: dict[str, torch.Tensor]  # sample_index, and tensors already on the device
     source_state: dict[str, Any]
+    made: torch.cuda.Event | None = None  # device tensors made on a producer's stream
 
 
 class PinToDeviceNode(BaseNode[dict[str, torch.Tensor]]):
-    """`prefetch`: batches copied ahead of the one handed out (default 2 on CUDA, else 0)."""
+    """`prefetch`: batches copied ahead of the one handed out (default 2 on CUDA, else 0);
+    `background`: pull them on a producer thread (default: whenever `prefetch` > 0)."""
 
     SOURCE_KEY = "source"
 
@@ -103,6 +111,7 @@ class PinToDeviceNode(BaseNode[dict[str, torch.Tensor]]):
         device: str | torch.device | None = None,
         *,
         prefetch: int | None = None,
+        background: bool | None = None,
     ) -> None:
         super().__init__()
         self.source = source
@@ -111,7 +120,17 @@ class PinToDeviceNode(BaseNode[dict[str, torch.Tensor]]):
             prefetch = default_prefetch(self.device)
         if prefetch < 0:
             raise ValueError(f"prefetch must be >= 0 batches, got {prefetch}")
+        if background is None:
+            background = prefetch > 0
+        if background and prefetch < 1:
+            raise ValueError(
+                "background=True pulls batches ahead on a thread and needs prefetch >= 1; "
+                "pass prefetch=1 or more, or background=False"
+            )
         self.prefetch = prefetch
+        self.background = background
+        self._producer: ProducerThread[_Ahead] | None = None
+        self._stop_on_collect: weakref.finalize | None = None
         self._transfer: _Transfer
         self.copier: BatchCopier | None = None
         if self.device.type == "cuda":
@@ -132,35 +151,99 @@ class PinToDeviceNode(BaseNode[dict[str, torch.Tensor]]):
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
+        self._stop_producer()
         self._ahead.clear()
         self._source_done = False
         self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])
         self._delivered_source_state = self.source.state_dict()
 
+    def close(self) -> None:
+        """Stop the producer thread; the batches it pulled stay queued for the next `next()`."""
+        self._stop_producer()
+
+    def _stop_producer(self) -> None:
+        if self._stop_on_collect is not None:
+            self._stop_on_collect.detach()
+            self._stop_on_collect = None
+        if self._producer is not None:
+            producer, self._producer = self._producer, None
+            self._ahead.extend(producer.stop())
+
+    def _pull_one(self) -> _Ahead:
+        """The next batch from the source, its copy queued; `StopIteration` at the end."""
+        arrays = dict(next(self.source))
+        state = self.source.state_dict()
+        ready = {}
+        if SAMPLE_INDEX_KEY in arrays:
+            ready[SAMPLE_INDEX_KEY] = torch.from_numpy(arrays.pop(SAMPLE_INDEX_KEY))
+        for name in [n for n, a in arrays.items() if isinstance(a, torch.Tensor)]:
+            ready[name] = arrays.pop(name).to(self.device)  # decoded on a device
+        made = None
+        if self.background and any(t.is_cuda for t in ready.values()):
+            made = torch.cuda.Event()  # gathered on this thread's stream: order the consumer
+            made.record(torch.cuda.current_stream(self.device))
+        transfer = self._transfer.submit(arrays) if arrays else None
+        return _Ahead(transfer, ready, state, made)
+
     def _pull_ahead(self, count: int) -> None:
         while len(self._ahead) < count and not self._source_done:
             try:
-                arrays = dict(next(self.source))
+                self._ahead.append(self._pull_one())
             except StopIteration:
                 self._source_done = True
-                return
-            state = self.source.state_dict()
-            ready = {}
-            if SAMPLE_INDEX_KEY in arrays:
-                ready[SAMPLE_INDEX_KEY] = torch.from_numpy(arrays.pop(SAMPLE_INDEX_KEY))
-            for name in [n for n, a in arrays.items() if isinstance(a, torch.Tensor)]:
-                ready[name] = arrays.pop(name).to(self.device)  # decoded on a device
-            transfer = self._transfer.submit(arrays) if arrays else None
-            self._ahead.append(_Ahead(transfer, ready, state))
+
+    def _start_producer(self) -> None:
+        method = weakref.WeakMethod(self._pull_one)  # the thread must not keep the node alive
+        device = self.device
+
+        def produce() -> _Ahead:
+            pull = method()
+            if pull is None:
+                raise StopIteration
+            if device.type == "cuda":
+                with torch.cuda.device(device):
+                    return pull()
+            return pull()
+
+        self._producer = ProducerThread("pin", produce, self.prefetch)
+        self._stop_on_collect = weakref.finalize(self, self._producer.stop)
+
+    def _take_background(self) -> _Ahead | None:
+        if self._producer is None and not self._source_done:
+            self._start_producer()
+        if self._ahead:
+            return self._ahead.popleft()
+        if self._producer is None:
+            return None
+        try:
+            return self._producer.take()
+        except StopIteration:
+            self._source_done = True
+            self._stop_producer()
+            return None
+        except BaseException:
+            self._stop_producer()
+            raise
 
     def next(self) -> dict[str, torch.Tensor]:
-        self._pull_ahead(1)
-        if not self._ahead:
-            raise StopIteration
-        ahead = self._ahead.popleft()
+        if self.background:
+            ahead = self._take_background()
+            if ahead is None:
+                raise StopIteration
+        else:
+            self._pull_ahead(1)
+            if not self._ahead:
+                raise StopIteration
+            ahead = self._ahead.popleft()
+            self._pull_ahead(self.prefetch)  # queue the next copies before the step on this
         self._delivered_source_state = ahead.source_state
-        self._pull_ahead(self.prefetch)  # queue the next copies before the step on this one
         copied = {} if ahead.transfer is None else self._transfer.deliver(ahead.transfer)
+        if ahead.made is not None:
+            consumer = torch.cuda.current_stream(self.device)
+            consumer.wait_event(ahead.made)
+            for tensor in ahead.ready.values():
+                if tensor.is_cuda:
+                    tensor.record_stream(consumer)
         return {**copied, **ahead.ready}
 
     def get_state(self) -> dict[str, Any]:
