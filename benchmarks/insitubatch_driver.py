@@ -28,6 +28,7 @@ def main() -> None:
     parser.add_argument("--latency-s", type=float, default=0.0)
     parser.add_argument("--batch-size", type=int, required=True)
     parser.add_argument("--max-samples", type=int, required=True)
+    parser.add_argument("--max-seconds", type=float, required=True)
     parser.add_argument("--block-chunks", type=int, required=True)
     parser.add_argument("--max-inflight", type=int, required=True)
     parser.add_argument("--prefetch-depth", type=int, default=2)
@@ -57,7 +58,7 @@ def main() -> None:
         seed=0,
     )
     batches = iter(dataset.train)
-    drained = drain(_numbered(batches), variables, args.max_samples)
+    drained = drain(_numbered(batches), variables, args.max_samples, args.max_seconds)
     batches.close()  # publishes the pass's counters
     rss_growth = peak_rss_mb() - rss_before
     reads = latency_store.READS.value if delayed else dataset.cache_misses
@@ -68,6 +69,7 @@ def main() -> None:
                 "samples": int(drained.order.size),
                 "seconds": drained.seconds,
                 "first_batch_s": drained.first_batch_s,
+                "first_batch_samples": drained.first_batch_samples,
                 "nbytes": drained.nbytes,
                 "reads": int(reads),
                 "peak_rss_MB": peak_rss_mb(),

@@ -85,6 +85,7 @@ def run_peer(
     latency_s: float,
     batch_size: int,
     max_samples: int,
+    max_seconds: float,
     settings: PeerSettings,
 ) -> tuple[Drained, dict[str, Any]]:
     """One scenario in a fresh interpreter: what it yielded, and its own report."""
@@ -99,6 +100,7 @@ def run_peer(
             f"--latency-s={latency_s}",
             f"--batch-size={batch_size}",
             f"--max-samples={max_samples}",
+            f"--max-seconds={max_seconds}",
             f"--block-chunks={settings.block_chunks}",
             f"--max-inflight={settings.max_inflight}",
             f"--prefetch-depth={settings.prefetch_depth}",
@@ -119,5 +121,6 @@ def run_peer(
                 seconds=report["seconds"],
                 first_batch_s=report["first_batch_s"],
                 nbytes=report["nbytes"],
+                first_batch_samples=report["first_batch_samples"],
             )
     return drained, report

@@ -25,7 +25,7 @@ import zarr
 from tqdm import tqdm
 
 from benchmarks import peer, report
-from benchmarks.measure import Drained, checks_out
+from benchmarks.measure import Drained, checks_out, sample_sums
 from benchmarks.stores import CODEC_LABELS, CODECS, ensure_store
 from insitubatch_nodes.core.quality import gap_score
 from insitubatch_nodes.synthetic import ERA5_GRID, ERA5_VARIABLES
@@ -35,19 +35,20 @@ CEILINGS = ("ceiling: zarr sequential read", "ceiling: decode-only, all cores", 
 
 
 def checksums(path: str) -> np.ndarray:
-    """Per-sample float64 sums of every variable, from a direct zarr read."""
+    """Per-sample checksums of every variable from a direct zarr read, computed exactly as
+    the loaders' are."""
     group = zarr.open_group(path, mode="r")
-    return np.stack(
-        [
-            np.asarray(group[name][...], dtype=np.float64).reshape(group[name].shape[0], -1).sum(1)
-            for name in ERA5_VARIABLES
-        ],
-        axis=1,
-    )
+    return sample_sums({name: group[name][...] for name in ERA5_VARIABLES}, ERA5_VARIABLES)
 
 
 def _run_loader(
-    name: str, path: str, latency_s: float, batch_size: int, max_samples: int, queue: Any
+    name: str,
+    path: str,
+    latency_s: float,
+    batch_size: int,
+    max_samples: int,
+    max_seconds: float,
+    queue: Any,
 ) -> None:
     from benchmarks import latency_store
     from benchmarks.loaders import LOADERS
@@ -56,7 +57,7 @@ def _run_loader(
     factory, options = LOADERS[name]
     rss_before = peak_rss_mb()
     batches = factory(path, latency_s, ERA5_VARIABLES, batch_size, **options)
-    drained = drain(batches, ERA5_VARIABLES, max_samples)
+    drained = drain(batches, ERA5_VARIABLES, max_samples, max_seconds)
     queue.put(
         {
             "drained": drained,
@@ -84,6 +85,7 @@ def figures(drained: Drained, truth: np.ndarray, reads: int, sample_bytes: int) 
         "samples": samples,
         "seconds": drained.seconds,
         "samples_per_s": samples / drained.seconds,
+        "steady_samples_per_s": drained.steady_samples_per_s,
         "MB_per_s": samples * sample_bytes / 1e6 / drained.seconds,
         "first_batch_s": drained.first_batch_s,
         "reads_per_sample": reads / samples,
@@ -108,12 +110,18 @@ def scenarios(args: argparse.Namespace) -> list[tuple[str, int, float]]:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--time-steps", type=int, default=480)
+    parser.add_argument("--time-steps", type=int, default=1920)
     parser.add_argument("--steps-per-chunk", default="1,4,24")
     parser.add_argument("--codecs", default=",".join(CODECS))
     parser.add_argument("--latency-ms", type=float, default=30.0, help="0: no latency rows")
     parser.add_argument("--latency-codecs", default="zstd", help="codecs that get latency rows")
-    parser.add_argument("--latency-samples", type=int, default=128)
+    parser.add_argument("--latency-samples", type=int, default=960)
+    parser.add_argument(
+        "--max-seconds",
+        type=float,
+        default=20.0,
+        help="a loader stops after this long (slow baselines), its rates from what it yielded",
+    )
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--loaders", default="all", help="comma-separated names, or all")
     parser.add_argument("--python312", help="a Python >= 3.12 for the insitubatch peer")
@@ -126,7 +134,7 @@ def parse_args() -> argparse.Namespace:
     )
     args = parser.parse_args()
     if args.quick:
-        defaults = {"time_steps": 480, "steps_per_chunk": "1,4,24", "latency_samples": 128}
+        defaults = {"time_steps": 1920, "steps_per_chunk": "1,4,24", "latency_samples": 960}
         quick = {"time_steps": 96, "steps_per_chunk": "1,24", "latency_samples": 48}
         for key, value in quick.items():
             if getattr(args, key) == defaults[key]:
@@ -185,7 +193,9 @@ def main() -> None:
             for name in names:
                 bar.set_description(f"{codec} {steps}/chunk {latency_s * 1000:.0f} ms: {name}")
                 if name != peer.NAME:
-                    got = run_isolated(name, str(path), latency_s, args.batch_size, max_samples)
+                    got = run_isolated(
+                        name, str(path), latency_s, args.batch_size, max_samples, args.max_seconds
+                    )
                     drained, reads = got.pop("drained"), got.pop("reads")
                     rows.append(
                         {
@@ -205,6 +215,7 @@ def main() -> None:
                         latency_s,
                         args.batch_size,
                         max_samples,
+                        args.max_seconds,
                         settings,
                     )
                     rows.append(
@@ -227,6 +238,7 @@ def main() -> None:
         "variables": ERA5_VARIABLES,
         "codecs": {c: CODEC_LABELS[c] for c in args.codecs.split(",")},
         "latency_samples": args.latency_samples,
+        "max_seconds": args.max_seconds,
         "insitubatch_settings": asdict(settings),
     }
     (args.out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
