@@ -40,7 +40,7 @@ def ours(
         list(variables),
         split="all",
         batch_size=batch_size,
-        block_chunks=kw.get("block_chunks", 8),
+        block_chunks=kw.get("block_chunks"),  # None: the builder's default
         max_inflight=kw.get("max_inflight", 64),
         device="cpu",
         seed=0,

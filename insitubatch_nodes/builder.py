@@ -14,7 +14,7 @@ from zarr.abc.store import Store
 from insitubatch_nodes.channel_stats import StatsLike
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS, batch_channels
-from insitubatch_nodes.core.memory_bound import plan_memory
+from insitubatch_nodes.core.memory_bound import default_block_chunks, plan_memory, sample_nbytes
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.io.retry import RetryPolicy
@@ -76,7 +76,7 @@ def build_loader(
     split: str = "train",
     *,
     batch_size: int = 32,
-    block_chunks: int = 8,
+    block_chunks: int | None = None,
     max_inflight: int = 64,
     prefetch_blocks: int = 2,
     memory_budget: int = 1 << 30,
@@ -102,9 +102,11 @@ def build_loader(
 
     Each batch is `{variable: tensor (batch, *sample_shape), "sample_index": int64}`.
     `block_chunks` units are read and shuffled together: larger blocks shuffle better and
-    hold more memory. `memory_budget` (bytes) bounds all the loader holds at once: the
-    shuffle window, the batch being gathered and the reads in flight come first, and the
-    rest caps the blocks read ahead (`core.memory_bound`); reading runs until
+    hold more memory; by default a block holds at least 64 samples and 8 chunks, within an
+    eighth of `memory_budget` (`core.memory_bound.default_block_chunks`). `memory_budget`
+    (bytes) bounds all the loader holds at once: the shuffle window, the batch being
+    gathered and the reads in flight come first, and the rest caps the blocks read ahead
+    (`core.memory_bound`); reading runs until
     `2 * max_inflight` chunk reads are pending. Every rank yields the same number of
     batches per epoch. `zarr_pipeline="zarrs"` speeds up arrays that zarr must decode
     itself (filters, F order); common layouts are decoded by the library either way.
@@ -137,7 +139,7 @@ def build_loader(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if block_chunks < 1:
+    if block_chunks is not None and block_chunks < 1:
         raise ValueError(f"block_chunks must be >= 1, got {block_chunks}")
     if device_prefetch is not None and device_prefetch < 0:
         raise ValueError(f"device_prefetch must be >= 0 batches, got {device_prefetch}")
@@ -168,6 +170,12 @@ def build_loader(
             f"batch_size={batch_size} with drop_last=True leaves no full batch: the smallest "
             f"rank holds {permute.min_rank_samples} samples of split {split!r}; lower "
             f"batch_size or set drop_last=False"
+        )
+    if block_chunks is None:
+        block_chunks = default_block_chunks(
+            anchors.geometry.unit_length,
+            anchors.block_rows_bound(1) * sample_nbytes(opened.layouts),
+            memory_budget,
         )
     memory = plan_memory(
         memory_budget,

@@ -13,8 +13,15 @@ from hypothesis import strategies as st
 
 from insitubatch_nodes import AsyncFetchNode, build_loader
 from insitubatch_nodes.core.geometry import VariableLayout
-from insitubatch_nodes.core.memory_bound import plan_memory
+from insitubatch_nodes.core.memory_bound import (
+    BLOCKS_PER_BUDGET,
+    MIN_BLOCK_CHUNKS,
+    MIN_BLOCK_SAMPLES,
+    default_block_chunks,
+    plan_memory,
+)
 from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.nodes.read_plan import ReadPlanNode
 
 LAYOUTS = {
     "a": VariableLayout((100, 8, 8), (5, 8, 8), "float32"),  # 256 B per sample
@@ -79,3 +86,37 @@ def test_peak_memory_of_an_epoch_stays_within_the_budget(tmp_path: Any) -> None:
         tracemalloc.stop()
     assert samples == 480 and samples * sample_bytes > budget + (4 << 20)
     assert peak <= budget + (1 << 20)  # plus interpreter noise (traced Python objects)
+
+
+@given(
+    unit_samples=st.integers(1, 500),
+    unit_bytes=st.integers(1, 1 << 30),
+    budget=st.integers(1 << 20, 1 << 36),
+)
+def test_default_blocks_reach_enough_samples_within_the_budget(
+    unit_samples: int, unit_bytes: int, budget: int
+) -> None:
+    chunks = default_block_chunks(unit_samples, unit_bytes, budget)
+    assert chunks >= MIN_BLOCK_CHUNKS
+    if chunks > MIN_BLOCK_CHUNKS:  # grown past the floor: for samples, and only as affordable
+        assert (chunks - 1) * unit_samples < MIN_BLOCK_SAMPLES
+        assert chunks * unit_bytes * BLOCKS_PER_BUDGET <= budget
+    elif (MIN_BLOCK_CHUNKS + 1) * unit_bytes * BLOCKS_PER_BUDGET <= budget:
+        assert MIN_BLOCK_CHUNKS * unit_samples >= MIN_BLOCK_SAMPLES  # the floor was enough
+
+
+@pytest.mark.parametrize(("steps_per_chunk", "expected"), [(1, 64), (4, 16), (8, 8), (24, 8)])
+def test_the_builder_sizes_blocks_from_the_chunking(
+    tmp_path: Any, steps_per_chunk: int, expected: int
+) -> None:
+    group = zarr.open_group(str(tmp_path / "store.zarr"), mode="w")
+    array = group.create_array(
+        "x", shape=(96, 4, 4), chunks=(steps_per_chunk, 4, 4), dtype="float32"
+    )
+    array[...] = 1.0
+    loader = build_loader(str(tmp_path / "store.zarr"), split="all", device="cpu")
+    plans = next(n for n in graph_nodes(loader.root) if isinstance(n, ReadPlanNode))
+    assert plans.block_chunks == expected
+    explicit = build_loader(str(tmp_path / "store.zarr"), split="all", block_chunks=3, device="cpu")
+    plans = next(n for n in graph_nodes(explicit.root) if isinstance(n, ReadPlanNode))
+    assert plans.block_chunks == 3

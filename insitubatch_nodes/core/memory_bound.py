@@ -17,6 +17,21 @@ import numpy as np
 
 from insitubatch_nodes.core.geometry import VariableLayout
 
+MIN_BLOCK_CHUNKS = 8
+MIN_BLOCK_SAMPLES = 64  # per-block work (plan, reads, wake-ups) spread over this many
+BLOCKS_PER_BUDGET = 8  # a default block takes at most this fraction of the budget
+
+
+def default_block_chunks(unit_samples: int, unit_bytes: int, memory_budget: int) -> int:
+    """Units per block when the user names none: enough for `MIN_BLOCK_SAMPLES` samples
+    (with one time step per chunk, 8 chunks would be 8 samples, and the fixed cost of a
+    block would dominate), as long as a block stays within 1/`BLOCKS_PER_BUDGET` of the
+    budget; never fewer than `MIN_BLOCK_CHUNKS`. A pure function of the data's layout, so
+    every machine and every resume picks the same blocks."""
+    wanted = -(-MIN_BLOCK_SAMPLES // max(1, unit_samples))
+    affordable = memory_budget // (BLOCKS_PER_BUDGET * max(1, unit_bytes))
+    return max(MIN_BLOCK_CHUNKS, min(wanted, affordable))
+
 
 @dataclass(frozen=True)
 class MemoryPlan:
