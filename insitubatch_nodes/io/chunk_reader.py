@@ -31,6 +31,7 @@ from zarr.core.buffer import default_buffer_prototype
 
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.read_plan import ChunkRead, ReadPlan
+from insitubatch_nodes.io.block_buffers import BlockBuffers
 from insitubatch_nodes.io.chunk_codec import ChunkDecoder, fast_decoder
 from insitubatch_nodes.io.opened_arrays import OpenedArrays
 from insitubatch_nodes.io.retry import ReadGaveUp, RetryPolicy
@@ -140,10 +141,13 @@ class ChunkReader:
         zarr_pipeline: str | None = None,
         retry: RetryPolicy | None = None,
         opened_arrays: OpenedArrays | None = None,
+        block_buffers: BlockBuffers | None = None,
     ) -> None:
-        """`shard_indexes` and `opened_arrays` may outlive this reader (one per epoch)."""
+        """`shard_indexes`, `opened_arrays` and `block_buffers` may outlive this reader (one
+        per epoch); block buffers are used from the event loop's thread only."""
         self._store = store
         self._opened = opened_arrays or OpenedArrays(store)
+        self._buffers = block_buffers or BlockBuffers(max_idle_bytes=0)
         self._retry = retry or RetryPolicy()
         self._shard_indexes = shard_indexes or ShardIndexes()
         self._zarr_pipeline = zarr_pipeline
@@ -243,9 +247,9 @@ class ChunkReader:
     async def read_block(self, plan: ReadPlan) -> dict[str, np.ndarray]:
         arrays = await self._ready()
         buffers = {
-            name: np.empty(
+            name: self._buffers.empty(
                 (plan.buffer_rows[name], *self._layouts[name].sample_shape),
-                dtype=self._layouts[name].dtype,
+                np.dtype(self._layouts[name].dtype),
             )
             for name in plan.reads
         }

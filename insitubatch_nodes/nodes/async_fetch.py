@@ -30,6 +30,7 @@ from zarr.abc.store import Store
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.read_plan import ReadPlan
 from insitubatch_nodes.device.device_block_reader import DeviceBlockReader
+from insitubatch_nodes.io.block_buffers import BlockBuffers
 from insitubatch_nodes.io.chunk_reader import ChunkReader, FetchStats
 from insitubatch_nodes.io.event_loop import EventLoopThread, default_decode_threads
 from insitubatch_nodes.io.fork_guard import check_same_process
@@ -38,6 +39,8 @@ from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.shard_reader import ShardIndexes
 from insitubatch_nodes.io.zarr_compat import resolve_pipeline
 from insitubatch_nodes.items import FetchedBlock
+
+IDLE_BUFFER_SHARE = 4  # memory of dropped blocks kept for reuse: this part of the budget
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         self.stats = FetchStats()
         self._shard_indexes = ShardIndexes()  # shard indexes outlive each epoch's reader,
         self._opened_arrays = OpenedArrays(store)  # and so do the opened arrays
+        self._block_buffers = BlockBuffers(max_idle_bytes=memory_budget // IDLE_BUFFER_SHARE)
         self._owner_pid = os.getpid()
         self._runtime: EventLoopThread | None = None
         self._reader: ChunkReader | DeviceBlockReader | None = None
@@ -134,6 +138,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             self._finalizer = None
         self._runtime = None
         self._reader = None
+        self._block_buffers.clear()  # idle memory goes back when no epoch runs
 
     def _start(self) -> None:
         runtime = EventLoopThread("fetch", self.decode_threads)
@@ -150,6 +155,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             zarr_pipeline=self.zarr_pipeline,
             retry=self.retry,
             opened_arrays=self._opened_arrays,
+            block_buffers=self._block_buffers,
         )
         if self.decode_on is not None:
             self._reader = self._device_reader()
