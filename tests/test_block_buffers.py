@@ -6,9 +6,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from conftest import batch_key
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from insitubatch_nodes import build_loader
 from insitubatch_nodes.io.block_buffers import BlockBuffers
 
 # (operation, argument): take an array of `rows` rows, drop the i-th live one, or keep only
@@ -70,3 +72,18 @@ def test_idle_memory_is_bounded() -> None:
     again = [pool.empty((1024,), np.dtype("uint8")) for _ in range(8)]
     assert pool.reused == 3  # only three idle kilobytes were kept
     assert len({a.__array_interface__["data"][0] for a in again}) == 8
+
+
+def test_batches_and_blocks_a_consumer_keeps_are_never_overwritten(memory_url: Any) -> None:
+    """Memory is recycled only once nothing refers to it: an epoch's batches, all kept,
+    equal the same epoch's batches copied out as they came."""
+    url, _ = memory_url()
+    copied = [
+        {k: v.clone() for k, v in b.items()}
+        for b in build_loader(url, split="all", batch_size=5, block_chunks=2, device="cpu")
+    ]
+    kept = list(build_loader(url, split="all", batch_size=5, block_chunks=2, device="cpu"))
+    assert [batch_key(b) for b in kept] == [batch_key(b) for b in copied]
+    again = build_loader(url, split="all", batch_size=5, block_chunks=2, device="cpu")
+    views = [b["t2m"][1:] for b in again]  # a consumer that keeps only views of its batches
+    assert all(torch.equal(v, b["t2m"][1:]) for v, b in zip(views, copied, strict=True))

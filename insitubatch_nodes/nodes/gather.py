@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +11,10 @@ import torch
 from torchdata.nodes import BaseNode
 
 from insitubatch_nodes.core.read_plan import ReadPlan
+from insitubatch_nodes.io.block_buffers import BlockBuffers
 from insitubatch_nodes.items import PATCH_ORIGIN_KEY, SAMPLE_INDEX_KEY, BatchDraw
+
+IDLE_BATCHES = 2  # dropped batches whose memory is kept for the next ones
 
 Allocate = Callable[[dict[str, tuple[tuple[int, ...], np.dtype]]], dict[str, np.ndarray]]
 
@@ -37,6 +41,7 @@ class GatherNode(BaseNode[dict[str, np.ndarray]]):
         super().__init__()
         self.source = source
         self.allocate = allocate
+        self._buffers = BlockBuffers(max_idle_bytes=0)
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
@@ -47,7 +52,21 @@ class GatherNode(BaseNode[dict[str, np.ndarray]]):
         first = next(iter(draw.parts[0][0].arrays.values()), None)
         if isinstance(first, torch.Tensor):
             return gather_tensors(draw)
-        return gather(draw, self.allocate)
+        return gather(draw, self.allocate or self._recycled)
+
+    def _recycled(
+        self, shapes: dict[str, tuple[tuple[int, ...], np.dtype]]
+    ) -> dict[str, np.ndarray]:
+        """Batch arrays in the memory of batches the consumer has dropped (a fresh batch of
+        megabytes page-faults on first touch, a cost as large as the gather's copy)."""
+        nbytes = sum(
+            math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in shapes.values()
+        )
+        self._buffers.max_idle_bytes = IDLE_BATCHES * nbytes
+        return {
+            key: self._buffers.empty(shape, np.dtype(dtype))
+            for key, (shape, dtype) in shapes.items()
+        }
 
     def get_state(self) -> dict[str, Any]:
         return {self.SOURCE_KEY: self.source.state_dict()}
