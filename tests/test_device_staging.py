@@ -189,24 +189,6 @@ class _Counting(BaseNode[Any]):
         return self.source.state_dict()
 
 
-@pytest.mark.parametrize("prefetch", [0, 1, 3])
-def test_node_keeps_prefetch_batches_ahead_and_yields_the_same_batches(
-    memory_url: Any, prefetch: int
-) -> None:
-    url, _ = memory_url()
-    expected = [batch_key(b) for b in Loader(build_stage(url, "gather", batch_size=6))]
-    counting = _Counting(build_stage(url, "gather", batch_size=6))
-    node = PinToDeviceNode(counting, device="cpu", prefetch=prefetch, background=False)
-    node.reset()
-    got = []
-    for handed_out in range(1, len(expected) + 1):
-        got.append(batch_key(next(node)))
-        assert counting.pulled == min(handed_out + prefetch, len(expected))
-    with pytest.raises(StopIteration):
-        next(node)
-    assert got == expected
-
-
 def _eventually(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
     deadline = time.monotonic() + timeout
     while not condition() and time.monotonic() < deadline:
@@ -214,21 +196,28 @@ def _eventually(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
     return condition()
 
 
-@pytest.mark.parametrize("prefetch", [1, 3])
-def test_background_producer_runs_prefetch_batches_ahead_never_more(
-    memory_url: Any, prefetch: int
+@pytest.mark.parametrize(
+    ("prefetch", "background"), [(0, False), (1, False), (3, False), (1, True), (3, True)]
+)
+def test_node_keeps_prefetch_batches_ahead_and_yields_the_same_batches(
+    memory_url: Any, prefetch: int, background: bool
 ) -> None:
+    """In the consumer's thread exactly `prefetch` batches ahead; on a producer thread
+    never more, and that many once it has caught up."""
     url, _ = memory_url()
     expected = [batch_key(b) for b in Loader(build_stage(url, "gather", batch_size=6))]
     counting = _Counting(build_stage(url, "gather", batch_size=6))
-    node = PinToDeviceNode(counting, device="cpu", prefetch=prefetch, background=True)
+    node = PinToDeviceNode(counting, device="cpu", prefetch=prefetch, background=background)
     node.reset()
     got = []
     for handed_out in range(1, len(expected) + 1):
         got.append(batch_key(next(node)))
         ahead = min(handed_out + prefetch, len(expected))
         assert counting.pulled <= ahead
-        assert _eventually(lambda want=ahead: counting.pulled == want)
+        if background:
+            assert _eventually(lambda want=ahead: counting.pulled == want)
+        else:
+            assert counting.pulled == ahead
     with pytest.raises(StopIteration):
         next(node)
     assert got == expected
