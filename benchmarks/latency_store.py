@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+from pathlib import Path
 from typing import Any
 
+import obstore.store
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
-from zarr.storage import LocalStore, WrapperStore
+from zarr.storage import ObjectStore, WrapperStore
 
 READS = multiprocessing.Value("q", 0)  # forked DataLoader workers share it
 
@@ -20,6 +22,7 @@ class LatencyStore(WrapperStore[Store]):
     def __init__(self, store: Store, latency_s: float) -> None:
         super().__init__(store)
         self.latency_s = latency_s
+        self.path = ""  # where it reads, for re-creating it in a worker process
 
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
@@ -31,8 +34,14 @@ class LatencyStore(WrapperStore[Store]):
         return await self._store.get(key, prototype, byte_range)
 
     def __reduce__(self) -> tuple[Any, ...]:  # DataLoader workers re-create it by path
-        return (open_latency_store, (str(self._store.root), self.latency_s))  # type: ignore[attr-defined]
+        return (open_latency_store, (self.path, self.latency_s))
 
 
 def open_latency_store(path: str, latency_s: float) -> Store:
-    return LatencyStore(LocalStore(path, read_only=True), latency_s)
+    """The delaying wrapper over obstore's local store: its gets are native async, as an
+    object store's are (zarr's `LocalStore` would read in the loop's default executor,
+    which is the loaders' decode pool, and skew the in-flight bound)."""
+    local = obstore.store.LocalStore(str(Path(path).resolve()))
+    store = LatencyStore(ObjectStore(local, read_only=True), latency_s)
+    store.path = path
+    return store
