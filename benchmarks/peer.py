@@ -15,13 +15,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from benchmarks.measure import Drained
+from insitubatch_nodes.core.memory_bound import DEFAULT_MEMORY_BUDGET, default_block_chunks
 
 VERSION = "0.2.0"
 NAME = f"insitubatch {VERSION}"
@@ -32,15 +33,23 @@ ROOT = Path(__file__).resolve().parent.parent
 class PeerSettings:
     """Its knobs: the same shuffle window and reads in flight as our defaults.
 
-    `block_chunks=8` matches our shuffle window (it widens it itself so a batch fits one
-    block, i.e. to 16 at 1 step per chunk with batch 16); `max_inflight=64` matches ours, so
-    the latency rows compare engines, not concurrency limits (its own default is 32, which
-    would halve its ceiling at 30 ms). `prefetch_depth` stays at its default of 2 batches.
+    `block_chunks` is set per store to the block size our builder picks for it
+    (`matching`), so both shuffle, and amortise each block's fixed cost, over the same
+    number of chunks; `max_inflight=64` matches ours, so the latency rows compare engines,
+    not concurrency limits (its own default is 32, which would halve its ceiling at 30 ms).
+    `prefetch_depth` stays at its default of 2 batches.
     """
 
     block_chunks: int = 8
     max_inflight: int = 64
     prefetch_depth: int = 2
+
+
+def matching(settings: PeerSettings, unit_samples: int, unit_bytes: int) -> PeerSettings:
+    """`settings` with our default block size for chunks of `unit_samples` samples and
+    `unit_bytes` bytes (all variables) under our default 1 GiB memory budget."""
+    chunks = default_block_chunks(unit_samples, unit_bytes, DEFAULT_MEMORY_BUDGET)
+    return replace(settings, block_chunks=chunks)
 
 
 def find_python(explicit: str | None = None) -> str | None:

@@ -6,11 +6,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from insitubatch_nodes.core.memory_bound import DEFAULT_MEMORY_BUDGET
+
 OURS = "insitubatch-nodes"
 NAIVE_W2 = "naive DataLoader w2"
 DECODE = "ceiling: decode-only, all cores"
 PEERS = ("insitubatch 0.2.0", "xbatcher w2")
-MEMORY_BUDGET_MB = 1024  # build_loader's default memory_budget (1 GiB)
+MEMORY_BUDGET_MB = DEFAULT_MEMORY_BUDGET >> 20  # build_loader's default memory_budget
 MAX_INFLIGHT = 64  # build_loader's default
 
 Rows = list[dict[str, Any]]

@@ -14,7 +14,12 @@ from zarr.abc.store import Store
 from insitubatch_nodes.channel_stats import StatsLike
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS, batch_channels
-from insitubatch_nodes.core.memory_bound import default_block_chunks, plan_memory, sample_nbytes
+from insitubatch_nodes.core.memory_bound import (
+    DEFAULT_MEMORY_BUDGET,
+    default_block_chunks,
+    plan_memory,
+    sample_nbytes,
+)
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.io.retry import RetryPolicy
@@ -79,7 +84,7 @@ def build_loader(
     block_chunks: int | None = None,
     max_inflight: int = 64,
     prefetch_blocks: int = 2,
-    memory_budget: int = 1 << 30,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
     seed: int = 0,
     rank: int | None = None,
     world_size: int | None = None,

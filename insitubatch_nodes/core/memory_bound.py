@@ -17,6 +17,7 @@ import numpy as np
 
 from insitubatch_nodes.core.geometry import VariableLayout
 
+DEFAULT_MEMORY_BUDGET = 1 << 30  # bytes: build_loader's default
 MIN_BLOCK_CHUNKS = 8
 MIN_BLOCK_SAMPLES = 64  # per-block work (plan, reads, wake-ups) spread over this many
 BLOCKS_PER_BUDGET = 8  # a default block takes at most this fraction of the budget
