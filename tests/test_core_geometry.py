@@ -10,7 +10,7 @@ from strategies import geometries
 
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.partition import assign_epoch
-from insitubatch_nodes.core.read_plan import plan_block
+from insitubatch_nodes.core.read_plan import ChunkRead, chunk_regions, plan_block
 
 
 @given(geometries())
@@ -58,6 +58,59 @@ def test_read_plan_reads_each_chunk_once_and_covers_each_row_once(
             for rest in layout.inner_chunk_grid()
         }
         assert sorted(read_in_epoch[name]) == sorted(every_chunk)  # once each, all of them
+
+
+def _stored_chunk(
+    source: np.ndarray, layout: VariableLayout, coords: tuple[int, ...]
+) -> np.ndarray:
+    """Chunk `coords` as a store holds it: always the full chunk shape, the part past the
+    array's edge padded with a value no real element has (-1; the sources are >= 0)."""
+    stored = np.full(layout.chunks, -1, dtype=source.dtype)
+    origin = [i * c for i, c in zip(coords, layout.chunks, strict=True)]
+    part = source[tuple(slice(o, o + c) for o, c in zip(origin, layout.chunks, strict=True))]
+    stored[tuple(slice(0, n) for n in part.shape)] = part
+    return stored
+
+
+def test_chunk_regions_place_an_edge_chunk_by_hand() -> None:
+    layout = VariableLayout((10, 7), (4, 3), "int32")
+    target, valid = chunk_regions(layout, ChunkRead((2, 2), dest_row=5))
+    assert target == (slice(5, 7), slice(6, 7))  # rows 8, 9 land at 5, 6; column 6 only
+    assert valid == (slice(0, 2), slice(0, 1))  # the rest of the stored chunk is padding
+    target, valid = chunk_regions(layout, ChunkRead((0, 1), dest_row=0))
+    assert target == (slice(0, 4), slice(3, 6))
+    assert valid == (slice(0, 4), slice(0, 3))
+
+
+@settings(max_examples=60)
+@given(geometries(), st.integers(1, 4))
+def test_chunk_regions_assemble_each_block_from_stored_chunks(
+    geometry: SampleGeometry, block_chunks: int
+) -> None:
+    """Every plan's chunks, placed by `chunk_regions` from their padded stored form, give a
+    block whose row of each (anchor, offset) is the source's own slice at that step, and
+    every buffer element is written by exactly one chunk."""
+    assignment = assign_epoch(
+        geometry, np.arange(geometry.num_units), seed=0, epoch=0, rank=0, world_size=1
+    )
+    sources = {
+        name: np.arange(np.prod(layout.shape), dtype=np.int64).reshape(layout.shape)
+        for name, layout in geometry.variables.items()
+    }
+    for j, start in enumerate(range(0, assignment.units.size, block_chunks)):
+        units = assignment.units[start : start + block_chunks]
+        plan = plan_block(geometry, units, assignment=assignment, block_index=j)
+        for name, layout in geometry.variables.items():
+            shape = (plan.buffer_rows[name], *layout.sample_shape)
+            buffer = np.full(shape, -2, dtype=np.int64)
+            writes = np.zeros(shape, dtype=np.int64)
+            for read in plan.reads[name]:
+                target, valid = chunk_regions(layout, read)
+                buffer[target] = _stored_chunk(sources[name], layout, read.coords)[valid]
+                writes[target] += 1
+            assert (writes == 1).all()
+            steps = plan.sample_index[:, None] + np.asarray(plan.offsets[name])[None, :]
+            assert np.array_equal(buffer[plan.rows[name]], sources[name][steps])
 
 
 def test_unit_is_least_common_multiple_of_sample_chunks() -> None:

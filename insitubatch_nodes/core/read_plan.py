@@ -36,6 +36,24 @@ class ChunkRead:
     dest_row: int
 
 
+def chunk_regions(
+    layout: VariableLayout, read: ChunkRead
+) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
+    """Where `read`'s chunk goes in its block buffer, and which part of the stored chunk
+    is real data (edge chunks are stored padded to the full chunk shape).
+
+    Every reader, host or device, places chunks with this one function, so a block
+    buffer means the same thing whichever path filled it: `buffer[target] =
+    stored_chunk[valid]`, where the buffer's axis 0 is block rows (from `read.dest_row`)
+    and its other axes are the array's own.
+    """
+    selection = layout.chunk_selection(read.coords)
+    rows = selection[0].stop - selection[0].start
+    target = (slice(read.dest_row, read.dest_row + rows), *selection[1:])
+    valid = tuple(slice(0, s.stop - s.start) for s in selection)
+    return target, valid
+
+
 @dataclass(frozen=True, eq=False)
 class ReadPlan:
     """Everything needed to fetch one block; `assignment` ties it to its (seed, epoch, rank).

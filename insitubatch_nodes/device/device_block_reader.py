@@ -31,7 +31,7 @@ from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 
 from insitubatch_nodes.core.geometry import VariableLayout
-from insitubatch_nodes.core.read_plan import ChunkRead, ReadPlan
+from insitubatch_nodes.core.read_plan import ChunkRead, ReadPlan, chunk_regions
 from insitubatch_nodes.device.batch_layout import ALIGNMENT
 from insitubatch_nodes.device.gpu_codecs import DeviceCodec, device_codec, load_nvcomp
 from insitubatch_nodes.io.chunk_codec import ChunkDecoder, fast_decoder
@@ -61,17 +61,6 @@ class _Place:
     valid: tuple[slice, ...]
     whole: bool
     scratch: torch.Tensor  # bytes; a view of `region` when `whole`
-
-
-def chunk_regions(
-    layout: VariableLayout, read: ChunkRead
-) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
-    """Where a chunk goes in the block buffer, and which part of the stored chunk is real."""
-    selection = layout.chunk_selection(read.coords)
-    rows = selection[0].stop - selection[0].start
-    target = (slice(read.dest_row, read.dest_row + rows), *selection[1:])
-    valid = tuple(slice(0, s.stop - s.start) for s in selection)
-    return target, valid
 
 
 def torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:

@@ -30,7 +30,7 @@ from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 
 from insitubatch_nodes.core.geometry import VariableLayout
-from insitubatch_nodes.core.read_plan import ChunkRead, ReadPlan
+from insitubatch_nodes.core.read_plan import ChunkRead, ReadPlan, chunk_regions
 from insitubatch_nodes.io.block_buffers import BlockBuffers
 from insitubatch_nodes.io.chunk_codec import ChunkDecoder, fast_decoder
 from insitubatch_nodes.io.opened_arrays import OpenedArrays
@@ -284,18 +284,10 @@ class ChunkReader:
         selection = self._layouts[name].chunk_selection(read.coords)
         return stored_object_key(array.metadata, array.store_path.path, selection)
 
-    def _regions(self, name: str, read: ChunkRead) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
-        """Where the chunk goes in the block buffer, and which part of it is real data."""
-        selection = self._layouts[name].chunk_selection(read.coords)
-        rows = selection[0].stop - selection[0].start
-        target = (slice(read.dest_row, read.dest_row + rows), *selection[1:])
-        valid = tuple(slice(0, s.stop - s.start) for s in selection)
-        return target, valid
-
     def _decode_one(
         self, name: str, decoder: ChunkDecoder, buffer: np.ndarray, read: ChunkRead, data: Any
     ) -> int:
-        target, valid = self._regions(name, read)
+        target, valid = chunk_regions(self._layouts[name], read)
         destination = buffer[target]
         try:
             decoder.decode_into(data, destination, valid)
@@ -414,7 +406,7 @@ class ChunkReader:
         read: ChunkRead,
         buffer: np.ndarray,
     ) -> None:
-        target, _ = self._regions(name, read)
+        target, _ = chunk_regions(self._layouts[name], read)
         selection = self._layouts[name].chunk_selection(read.coords)
         key = stored_object_key(array.metadata, array.store_path.path, selection)
         try:
