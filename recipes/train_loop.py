@@ -1,5 +1,8 @@
-"""The training loop both recipes share: N steps, checkpoints holding model, optimiser AND
-loader state, exact resume, and one line per step with a hash of the batch it trained on.
+"""What both recipes share: their common arguments, the data (an archive, or a synthetic
+look-alike written once), the manifest and statistics pass, the model, and the training
+loop: N steps, checkpoints holding model, optimiser AND loader state, exact resume, and
+one line per step with a hash of the batch it trained on. A recipe keeps only what is its
+own: the archive it mimics, the sample spec and the loader options.
 
 The per-step line is the resume check: a run killed after step k and restarted with
 `--resume` prints, for steps k+1 .. N, the same batch hashes (and losses) as a run that
@@ -12,7 +15,7 @@ import argparse
 import hashlib
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,14 +23,36 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+import insitubatch_nodes as ib
 from insitubatch_nodes import SAMPLE_INDEX_KEY, AsyncFetchNode, Loader
+from insitubatch_nodes.core.manifest import DEFAULT_FRACTIONS
 from insitubatch_nodes.loader import graph_nodes
 
-LossFn = Callable[[torch.nn.Module, Mapping[str, torch.Tensor]], torch.Tensor]
+Options = dict[str, object] | None  # storage_options of the store, None for local files
 
 
-def add_run_arguments(parser: argparse.ArgumentParser, steps: int) -> None:
-    parser.add_argument("--steps", type=int, default=steps, help="optimiser steps in all")
+def recipe_parser(
+    name: str,
+    description: str,
+    *,
+    time_steps: int,
+    step: str,
+    grid: Sequence[int],
+    hidden: int,
+) -> argparse.ArgumentParser:
+    """The arguments every recipe takes (data, work directory, unit, model width, run);
+    the recipe adds its own. Work goes to ~/.cache/insitubatch-nodes/recipes/`name`."""
+    workdir = Path.home() / ".cache" / "insitubatch-nodes" / "recipes" / name
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--url", default=None, help="a real archive instead of the look-alike")
+    parser.add_argument("--workdir", type=Path, default=workdir)
+    parser.add_argument(
+        "--time-steps", type=int, default=time_steps, help=f"look-alike length ({step})"
+    )
+    parser.add_argument("--grid", type=int, nargs=2, default=list(grid), help="look-alike grid")
+    parser.add_argument("--unit-steps", type=int, default=4, help="steps per shuffled unit")
+    parser.add_argument("--hidden", type=int, default=hidden, help="width of the conv net")
+    parser.add_argument("--steps", type=int, default=20, help="optimiser steps in all")
     parser.add_argument("--checkpoint-every", type=int, default=5)
     parser.add_argument("--resume", action="store_true", help="continue from the checkpoint")
     parser.add_argument("--seed", type=int, default=0)
@@ -36,6 +61,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, steps: int) -> None:
     parser.add_argument(
         "--step-delay", type=float, default=0.0, help="sleep after each step (to kill mid-run)"
     )
+    return parser
 
 
 @dataclass(frozen=True)
@@ -73,43 +99,153 @@ def _save(path: Path, state: dict[str, Any]) -> None:
     os.replace(staging, path)  # a kill mid-write leaves the previous checkpoint intact
 
 
-def train(
-    *,
-    loader: Loader[dict[str, torch.Tensor]],
-    model: torch.nn.Module,
-    optimiser: torch.optim.Optimizer,
-    loss_fn: LossFn,
+@dataclass(frozen=True)
+class Data:
+    """A recipe's store, ready to load: where it is, how to reach it, its manifest and
+    the per-channel stats of its train split."""
+
+    url: str
+    options: Options
+    manifest: Path
+    stats: Path
+
+    def loader(
+        self, args: argparse.Namespace, split: str, spec: ib.SampleSpec, **more: Any
+    ) -> Loader[dict[str, torch.Tensor]]:
+        """The recipes' loader over `split`: channels stacked and normalised, --seed and
+        --block-chunks, batches on the CPU (the recipes train there); `more` is passed on."""
+        return ib.build_loader(
+            self.url,
+            split=split,
+            spec=spec,
+            stack=True,
+            normalise=self.stats,
+            manifest=self.manifest,
+            block_chunks=args.block_chunks,
+            seed=args.seed,
+            device="cpu",
+            storage_options=self.options,
+            **more,
+        )
+
+
+def open_data(
     args: argparse.Namespace,
-    workdir: Path,
+    rank: int,
+    variables: list[str],
+    *,
+    look_alike: tuple[str, Callable[[Path], None]],
+    archive_options: dict[str, object],
+    fractions: Mapping[str, float] = DEFAULT_FRACTIONS,
+    stats: Path | None = None,
+    widen_unit: bool = False,
+) -> Data:
+    """The archive at --url (read anonymously with `archive_options`), or else the
+    look-alike store (`look_alike`: its file name in --workdir and the function that
+    writes it there), with its manifest (units of --unit-steps) and the stats of its
+    train split beside it (or the precomputed `stats`). Whatever is missing is made
+    once, by rank 0; a barrier then keeps the other ranks from opening it before it
+    exists.
+
+    `widen_unit` takes the arrays' own unit instead where it is longer than --unit-steps
+    (a time axis chunked by many steps); without it such a unit is refused."""
+    if args.url is not None:
+        url, options = args.url, archive_options
+    else:
+        name, write = look_alike
+        store = args.workdir / name
+        if rank == 0 and not (store / ".zgroup").exists():
+            args.workdir.mkdir(parents=True, exist_ok=True)
+            write(store)
+            print(f"wrote {store}", flush=True)
+        url, options = str(store), None
+    manifest_path = args.workdir / "manifest.json"
+    stats_file = stats or ib.stats_path(manifest_path)
+    if rank == 0 and not manifest_path.exists():
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        source = ib.ZarrSource.open(url, variables, storage_options=options)
+        unit = args.unit_steps
+        if widen_unit:
+            unit = max(unit, source.geometry.unit_length)
+        geometry = ib.SampleGeometry.from_layouts(source.layouts, unit_length=unit)
+        manifest_path.write_text(ib.make_manifest(geometry, fractions).dumps())
+    if rank == 0 and not stats_file.exists():
+        computed = ib.compute_stats(url, variables, manifest=manifest_path, storage_options=options)
+        computed.save(stats_file)
+        print(
+            f"stats of {sum(len(c) for c in computed.channels.values())} channels -> "
+            f"{stats_file.name}",
+            flush=True,
+        )
+    if dist.is_initialized():
+        dist.barrier()
+    return Data(url, options, manifest_path, stats_file)
+
+
+class ResidualConvNet(torch.nn.Module):
+    """`steps` stacked input steps of `channels` in, the next state out: a small conv net
+    as a residual on the last input (the recipes exercise the loader, not the model)."""
+
+    def __init__(self, steps: int, channels: int, hidden: int) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Conv2d(steps * channels, hidden, 3, padding=1),
+            torch.nn.GELU(),
+            torch.nn.Conv2d(hidden, channels, 3, padding=1),
+        )
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:  # (B, steps, C, H, W)
+        return inputs[:, -1] + self.net(inputs.flatten(1, 2))
+
+
+def next_state_loss(model: torch.nn.Module, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """MSE of the model's output against the first lead of the batch's targets."""
+    return torch.nn.functional.mse_loss(model(batch["inputs"]), batch["targets"][:, 0])
+
+
+def _load(path: Path, tag: str) -> dict[str, Any]:
+    if not path.exists():
+        raise SystemExit(f"{tag} --resume: no checkpoint at {path}")
+    return torch.load(path, weights_only=True)
+
+
+def train(
+    loader: Loader[dict[str, torch.Tensor]],
+    build_model: Callable[[], torch.nn.Module],
+    args: argparse.Namespace,
     where: Distributed,
-) -> dict[str, Any]:
+) -> torch.nn.Module:
+    """Build the model under --seed (every rank, and every resumed run, starts from the
+    same weights), wrap it for DDP across ranks, train it with Adam for --steps steps in
+    all, and return it (wrapped)."""
+    torch.manual_seed(args.seed)
+    model = build_model()
+    if where.world_size > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    optimiser = torch.optim.Adam(model.parameters(), lr=1e-3)
     tag = f"[rank {where.rank}]"
-    checkpoint = workdir / f"checkpoint-rank{where.rank}.pt"
+    checkpoint = args.workdir / f"checkpoint-rank{where.rank}.pt"
     step = 0
     if args.resume:
-        if not checkpoint.exists():
-            raise SystemExit(f"{tag} --resume: no checkpoint at {checkpoint}")
-        saved = torch.load(checkpoint, weights_only=True)
+        saved = _load(checkpoint, tag)
         model.load_state_dict(saved["model"])
         optimiser.load_state_dict(saved["optimiser"])
         loader.load_state_dict(saved["loader"])
         step = int(saved["step"])
         print(f"{tag} resumed from {checkpoint.name} at step {step}", flush=True)
     samples = 0
-    anchors: list[int] = []
     started = time.perf_counter()
     while step < args.steps:
         before = step
         for batch in loader:
             model.train()
-            loss = loss_fn(model, batch)
+            loss = next_state_loss(model, batch)
             optimiser.zero_grad(set_to_none=True)
             loss.backward()
             optimiser.step()
             step += 1
             index = batch[SAMPLE_INDEX_KEY].tolist()
             samples += len(index)
-            anchors.extend(index)
             print(
                 f"{tag} step {step:3d} loss {loss.item():.6f} batch {batch_hash(batch)} "
                 f"anchors {index}",
@@ -140,4 +276,4 @@ def train(
         f"read-ahead included)",
         flush=True,
     )
-    return {"steps": step, "samples": samples, "anchors": anchors}
+    return model
