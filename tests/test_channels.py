@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import write_store
-from test_resume import _check_every_cut
+from resume_check import check_every_cut
 
 from insitubatch_nodes import (
     SAMPLE_INDEX_KEY,
@@ -166,7 +166,7 @@ def test_stacked_normalised_graph_resumes_at_every_cut(
     url, _ = store
     manifest = make_manifest(ZarrSource.open(url).geometry)
     stats = compute_stats(url, manifest=manifest)
-    _check_every_cut(
+    check_every_cut(
         lambda: (
             cpu_loader(
                 url,

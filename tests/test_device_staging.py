@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import batch_key, our_threads, torch_roundtrip
+from conftest import batch_key, our_threads
 from graphs import build_stage
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from resume_check import check_every_cut
 from torchdata.nodes import BaseNode
 
 from insitubatch_nodes import Loader, PinToDeviceNode
@@ -268,23 +269,7 @@ def test_a_source_error_reaches_the_consumer_and_stops_the_producer(memory_url: 
 def test_node_with_prefetch_resumes_exactly_at_every_cut(memory_url: Any, prefetch: int) -> None:
     url, _ = memory_url()
 
-    def make() -> BaseNode[Any]:
-        return build_stage(url, "device", batch_size=7, prefetch=prefetch)
-
-    whole = Loader(make())
-    epoch0 = [batch_key(b) for b in whole]
-    epoch1 = [batch_key(b) for b in whole]
-    for cut in range(len(epoch0) + 1):
-        loader = Loader(make())
-        iterator = iter(loader)
-        for _ in range(cut):
-            next(iterator)
-        state = torch_roundtrip(loader.state_dict())
-        del iterator, loader
-        fresh = Loader(make())
-        fresh.load_state_dict(state)
-        rest = [batch_key(b) for b in fresh]
-        assert rest == (epoch0[cut:] if cut < len(epoch0) else epoch1), f"cut {cut}"
+    check_every_cut(lambda: build_stage(url, "device", batch_size=7, prefetch=prefetch))
 
 
 def test_negative_prefetch_is_refused(memory_url: Any) -> None:

@@ -18,8 +18,9 @@ import pytest
 import torch
 import zarr
 import zarr.api.asynchronous
-from conftest import batch_key, torch_roundtrip
+from conftest import batch_key
 from graphs import build_stage
+from resume_check import check_every_cut
 
 from insitubatch_nodes import Loader, build_loader
 from insitubatch_nodes.device.gpu_codecs import DeviceCodec, device_codec, load_nvcomp
@@ -94,20 +95,7 @@ def test_device_reader_on_the_cpu_matches_the_host_reader_and_logs_each_fallback
 def test_device_reader_resumes_exactly(tmp_path: Path) -> None:
     url = _write(tmp_path, {"raw": "none", "packed": "zstd"})
 
-    def make() -> Any:
-        return build_stage(url, "device", batch_size=7, decode_on=torch.device("cpu"))
-
-    epoch = [batch_key(b) for b in Loader(make())]
-    for cut in range(len(epoch)):
-        loader = Loader(make())
-        iterator = iter(loader)
-        for _ in range(cut):
-            next(iterator)
-        state = torch_roundtrip(loader.state_dict())
-        del iterator, loader
-        fresh = Loader(make())
-        fresh.load_state_dict(state)
-        assert [batch_key(b) for b in fresh] == epoch[cut:], f"cut {cut}"
+    check_every_cut(lambda: build_stage(url, "device", batch_size=7, decode_on=torch.device("cpu")))
 
 
 def test_gpu_decode_needs_a_cuda_device(tmp_path: Path) -> None:

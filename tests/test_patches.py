@@ -11,7 +11,7 @@ import pytest
 from graphs import build_stage
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_resume import _check_every_cut
+from resume_check import check_every_cut
 
 from insitubatch_nodes import (
     PATCH_ORIGIN_KEY,
@@ -183,7 +183,7 @@ def test_tiles_give_every_anchor_every_tile_once(memory_url: Any) -> None:
 def test_patched_stages_resume_at_every_cut(memory_url: Any, stage: str) -> None:
     url, _ = memory_url(GRID_VARIABLES)
     spec = SampleSpec({"x": window(["tmp", "wind"], steps=2)})
-    _check_every_cut(
+    check_every_cut(
         lambda: build_stage(
             url, stage, split="train", spec=spec, patches=PatchSpec((6, 6)), batch_size=5
         )

@@ -11,45 +11,15 @@ from conftest import torch_roundtrip
 from graphs import STAGES, build_stage, fingerprint
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from resume_check import check_every_cut, uninterrupted
 
 from insitubatch_nodes import Loader, build_loader
-
-
-def _uninterrupted(make: Any, epochs: int) -> list[list[Any]]:
-    loader = Loader(make())
-    return [[fingerprint(x) for x in loader] for _ in range(epochs)]
-
-
-def _check_every_cut(
-    make: Any, cuts: list[int] | None = None, *, epochs_differ: bool = True
-) -> None:
-    epoch0, epoch1, epoch2 = _uninterrupted(make, 3)
-    assert epoch0
-    if epochs_differ:  # not so for degenerate shares (e.g. one unit of two samples per rank)
-        assert epoch0 != epoch1
-    for cut in cuts if cuts is not None else range(len(epoch0) + 1):
-        loader = Loader(make())
-        iterator = iter(loader)
-        taken = [fingerprint(next(iterator)) for _ in range(cut)]
-        assert taken == epoch0[:cut]
-        state = torch_roundtrip(loader.state_dict())
-        del iterator, loader
-        fresh = Loader(make())
-        fresh.load_state_dict(state)
-        rest = [fingerprint(x) for x in fresh]
-        following = [fingerprint(x) for x in fresh]
-        if cut < len(epoch0):
-            assert rest == epoch0[cut:], f"cut {cut}: the rest of the epoch differs"
-            assert following == epoch1, f"cut {cut}: the next epoch differs"
-        else:  # an end-of-epoch state goes straight on with the next epoch
-            assert rest == epoch1
-            assert following == epoch2
 
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_each_stage_resumes_at_every_cut(memory_url: Any, stage: str) -> None:
     url, _ = memory_url()
-    _check_every_cut(lambda: build_stage(url, stage, block_chunks=2, batch_size=7))
+    check_every_cut(lambda: build_stage(url, stage, block_chunks=2, batch_size=7))
 
 
 @pytest.mark.parametrize(
@@ -61,7 +31,7 @@ def test_default_graph_resumes_at_every_cut(
 ) -> None:
     url, _ = memory_url()
     for rank in range(world_size):
-        _check_every_cut(
+        check_every_cut(
             lambda rank=rank: (
                 build_loader(
                     url,
@@ -123,12 +93,12 @@ def test_resume_property(
 
     rank = data.draw(st.integers(0, world_size - 1))
     try:
-        epoch0 = _uninterrupted(make, 1)[0]
+        epoch0 = uninterrupted(make, 1)[0]
     except ValueError as err:  # too few units for the ranks, or no full batch
         assert "fewer than world_size" in str(err) or "leaves no full batch" in str(err)
         return
     cut = data.draw(st.integers(0, len(epoch0)))
-    _check_every_cut(make, cuts=[cut], epochs_differ=False)
+    check_every_cut(make, cuts=[cut], epochs_differ=False)
 
 
 def _upstream_style_check(make: Any, midpoint: int) -> None:
@@ -206,7 +176,7 @@ def test_chained_resumes_stay_exact(memory_url: Any, stage: str, first_cut: int 
     (torchdata 0.11's own Loader returns a stale state after resuming an epoch's end)."""
     url, _ = memory_url()
     make = lambda: build_stage(url, stage, batch_size=6)  # noqa: E731
-    epochs = _uninterrupted(make, 4)
+    epochs = uninterrupted(make, 4)
     stream = [item for epoch in epochs for item in epoch]
     epoch_ends = list(itertools.accumulate(len(epoch) for epoch in epochs))
     position = epoch_ends[0] if first_cut is None else first_cut
@@ -232,7 +202,7 @@ def test_chained_resumes_stay_exact(memory_url: Any, stage: str, first_cut: int 
 
 def test_a_state_loaded_after_state_dict_is_used(memory_url: Any) -> None:
     url, _ = memory_url()
-    epoch0 = _uninterrupted(lambda: build_stage(url, "device"), 1)[0]
+    epoch0 = uninterrupted(lambda: build_stage(url, "device"), 1)[0]
     saved = Loader(build_stage(url, "device"))
     iterator = iter(saved)
     next(iterator)
@@ -247,7 +217,7 @@ def test_a_state_loaded_after_state_dict_is_used(memory_url: Any) -> None:
 def test_close_mid_epoch_then_going_on_loses_nothing(memory_url: Any, cut: int) -> None:
     url, _ = memory_url()
     make = lambda: build_stage(url, "device", batch_size=4, block_chunks=1)  # noqa: E731
-    epoch0, epoch1 = _uninterrupted(make, 2)
+    epoch0, epoch1 = uninterrupted(make, 2)
     loader = Loader(make())
     iterator = iter(loader)
     taken = [fingerprint(next(iterator)) for _ in range(cut)]
@@ -261,7 +231,7 @@ def test_rolling_back_on_the_same_loader(memory_url: Any) -> None:
     is dropped it closes the graph, which must not cost the new iteration any sample."""
     url, _ = memory_url()
     make = lambda: build_stage(url, "device", batch_size=4, block_chunks=1)  # noqa: E731
-    epoch0 = _uninterrupted(make, 1)[0]
+    epoch0 = uninterrupted(make, 1)[0]
     loader = Loader(make())
     old = iter(loader)
     for _ in range(2):

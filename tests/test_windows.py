@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 from graphs import STAGES, build_stage
-from test_resume import _check_every_cut
+from resume_check import check_every_cut
 
 from insitubatch_nodes import (
     SAMPLE_INDEX_KEY,
@@ -76,7 +76,7 @@ def test_a_spec_whose_span_exceeds_the_split_is_refused(memory_url: Any) -> None
 @pytest.mark.parametrize("stage", STAGES)
 def test_windowed_stages_resume_at_every_cut(memory_url: Any, stage: str) -> None:
     url, _ = memory_url()
-    _check_every_cut(
+    check_every_cut(
         lambda: build_stage(url, stage, split="train", block_chunks=2, batch_size=7, spec=SPEC)
     )
 
@@ -87,7 +87,7 @@ def test_windowed_loader_resumes_on_every_rank(
 ) -> None:
     url, _ = memory_url()
     for rank in range(world_size):
-        _check_every_cut(
+        check_every_cut(
             lambda rank=rank: (
                 cpu_loader(
                     url,
