@@ -13,6 +13,8 @@ Three measurements, each against a baseline from the same run:
    The data-stall fraction is `1 - compute-only time / fed time` for the same number of
    steps: the share of the fed run the GPU spent waiting for data, epoch starts included.
    Each decode mode runs in a fresh process, for its own peak host RSS and device memory.
+   The loader's default prefetch (2 batches, gathered and copied by its producer thread)
+   is compared with none (`device_prefetch=0`: gather and copy on the training thread).
 3. Decode alone: every stored chunk of the store, bytes already in memory, decoded by
    numcodecs on all cores, and by nvCOMP in batches on the GPU (bytes already there).
 
@@ -142,6 +144,7 @@ def _train_run(args: dict[str, Any], queue: Any) -> None:
         decode=args["decode"],
         seed=1,
         decode_threads=args["decode_threads"],
+        device_prefetch=args["device_prefetch"],
     )
     steps_per_epoch = len(list(range(0, args["samples"], args["batch_size"])))
     fixed = None
@@ -185,6 +188,9 @@ def _train_run(args: dict[str, Any], queue: Any) -> None:
     queue.put(
         {
             "decode": args["decode"],
+            "device_prefetch": "default"
+            if args["device_prefetch"] is None
+            else args["device_prefetch"],
             "steps": steps,
             "compute_ms_per_step": 1e3 * compute_s / steps,
             "fed_ms_per_step": 1e3 * fed_s / steps,
@@ -204,9 +210,11 @@ def _train_run(args: dict[str, Any], queue: Any) -> None:
 def train(path: str, samples: int, args: argparse.Namespace) -> list[dict[str, Any]]:
     context = multiprocessing.get_context("spawn")
     results = []
-    runs = [(w, d, args.decode_threads) for w in args.widths for d in ("cpu", "gpu")]
-    runs += [(max(args.widths), d, 4) for d in ("cpu", "gpu") if args.decode_threads != 4]
-    for width, decode, threads in runs:
+    runs = [(w, d, args.decode_threads, None) for w in args.widths for d in ("cpu", "gpu")]
+    runs += [(max(args.widths), d, 4, None) for d in ("cpu", "gpu") if args.decode_threads != 4]
+    # no prefetch: the gather and the copy on the training thread, as before the producer
+    runs += [(max(args.widths), "cpu", args.decode_threads, 0)]
+    for width, decode, threads, prefetch in runs:
         queue = context.Queue()
         process = context.Process(
             target=_train_run,
@@ -219,6 +227,7 @@ def train(path: str, samples: int, args: argparse.Namespace) -> list[dict[str, A
                     "epochs": args.epochs,
                     "width": width,
                     "decode_threads": threads,
+                    "device_prefetch": prefetch,
                     "depth": args.depth,
                 },
                 queue,
@@ -372,9 +381,10 @@ def render(report: dict[str, Any]) -> str:
     lines += [
         "",
         "### Training step fed by the loader",
-        "| width | decode | threads | steps | compute ms/step | loader-only ms/batch | fed ms/step "
-        "| in next() ms/step | batches/s | data stall | peak RSS growth MB | peak device MB |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| width | decode | threads | prefetch | steps | compute ms/step | loader-only ms/batch "
+        "| fed ms/step | in next() ms/step | batches/s | data stall | peak RSS growth MB "
+        "| peak device MB |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [_train_row(t) for t in report["train"]]
     return "\n".join(lines)
@@ -384,7 +394,8 @@ def _train_row(t: dict[str, Any]) -> str:
     if "error" in t:
         return f"| | {t.get('decode', '?')} | {t['error']} |"
     return (
-        f"| {t['width']} | {t['decode']} | {t['threads']} | {t['steps']} | "
+        f"| {t['width']} | {t['decode']} | {t['threads']} | {t['device_prefetch']} | "
+        f"{t['steps']} | "
         f"{t['compute_ms_per_step']:.2f} | "
         f"{t['loader_only_ms_per_batch']:.2f} | {t['fed_ms_per_step']:.2f} | "
         f"{t['host_in_next_ms_per_step']:.2f} | {t['batches_per_s']:.1f} | {t['data_stall']:.1%} | "

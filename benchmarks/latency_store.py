@@ -10,7 +10,7 @@ from typing import Any
 import obstore.store
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
-from zarr.storage import ObjectStore, WrapperStore
+from zarr.storage import LocalStore, ObjectStore, WrapperStore
 
 READS = multiprocessing.Value("q", 0)  # forked DataLoader workers share it
 
@@ -19,10 +19,10 @@ class LatencyStore(WrapperStore[Store]):
     """Every `get` waits `latency_s` first (concurrent gets wait concurrently, as on S3),
     and is counted in `READS`."""
 
-    def __init__(self, store: Store, latency_s: float) -> None:
+    def __init__(self, store: Store, latency_s: float, path: str, forks: bool) -> None:
         super().__init__(store)
         self.latency_s = latency_s
-        self.path = ""  # where it reads, for re-creating it in a worker process
+        self.path, self.forks = path, forks  # to re-create it in a worker process
 
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
@@ -34,14 +34,17 @@ class LatencyStore(WrapperStore[Store]):
         return await self._store.get(key, prototype, byte_range)
 
     def __reduce__(self) -> tuple[Any, ...]:  # DataLoader workers re-create it by path
-        return (open_latency_store, (self.path, self.latency_s))
+        return (open_latency_store, (self.path, self.latency_s, self.forks))
 
 
-def open_latency_store(path: str, latency_s: float) -> Store:
-    """The delaying wrapper over obstore's local store: its gets are native async, as an
-    object store's are (zarr's `LocalStore` would read in the loop's default executor,
-    which is the loaders' decode pool, and skew the in-flight bound)."""
-    local = obstore.store.LocalStore(str(Path(path).resolve()))
-    store = LatencyStore(ObjectStore(local, read_only=True), latency_s)
-    store.path = path
-    return store
+def open_latency_store(path: str, latency_s: float, forks: bool = False) -> Store:
+    """The delaying wrapper over obstore's local store, whose gets are native async as an
+    object store's are (zarr's `LocalStore` reads in the loop's default executor, which
+    for the async loaders is their decode pool, and would skew their in-flight bound).
+    `forks`: for loaders whose DataLoader forks workers, where obstore hangs; they read
+    through zarr's `LocalStore` (their own threads), with the same delay."""
+    if forks:
+        inner: Store = LocalStore(path, read_only=True)
+    else:
+        inner = ObjectStore(obstore.store.LocalStore(str(Path(path).resolve())), read_only=True)
+    return LatencyStore(inner, latency_s, path, forks)

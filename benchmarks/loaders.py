@@ -26,7 +26,7 @@ Batch = tuple[np.ndarray, dict[str, np.ndarray]]
 
 
 def _arrays(path: str, latency_s: float, variables: Sequence[str]) -> dict[str, zarr.Array]:
-    group = zarr.open_group(open_latency_store(path, latency_s), mode="r")
+    group = zarr.open_group(open_latency_store(path, latency_s, forks=True), mode="r")
     return {name: group[name] for name in variables}  # type: ignore[misc]
 
 
@@ -104,7 +104,7 @@ def xbatcher_loader(
     import xbatcher
     from xbatcher.loaders.torch import MapDataset
 
-    store = open_latency_store(path, latency_s)
+    store = open_latency_store(path, latency_s, forks=True)
     dataset = xr.open_zarr(store, consolidated=False, chunks=None)[list(variables)]
     sizes = dict(dataset.sizes)
     inputs = xbatcher.BatchGenerator(dataset, input_dims={**sizes, "time": 1})
