@@ -13,10 +13,12 @@ cannot win. Writes results.json, results.md and results.png under --out.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing
 import os
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +80,62 @@ def run_isolated(*args: Any) -> dict[str, Any]:
     return result
 
 
+@dataclass(frozen=True)
+class Run:
+    loader: str
+    path: Path
+    latency_s: float
+    batch_size: int
+    max_samples: int
+    max_seconds: float
+
+
+def measure_once(
+    run: Run, truth: np.ndarray, interpreter: Path | None, settings: peer.PeerSettings
+) -> dict[str, Any]:
+    """One run of one loader from a warm page cache, as a row's figures."""
+    warm_page_cache(run.path)  # this VM drops file pages idle for a few seconds
+    sample_bytes = len(ERA5_VARIABLES) * ERA5_GRID[0] * ERA5_GRID[1] * 4
+    limits = (run.batch_size, run.max_samples, run.max_seconds)
+    if run.loader != peer.NAME:
+        got = run_isolated(run.loader, str(run.path), run.latency_s, *limits)
+        drained, reads = got.pop("drained"), got.pop("reads")
+        return {**figures(drained, truth, reads, sample_bytes), **got}
+    assert interpreter is not None
+    drained, extra = peer.run_peer(
+        interpreter, str(run.path), ERA5_VARIABLES, run.latency_s, *limits, settings
+    )
+    return {
+        **figures(drained, truth, extra["reads"], sample_bytes),
+        "peak_rss_MB": extra["peak_rss_MB"],
+        "rss_growth_MB": extra["rss_growth_MB"],
+        "settings": extra["settings"],
+    }
+
+
+def warm_page_cache(path: Path) -> None:
+    """Read every stored file once, so that each loader starts from a warm page cache."""
+    for file in path.rglob("*"):
+        if file.is_file():
+            file.read_bytes()
+
+
+def median_run(once: Callable[[], dict[str, Any]], repeats: int, budget_s: float) -> dict[str, Any]:
+    """`once()` up to `repeats` times while the runs took under `budget_s` in all; the
+    row of the median steady rate, with every run's steady rate beside it (a shared
+    2-core VM is noisy, and one run can land on a bad moment)."""
+    runs: list[dict[str, Any]] = []
+    spent = 0.0
+    while len(runs) < repeats and (not runs or spent < budget_s):
+        runs.append(once())
+        spent += runs[-1]["seconds"]
+    ranked = sorted(runs, key=lambda r: r.get("steady_samples_per_s") or r["samples_per_s"])
+    row = ranked[len(ranked) // 2]
+    row["steady_runs"] = [r.get("steady_samples_per_s") for r in runs]
+    row["valid"] = all(r["valid"] for r in runs)
+    return row
+
+
 def figures(drained: Drained, truth: np.ndarray, reads: int, sample_bytes: int) -> dict[str, Any]:
     """The table's figures for what one loader yielded."""
     samples = int(drained.order.size)
@@ -116,6 +174,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--latency-ms", type=float, default=30.0, help="0: no latency rows")
     parser.add_argument("--latency-codecs", default="zstd", help="codecs that get latency rows")
     parser.add_argument("--latency-samples", type=int, default=960)
+    parser.add_argument("--repeats", type=int, default=3, help="runs per loader (median)")
     parser.add_argument(
         "--max-seconds",
         type=float,
@@ -174,10 +233,15 @@ def main() -> None:
             max_samples = args.time_steps if latency_s == 0 else args.latency_samples
             if latency_s == 0:
                 n = args.time_steps
-                seconds = (
-                    ceilings.zarr_sequential(str(path), ERA5_VARIABLES),
-                    ceilings.decode_only(str(path), ERA5_VARIABLES),
-                    ceilings.memcpy(n * sample_bytes),
+                seconds = (  # ceilings: the best of `repeats` runs
+                    min(
+                        ceilings.zarr_sequential(str(path), ERA5_VARIABLES)
+                        for _ in range(args.repeats)
+                    ),
+                    min(
+                        ceilings.decode_only(str(path), ERA5_VARIABLES) for _ in range(args.repeats)
+                    ),
+                    min(ceilings.memcpy(n * sample_bytes) for _ in range(args.repeats)),
                 )
                 for label, took in zip(CEILINGS, seconds, strict=True):
                     rows.append(
@@ -192,42 +256,18 @@ def main() -> None:
             bar.update()
             for name in names:
                 bar.set_description(f"{codec} {steps}/chunk {latency_s * 1000:.0f} ms: {name}")
-                if name != peer.NAME:
-                    got = run_isolated(
-                        name, str(path), latency_s, args.batch_size, max_samples, args.max_seconds
-                    )
-                    drained, reads = got.pop("drained"), got.pop("reads")
-                    rows.append(
-                        {
-                            **scenario,
-                            "loader": name,
-                            **figures(drained, truth, reads, sample_bytes),
-                            **got,
-                        }
-                    )
-                elif interpreter is None:
+                if name == peer.NAME and interpreter is None:
                     rows.append({**scenario, "loader": name, "skipped": skipped})
                 else:
-                    drained, extra = peer.run_peer(
+                    once = functools.partial(
+                        measure_once,
+                        Run(name, path, latency_s, args.batch_size, max_samples, args.max_seconds),
+                        truth,
                         interpreter,
-                        str(path),
-                        ERA5_VARIABLES,
-                        latency_s,
-                        args.batch_size,
-                        max_samples,
-                        args.max_seconds,
                         peer.matching(settings, steps, steps * sample_bytes),
                     )
-                    rows.append(
-                        {
-                            **scenario,
-                            "loader": name,
-                            **figures(drained, truth, extra["reads"], sample_bytes),
-                            "peak_rss_MB": extra["peak_rss_MB"],
-                            "rss_growth_MB": extra["rss_growth_MB"],
-                            "settings": extra["settings"],
-                        }
-                    )
+                    measured = median_run(once, args.repeats, args.max_seconds)
+                    rows.append({**scenario, "loader": name, **measured})
                 bar.update()
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {
@@ -239,6 +279,7 @@ def main() -> None:
         "codecs": {c: CODEC_LABELS[c] for c in args.codecs.split(",")},
         "latency_samples": args.latency_samples,
         "max_seconds": args.max_seconds,
+        "repeats": args.repeats,
         "insitubatch_settings": {**asdict(settings), "block_chunks": "ours for each store"},
     }
     (args.out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))

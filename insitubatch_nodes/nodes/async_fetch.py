@@ -37,6 +37,7 @@ from insitubatch_nodes.io.fork_guard import check_same_process
 from insitubatch_nodes.io.opened_arrays import OpenedArrays
 from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.shard_reader import ShardIndexes
+from insitubatch_nodes.io.stores import local_root
 from insitubatch_nodes.io.zarr_compat import resolve_pipeline
 from insitubatch_nodes.items import FetchedBlock
 
@@ -104,6 +105,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         self.stats = FetchStats()
         self._shard_indexes = ShardIndexes()  # shard indexes outlive each epoch's reader,
         self._opened_arrays = OpenedArrays(store)  # and so do the opened arrays
+        self._local = local_root(store) is not None
         self._block_buffers = BlockBuffers(max_idle_bytes=memory_budget // IDLE_BUFFER_SHARE)
         self._owner_pid = os.getpid()
         self._runtime: EventLoopThread | None = None
@@ -178,6 +180,8 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
     def _wants_more(self) -> bool:
         if len(self._pending) < self.prefetch_blocks:
             return True
+        if self._local:  # no latency to hide: the decode threads are the parallelism
+            return False
         return sum(p.reads for p in self._pending) < 2 * self.max_inflight
 
     def _rewind_source(self) -> None:
