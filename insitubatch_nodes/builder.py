@@ -112,7 +112,7 @@ def build_loader(
     (bytes) bounds all the loader holds at once: the shuffle window, the batch being
     gathered and the reads in flight come first, and the rest caps the blocks read ahead
     (`core.memory_bound`); reading runs until
-    `2 * max_inflight` chunk reads are pending. Every rank yields the same number of
+    `max_inflight` chunk reads are pending. Every rank yields the same number of
     batches per epoch. `zarr_pipeline="zarrs"` speeds up arrays that zarr must decode
     itself (filters, F order); common layouts are decoded by the library either way.
     `retry` says how reads that fail transiently (HTTP 5xx, timeouts, dropped connections)

@@ -100,37 +100,51 @@ def test_a_failing_read_raises_once_and_stops_the_threads() -> None:
     assert our_threads() == []
 
 
-def test_read_ahead_stays_within_the_memory_budget(memory_url: Any) -> None:
+def _blocks_fetched_after_one(url: str, *, budget: int, max_inflight: int) -> tuple[int, list[int]]:
+    """Blocks read once the first is delivered and read-ahead has settled, and the chunk
+    reads of each block of the epoch."""
     import time as clock
 
     from graphs import build_stage
 
     from insitubatch_nodes import AsyncFetchNode, Loader
 
+    source = ZarrSource.open(url)
+    fetch = AsyncFetchNode(
+        build_stage(url, "plan", block_chunks=1),
+        source.store,
+        source.layouts,
+        max_inflight=max_inflight,
+        prefetch_blocks=1,
+        memory_budget=budget,
+    )
+    iterator = iter(Loader(fetch))
+    next(iterator)
+    deadline = clock.monotonic() + 5
+    while fetch.stats.blocks_fetched < 2 and clock.monotonic() < deadline:
+        clock.sleep(0.01)
+    clock.sleep(0.2)  # let any further read-ahead land
+    count = fetch.stats.blocks_fetched
+    del iterator
+    return count, [plan.num_reads for plan in build_stage(url, "plan", block_chunks=1)]
+
+
+def test_read_ahead_stays_within_the_memory_budget(memory_url: Any) -> None:
     url, _ = memory_url()
+    fetched, _ = _blocks_fetched_after_one(url, budget=1, max_inflight=64)
+    assert fetched == 2  # the delivered block + one pending
 
-    def fetched_after_one_block(budget: int) -> int:
-        node = build_stage(url, "plan", block_chunks=1)
-        fetch = AsyncFetchNode(
-            node,
-            ZarrSource.open(url).store,
-            ZarrSource.open(url).layouts,
-            max_inflight=64,
-            prefetch_blocks=1,
-            memory_budget=budget,
-        )
-        iterator = iter(Loader(fetch))
-        next(iterator)
-        deadline = clock.monotonic() + 5
-        while fetch.stats.blocks_fetched < 2 and clock.monotonic() < deadline:
-            clock.sleep(0.01)
-        clock.sleep(0.2)  # let any further read-ahead land
-        count = fetch.stats.blocks_fetched
-        del iterator
-        return count
 
-    assert fetched_after_one_block(budget=1) == 2  # the delivered block + one pending
-    assert fetched_after_one_block(budget=1 << 30) > 2  # reads run ahead by pending reads
+@pytest.mark.parametrize("max_inflight", [1, 5, 12])
+def test_read_ahead_keeps_max_inflight_reads_pending(memory_url: Any, max_inflight: int) -> None:
+    """Enough blocks pending to fill every request slot, and no more: further blocks
+    would only hold memory and contend for the decode threads."""
+    url, _ = memory_url()
+    fetched, reads = _blocks_fetched_after_one(url, budget=1 << 30, max_inflight=max_inflight)
+    pending = 1  # prefetch_blocks
+    while sum(reads[1 : 1 + pending]) < max_inflight:
+        pending += 1
+    assert fetched == 1 + pending
 
 
 def test_a_corrupt_local_chunk_file_raises_and_stops_the_threads(tmp_path: Any) -> None:
