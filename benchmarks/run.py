@@ -173,8 +173,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--codecs", default=",".join(CODECS))
     parser.add_argument("--latency-ms", type=float, default=30.0, help="0: no latency rows")
     parser.add_argument("--latency-codecs", default="zstd", help="codecs that get latency rows")
-    parser.add_argument("--latency-samples", type=int, default=960)
-    parser.add_argument("--repeats", type=int, default=3, help="runs per loader (median)")
+    parser.add_argument(
+        "--latency-samples",
+        type=int,
+        help="samples per latency row (default: the whole epoch, as on the local store)",
+    )
+    parser.add_argument("--repeats", type=int, default=5, help="runs per loader (median)")
     parser.add_argument(
         "--max-seconds",
         type=float,
@@ -189,12 +193,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="96 time steps, 1 and 24 steps per chunk, 48 latency samples (flags given win)",
+        help="96 time steps, 1 and 24 steps per chunk (flags given win)",
     )
     args = parser.parse_args()
     if args.quick:
-        defaults = {"time_steps": 1920, "steps_per_chunk": "1,4,24", "latency_samples": 960}
-        quick = {"time_steps": 96, "steps_per_chunk": "1,24", "latency_samples": 48}
+        defaults = {"time_steps": 1920, "steps_per_chunk": "1,4,24"}
+        quick = {"time_steps": 96, "steps_per_chunk": "1,24"}
         for key, value in quick.items():
             if getattr(args, key) == defaults[key]:
                 setattr(args, key, value)
@@ -230,7 +234,9 @@ def main() -> None:
             path = ensure_store(args.cache, args.time_steps, steps, codec)
             truth = checksums(str(path))  # also warms the page cache for everyone
             scenario = {"codec": codec, "steps_per_chunk": steps, "latency_ms": latency_s * 1000}
-            max_samples = args.time_steps if latency_s == 0 else args.latency_samples
+            max_samples = (
+                args.time_steps if latency_s == 0 else args.latency_samples or args.time_steps
+            )
             if latency_s == 0:
                 n = args.time_steps
                 seconds = (  # ceilings: the best of `repeats` runs
@@ -277,7 +283,7 @@ def main() -> None:
         "grid": ERA5_GRID,
         "variables": ERA5_VARIABLES,
         "codecs": {c: CODEC_LABELS[c] for c in args.codecs.split(",")},
-        "latency_samples": args.latency_samples,
+        "latency_samples": args.latency_samples or args.time_steps,
         "max_seconds": args.max_seconds,
         "repeats": args.repeats,
         "insitubatch_settings": {**asdict(settings), "block_chunks": "ours for each store"},
