@@ -193,7 +193,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="96 time steps, 1 and 24 steps per chunk (flags given win)",
+        help="a smoke run: 96 time steps, 1 and 24 steps per chunk (flags given win); "
+        "its epochs are mostly start-up, so its ratios mean nothing",
     )
     args = parser.parse_args()
     if args.quick:
