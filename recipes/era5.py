@@ -61,39 +61,38 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
-    where = train_loop.start_distributed()
-    variables = [*args.surface, *args.levels]
-    rows, cols = args.grid
-    data = train_loop.open_data(
-        args,
-        where.rank,
-        variables,
-        look_alike=(
-            f"wb2-like-{args.time_steps}x{rows}x{cols}.zarr",
-            lambda store: write_weatherbench2_like(
-                store, time_steps=args.time_steps, grid=(rows, cols)
+    with train_loop.distributed() as where:
+        variables = [*args.surface, *args.levels]
+        rows, cols = args.grid
+        data = train_loop.open_data(
+            args,
+            where.rank,
+            variables,
+            look_alike=(
+                f"wb2-like-{args.time_steps}x{rows}x{cols}.zarr",
+                lambda store: write_weatherbench2_like(
+                    store, time_steps=args.time_steps, grid=(rows, cols)
+                ),
             ),
-        ),
-        archive_options={"skip_signature": True},
-        stats=args.stats,
-    )
-    spec = ib.SampleSpec(
-        {
-            "inputs": ib.window(variables, steps=2, stride=args.stride),
-            "targets": ib.leads(variables, [args.lead_steps]),
-        }
-    )
-    loader = data.loader(args, "train", spec, batch_size=args.batch_size, drop_last=True)
-    layouts = ib.ZarrSource.open(
-        data.url, variables, manifest=data.manifest, storage_options=data.options
-    ).layouts
-    channels = ib.batch_channels(layouts, spec, stacked=True)["inputs"]
-    if where.rank == 0:
-        print(f"channels ({len(channels)}): {', '.join(channels[:6])}, ...", flush=True)
-    train_loop.train(
-        loader, lambda: train_loop.ResidualConvNet(2, len(channels), args.hidden), args, where
-    )
-    train_loop.stop_distributed()
+            archive_options={"skip_signature": True},
+            stats=args.stats,
+        )
+        spec = ib.SampleSpec(
+            {
+                "inputs": ib.window(variables, steps=2, stride=args.stride),
+                "targets": ib.leads(variables, [args.lead_steps]),
+            }
+        )
+        loader = data.loader(args, "train", spec, batch_size=args.batch_size, drop_last=True)
+        layouts = ib.ZarrSource.open(
+            data.url, variables, manifest=data.manifest, storage_options=data.options
+        ).layouts
+        channels = ib.batch_channels(layouts, spec, stacked=True)["inputs"]
+        if where.rank == 0:
+            print(f"channels ({len(channels)}): {', '.join(channels[:6])}, ...", flush=True)
+        train_loop.train(
+            loader, lambda: train_loop.ResidualConvNet(2, len(channels), args.hidden), args, where
+        )
 
 
 if __name__ == "__main__":

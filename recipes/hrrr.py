@@ -53,36 +53,43 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
-    where = train_loop.start_distributed()
-    rows, cols = args.grid
-    data = train_loop.open_data(
-        args,
-        where.rank,
-        args.variables,
-        look_alike=(
-            f"hrrr-like-{args.time_steps}x{rows}x{cols}-c{args.chunk}.zarr",
-            lambda store: write_hrrr_like(
-                store, time_steps=args.time_steps, grid=(rows, cols), chunk=args.chunk
+    with train_loop.distributed() as where:
+        rows, cols = args.grid
+        data = train_loop.open_data(
+            args,
+            where.rank,
+            args.variables,
+            look_alike=(
+                f"hrrr-like-{args.time_steps}x{rows}x{cols}-c{args.chunk}.zarr",
+                lambda store: write_hrrr_like(
+                    store, time_steps=args.time_steps, grid=(rows, cols), chunk=args.chunk
+                ),
             ),
-        ),
-        archive_options={"skip_signature": True, "region": "us-west-1"},
-        # a forecast archive's time axis is one chunk: all of it is the train split
-        fractions={"train": 1.0} if args.url else {"train": 0.75, "val": 0.25},
-        widen_unit=True,
-    )
-    spec = ib.SampleSpec(
-        {"inputs": ib.window(args.variables, steps=1), "targets": ib.leads(args.variables, [1])}
-    )
-    patch = (args.patch, args.patch)
-    loader = data.loader(
-        args, "train", spec, patches=ib.PatchSpec(patch), batch_size=args.batch_size, drop_last=True
-    )
-    model = train_loop.train(
-        loader, lambda: train_loop.ResidualConvNet(1, len(args.variables), args.hidden), args, where
-    )
-    if args.url is None and where.rank == 0:
-        evaluate(data, model, args, spec, patch)
-    train_loop.stop_distributed()
+            archive_options={"skip_signature": True, "region": "us-west-1"},
+            # a forecast archive's time axis is one chunk: all of it is the train split
+            fractions={"train": 1.0} if args.url else {"train": 0.75, "val": 0.25},
+            widen_unit=True,
+        )
+        spec = ib.SampleSpec(
+            {"inputs": ib.window(args.variables, steps=1), "targets": ib.leads(args.variables, [1])}
+        )
+        patch = (args.patch, args.patch)
+        loader = data.loader(
+            args,
+            "train",
+            spec,
+            patches=ib.PatchSpec(patch),
+            batch_size=args.batch_size,
+            drop_last=True,
+        )
+        model = train_loop.train(
+            loader,
+            lambda: train_loop.ResidualConvNet(1, len(args.variables), args.hidden),
+            args,
+            where,
+        )
+        if args.url is None and where.rank == 0:
+            evaluate(data, model, args, spec, patch)
 
 
 def evaluate(
@@ -102,6 +109,7 @@ def evaluate(
         rank=0,
         world_size=1,
     )
+    model = train_loop.unwrapped(model)
     model.eval()
     losses = []
     with torch.no_grad():

@@ -12,10 +12,11 @@ was never interrupted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,19 +71,30 @@ class Distributed:
     world_size: int
 
 
-def start_distributed() -> Distributed:
-    """gloo on CPU under torchrun (WORLD_SIZE > 1), else a single process."""
+@contextlib.contextmanager
+def distributed() -> Iterator[Distributed]:
+    """gloo on CPU under torchrun (WORLD_SIZE > 1), else a single process; the process
+    group is torn down however the block ends, so a rank that raises does not leave the
+    others waiting on a group nobody will destroy."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size > 1 and not dist.is_initialized():
         dist.init_process_group("gloo")
-    if dist.is_initialized():
-        return Distributed(dist.get_rank(), dist.get_world_size())
-    return Distributed(0, 1)
+    try:
+        if dist.is_initialized():
+            yield Distributed(dist.get_rank(), dist.get_world_size())
+        else:
+            yield Distributed(0, 1)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
-def stop_distributed() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
+def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
+    """The model inside a DDP wrapper: for work one rank does alone (evaluation), where
+    the wrapper's collective calls would wait for ranks that are not there."""
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return model.module
+    return model
 
 
 def batch_hash(batch: Mapping[str, torch.Tensor]) -> str:
