@@ -42,11 +42,25 @@ def graph_nodes(root: BaseNode[Any]) -> list[BaseNode[Any]]:
 
 
 def close_graph(root: BaseNode[Any]) -> None:
-    """Call `close()` on every node of the graph that has one (e.g. `AsyncFetchNode`)."""
-    for node in graph_nodes(root):
+    """Call `interrupt()`, then `close()`, on every node of the graph that has them (e.g.
+    `AsyncFetchNode`). Interrupting first lets a producer thread that waits on a slow read
+    (`PinToDeviceNode`) stop at once, before its node waits for it. Every node is closed
+    even if one fails to; the first failure is raised after."""
+    nodes = list(graph_nodes(root))
+    for node in nodes:
+        interrupt = getattr(node, "interrupt", None)
+        if callable(interrupt):
+            interrupt()
+    failure: Exception | None = None
+    for node in nodes:
         close = getattr(node, "close", None)
         if callable(close):
-            close()
+            try:
+                close()
+            except Exception as error:
+                failure = failure or error
+    if failure is not None:
+        raise failure
 
 
 class PeekingIterator(BaseNode[T]):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import gc
 import time
 from typing import Any
 
+import numpy as np
 import pytest
 import zarr
 from conftest import our_threads
@@ -159,3 +162,64 @@ def test_a_corrupt_local_chunk_file_raises_and_stops_the_threads(tmp_path: Any) 
     with pytest.raises(ChunkReadError, match=r"chunk \(7, 0\) of variable 'x'"):
         list(loader)
     assert our_threads() == []
+
+
+@dataclasses.dataclass
+class _Slowness:
+    delay_s: float
+    chunk_reads: int = 0
+
+
+class _SlowAfterFirstChunk(zarr.storage.WrapperStore[zarr.abc.store.Store]):
+    """Every chunk read after the first takes `slowness.delay_s` (metadata reads do not)."""
+
+    def __init__(self, store: zarr.abc.store.Store, slowness: _Slowness) -> None:
+        super().__init__(store)
+        self.slowness = slowness
+
+    def _with_store(self, store: zarr.abc.store.Store) -> _SlowAfterFirstChunk:
+        return _SlowAfterFirstChunk(store, self.slowness)
+
+    async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+        if "/c/" in key:
+            self.slowness.chunk_reads += 1
+            if self.slowness.chunk_reads > 1:
+                await asyncio.sleep(self.slowness.delay_s)
+        return await self._store.get(key, prototype, byte_range)
+
+
+@pytest.mark.parametrize("device_prefetch", [None, 2])  # 2: a producer thread too
+def test_closing_does_not_wait_out_a_slow_read(device_prefetch: int | None) -> None:
+    """A producer thread waiting on a read that takes a minute stops at once on close(),
+    and going on afterwards yields exactly the rest of the epoch."""
+    store = memory_store("threads-slow")
+    group = zarr.open_group(store, mode="w")
+    group.create_array("x", shape=(32, 3), chunks=(4, 3), dtype="float32")[...] = np.arange(
+        96, dtype="float32"
+    ).reshape(32, 3)
+
+    slowness = _Slowness(delay_s=60.0)
+
+    def loader(source: Any) -> Any:
+        return build_loader(
+            source,
+            split="all",
+            batch_size=4,
+            block_chunks=1,
+            max_inflight=1,  # block 0's read is the first chunk read
+            device_prefetch=device_prefetch,
+        )
+
+    expected = [batch["sample_index"].tolist() for batch in loader(store)]
+    slow = loader(_SlowAfterFirstChunk(store, slowness))
+    iterator = iter(slow)
+    first = next(iterator)["sample_index"].tolist()
+    time.sleep(0.2)  # the producer thread, if any, is now waiting on the slow read
+    began = time.monotonic()
+    slow.close()
+    assert time.monotonic() - began < 5.0
+    _assert_no_threads_left()
+    slowness.delay_s = 0.0  # the store recovers: going on reads the rest
+    rest = [batch["sample_index"].tolist() for batch in iterator]
+    assert [first, *rest] == expected
+    _assert_no_threads_left()

@@ -118,6 +118,8 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         self._source_done = False
         self._delivered_source_state: dict[str, Any] = {}
         self._source_ahead = False  # pulled plans were dropped by close(): rewind first
+        self._waiting_on: concurrent.futures.Future[FetchedBlock] | None = None
+        self._interrupted = False
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         check_same_process(self._owner_pid)
@@ -129,8 +131,20 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         self._source_ahead = False
         self._held = None
 
+    def interrupt(self) -> None:
+        """Make a `next()` waiting on a read give up now, from any thread (the one method
+        that may be called while another thread is inside this node): a producer thread
+        pulling through this node then stops at once instead of waiting out a slow read.
+        `close()` still has to follow; the block given up is read again by the next
+        `next()`, as after `close()`."""
+        self._interrupted = True
+        waiting = self._waiting_on
+        if waiting is not None:
+            waiting.cancel()
+
     def close(self) -> None:
         """Stop the event loop and its threads; safe to call at any time, any number of times."""
+        self._interrupted = False
         if self._pending or self._held is not None:
             self._source_ahead = True
         for pending in self._pending:
@@ -229,12 +243,17 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             self.close()
             raise StopIteration
         pending = self._pending.popleft()
+        self._waiting_on = pending.future
+        if self._interrupted:  # interrupt() came before the wait began
+            pending.future.cancel()
         try:
             block = pending.future.result()
         except BaseException:
             self.close()
             self._source_ahead = True  # a caller that goes on gets this block read again
             raise
+        finally:
+            self._waiting_on = None
         self._delivered_source_state = pending.source_state
         self._read_ahead()
         if not self._pending:
