@@ -20,6 +20,9 @@ from typing import Any
 
 import numpy as np
 
+SLACK = 8  # an idle slab serves a request at most 1/SLACK larger: the budget counts the
+# requested sizes, so looser fits would let real read-ahead memory outgrow it
+
 
 class BlockBuffers:
     def __init__(self, max_idle_bytes: int) -> None:
@@ -29,10 +32,10 @@ class BlockBuffers:
         self.reused = 0  # buffers handed out from an idle slab
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
-        """An uninitialised array, in an idle slab when one fits (not twice too large)."""
+        """An uninitialised array, in an idle slab when one fits (at most 1/SLACK larger)."""
         nbytes = math.prod(shape) * np.dtype(dtype).itemsize
         idle = self._idle()
-        fitting = [s for s in idle if nbytes <= s.nbytes <= 2 * nbytes]
+        fitting = [s for s in idle if nbytes <= s.nbytes <= nbytes + nbytes // SLACK]
         if fitting:
             slab = min(fitting, key=lambda s: s.nbytes)
             self.reused += 1
