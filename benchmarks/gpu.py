@@ -15,6 +15,9 @@ Three measurements, each against a baseline from the same run:
    Each decode mode runs in a fresh process, for its own peak host RSS and device memory.
    The loader's default prefetch (2 batches, gathered and copied by its producer thread)
    is compared with none (`device_prefetch=0`: gather and copy on the training thread).
+   GPU decode also runs with 8 blocks read ahead (default 2): blocks whose bytes arrive
+   while a decode runs are decoded together, so more read-ahead means more chunks per
+   nvCOMP call ("blocks/call" in the table).
 3. Decode alone: every stored chunk of the store, bytes already in memory, decoded by
    numcodecs on all cores, and by nvCOMP in batches on the GPU (bytes already there).
 
@@ -120,7 +123,8 @@ class SmallConvNet(torch.nn.Module):
 
 
 def _train_run(args: dict[str, Any], queue: Any) -> None:
-    from insitubatch_nodes import build_loader
+    from insitubatch_nodes import AsyncFetchNode, build_loader
+    from insitubatch_nodes.loader import graph_nodes
 
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -145,7 +149,9 @@ def _train_run(args: dict[str, Any], queue: Any) -> None:
         seed=1,
         decode_threads=args["decode_threads"],
         device_prefetch=args["device_prefetch"],
+        prefetch_blocks=args["read_ahead"],
     )
+    (fetch,) = [n for n in graph_nodes(loader.root) if isinstance(n, AsyncFetchNode)]
     steps_per_epoch = len(list(range(0, args["samples"], args["batch_size"])))
     fixed = None
     for batch in loader:  # warm-up epoch: cudnn autotune, allocator, page cache, threads
@@ -185,12 +191,15 @@ def _train_run(args: dict[str, Any], queue: Any) -> None:
     torch.cuda.synchronize()
     fed_s = time.perf_counter() - start
     assert fed_steps == steps, (fed_steps, steps)
+    calls = fetch.stats.device_decode_calls
     queue.put(
         {
             "decode": args["decode"],
             "device_prefetch": "default"
             if args["device_prefetch"] is None
             else args["device_prefetch"],
+            "read_ahead": args["read_ahead"],
+            "blocks_per_decode_call": fetch.stats.blocks_fetched / calls if calls else None,
             "steps": steps,
             "compute_ms_per_step": 1e3 * compute_s / steps,
             "fed_ms_per_step": 1e3 * fed_s / steps,
@@ -210,11 +219,15 @@ def _train_run(args: dict[str, Any], queue: Any) -> None:
 def train(path: str, samples: int, args: argparse.Namespace) -> list[dict[str, Any]]:
     context = multiprocessing.get_context("spawn")
     results = []
-    runs = [(w, d, args.decode_threads, None) for w in args.widths for d in ("cpu", "gpu")]
-    runs += [(max(args.widths), d, 4, None) for d in ("cpu", "gpu") if args.decode_threads != 4]
+    default = args.decode_threads
+    widest = max(args.widths)
+    runs = [(w, d, default, None, 2) for w in args.widths for d in ("cpu", "gpu")]
+    runs += [(widest, d, 4, None, 2) for d in ("cpu", "gpu") if default != 4]
     # no prefetch: the gather and the copy on the training thread, as before the producer
-    runs += [(max(args.widths), "cpu", args.decode_threads, 0)]
-    for width, decode, threads, prefetch in runs:
+    runs += [(widest, "cpu", default, 0, 2)]
+    # deeper read-ahead: more blocks decoded per nvCOMP call
+    runs += [(widest, "gpu", default, None, 8)]
+    for width, decode, threads, prefetch, read_ahead in runs:
         queue = context.Queue()
         process = context.Process(
             target=_train_run,
@@ -228,6 +241,7 @@ def train(path: str, samples: int, args: argparse.Namespace) -> list[dict[str, A
                     "width": width,
                     "decode_threads": threads,
                     "device_prefetch": prefetch,
+                    "read_ahead": read_ahead,
                     "depth": args.depth,
                 },
                 queue,
@@ -381,10 +395,10 @@ def render(report: dict[str, Any]) -> str:
     lines += [
         "",
         "### Training step fed by the loader",
-        "| width | decode | threads | prefetch | steps | compute ms/step | loader-only ms/batch "
-        "| fed ms/step | in next() ms/step | batches/s | data stall | peak RSS growth MB "
-        "| peak device MB |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| width | decode | threads | prefetch | read-ahead | blocks/call | steps "
+        "| compute ms/step | loader-only ms/batch | fed ms/step | in next() ms/step "
+        "| batches/s | data stall | peak RSS growth MB | peak device MB |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [_train_row(t) for t in report["train"]]
     return "\n".join(lines)
@@ -393,9 +407,10 @@ def render(report: dict[str, Any]) -> str:
 def _train_row(t: dict[str, Any]) -> str:
     if "error" in t:
         return f"| | {t.get('decode', '?')} | {t['error']} |"
+    per_call = t["blocks_per_decode_call"]
     return (
         f"| {t['width']} | {t['decode']} | {t['threads']} | {t['device_prefetch']} | "
-        f"{t['steps']} | "
+        f"{t['read_ahead']} | {'' if per_call is None else f'{per_call:.2f}'} | {t['steps']} | "
         f"{t['compute_ms_per_step']:.2f} | "
         f"{t['loader_only_ms_per_batch']:.2f} | {t['fed_ms_per_step']:.2f} | "
         f"{t['host_in_next_ms_per_step']:.2f} | {t['batches_per_s']:.1f} | {t['data_stall']:.1%} | "

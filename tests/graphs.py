@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from conftest import batch_key
 from torchdata.nodes import BaseNode
+from zarr.abc.store import Store
 
 from insitubatch_nodes import (
     AnchorSet,
@@ -17,6 +18,7 @@ from insitubatch_nodes import (
     PatchSpec,
     PinToDeviceNode,
     ReadPlanNode,
+    RetryPolicy,
     SampleSpec,
     ShuffleBlockNode,
     ZarrSource,
@@ -28,7 +30,7 @@ STAGES = ["permute", "plan", "fetch", "shuffle", "gather", "device"]
 
 
 def build_stage(
-    url: str,
+    url: str | Store,
     stage: str,
     *,
     split: str = "all",
@@ -39,6 +41,7 @@ def build_stage(
     batch_size: int = 5,
     drop_last: bool = False,
     max_inflight: int = 4,
+    prefetch_blocks: int = 2,
     fast_path: bool = True,
     zarr_pipeline: str | None = None,
     spec: SampleSpec | None = None,
@@ -46,6 +49,7 @@ def build_stage(
     device: str = "cpu",
     prefetch: int | None = None,
     decode_on: torch.device | None = None,
+    retry: RetryPolicy | None = None,
 ) -> BaseNode[Any]:
     source = ZarrSource.open(url)
     anchors = AnchorSet.for_split(source.geometry, source.split_units(split), spec, patches)
@@ -61,10 +65,12 @@ def build_stage(
                 source.store,
                 source.layouts,
                 max_inflight=max_inflight,
-                where=url,
+                prefetch_blocks=prefetch_blocks,
+                where=str(url),
                 fast_path=fast_path,
                 zarr_pipeline=zarr_pipeline,
                 decode_on=decode_on,
+                retry=retry,
             ),
         ),
         ("shuffle", lambda n: ShuffleBlockNode(n, batch_size=batch_size, drop_last=drop_last)),

@@ -21,13 +21,16 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 import zarr
 from conftest import as_numpy, batch_key, our_threads, torch_roundtrip
 from fault_store import TRANSIENT_KINDS, Faults, FaultyStore
+from graphs import build_stage
 
 from insitubatch_nodes import (
     AsyncFetchNode,
     ChunkReadError,
+    Loader,
     RetryPolicy,
     ZarrSource,
     build_loader,
@@ -37,6 +40,7 @@ from insitubatch_nodes.loader import graph_nodes
 FAST_RETRY = RetryPolicy(attempts=4, base_delay_s=0.001, max_delay_s=0.01, attempt_timeout_s=10.0)
 # For injected hangs: short enough to keep the test quick, long enough for a loaded machine.
 HANG_RETRY = dataclasses.replace(FAST_RETRY, attempt_timeout_s=0.3)
+CPU = torch.device("cpu")
 
 cpu_loader = functools.partial(build_loader, device="cpu")  # batches read as numpy
 
@@ -122,14 +126,37 @@ def test_transient_faults_on_the_other_read_paths_are_retried(layout: str) -> No
     assert stats.retries == faulty.transient_injected() > 0
 
 
+def _fail_first_open_of_some_chunk_files(
+    monkeypatch: pytest.MonkeyPatch, root: pathlib.Path
+) -> set[str]:
+    """Replace `os.open`: the first open of about a third of the chunk (or shard) files
+    under `root` fails with EIO (chosen by their path inside it, so the same files on every
+    run), as network file systems do now and then. Returns the files that failed."""
+    real_open = os.open
+    failed: set[str] = set()
+    lock = threading.Lock()
+
+    def flaky_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        name = os.fspath(path)
+        with lock:
+            inside = os.path.relpath(name, root)
+            fail = not inside.startswith("..") and "/c/" in inside and name not in failed
+            fail = fail and zlib.crc32(inside.encode()) % 3 == 0
+            if fail:
+                failed.add(name)
+        if fail:
+            raise OSError(errno.EIO, "Input/output error", name)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", flaky_open)
+    return failed
+
+
 @pytest.mark.parametrize("layout", ["chunked", "sharded"])
 def test_transient_errors_of_local_file_reads_are_retried(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, layout: str
 ) -> None:
-    """Local stores read chunk (or shard) files directly; network file systems fail with
-    EIO now and then. Only `os.open` is replaced here: the first open of about a third of
-    the chunk or shard files fails (chosen by their path inside the store, so the same
-    files on every run)."""
+    """Local stores read chunk (or shard) files directly; only `os.open` fails here."""
     from conftest import write_store
 
     if layout == "chunked":
@@ -141,28 +168,57 @@ def test_transient_errors_of_local_file_reads_are_retried(
             ...
         ] = np.arange(48 * 4, dtype="float32").reshape(48, 4)
     expected = _epoch(cpu_loader(url, split="all", batch_size=8))
-    real_open = os.open
-    failed: set[str] = set()
-    lock = threading.Lock()
-
-    def flaky_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
-        name = os.fspath(path)
-        with lock:
-            inside = os.path.relpath(name, tmp_path)
-            fail = not inside.startswith("..") and "/c/" in inside and name not in failed
-            fail = fail and zlib.crc32(inside.encode()) % 3 == 0
-            if fail:
-                failed.add(name)
-        if fail:
-            raise OSError(errno.EIO, "Input/output error", name)
-        return real_open(path, flags, *args, **kwargs)
-
-    monkeypatch.setattr(os, "open", flaky_open)
+    failed = _fail_first_open_of_some_chunk_files(monkeypatch, tmp_path)
     loader = cpu_loader(url, split="all", batch_size=8, retry=FAST_RETRY)
     assert _epoch(loader) == expected
     stats = _fetch_node(loader).stats
     local_reads = stats.local_file_reads if layout == "chunked" else stats.range_requests
     assert local_reads > 0 and stats.retries == len(failed) > 0
+
+
+def _uncompressed(store: Any) -> Any:
+    """Uncompressed chunks take the GPU-decode reader's own path on the CPU as well."""
+    group = zarr.open_group(store, mode="w")
+    array = group.create_array("x", shape=(48, 6), chunks=(2, 3), dtype="float32", compressors=None)
+    array[...] = np.arange(48 * 6, dtype="float32").reshape(48, 6)
+    return store
+
+
+def _device_read(store: Any, **options: Any) -> Any:
+    return Loader(build_stage(store, "device", batch_size=6, decode_on=CPU, **options))
+
+
+@pytest.mark.parametrize("where", ["object store", "local files"])
+def test_reads_for_gpu_decode_are_retried_like_the_others(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    if where == "object store":
+        store = _uncompressed(zarr.storage.MemoryStore())
+        expected = _epoch(_device_read(store))
+        store = FaultyStore(store, Faults(transient_rate=0.4, max_transient_per_key=1, seed=3))
+    else:
+        store = _uncompressed(str(tmp_path / "raw.zarr"))
+        expected = _epoch(_device_read(store))
+        failed = _fail_first_open_of_some_chunk_files(monkeypatch, tmp_path)
+    loader = _device_read(store, retry=FAST_RETRY)
+    assert _epoch(loader) == expected
+    injected = store.transient_injected() if where == "object store" else len(failed)
+    stats = _fetch_node(loader).stats
+    assert stats.device_decode_calls > 0  # really the GPU-decode reader
+    assert stats.retries == injected > 0
+
+
+def test_a_permanent_error_for_gpu_decode_names_array_key_and_store() -> None:
+    store = FaultyStore(
+        _uncompressed(zarr.storage.MemoryStore()),
+        Faults(permanent=frozenset({"x/c/7/1"})),
+        name="faulty-raw",
+    )
+    with pytest.raises(ChunkReadError) as raised:
+        _epoch(_device_read(store, retry=FAST_RETRY))
+    assert raised.value.key == "x/c/7/1" and raised.value.attempts == 1
+    assert "chunk (7, 1) of variable 'x' (key 'x/c/7/1') from faulty-raw" in str(raised.value)
+    _assert_no_threads_left()
 
 
 @pytest.mark.parametrize("kind", ["refused", "flaky-forever", "hang-forever"])

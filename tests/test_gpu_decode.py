@@ -22,9 +22,12 @@ from conftest import batch_key
 from graphs import build_stage
 from resume_check import check_every_cut
 
-from insitubatch_nodes import Loader, build_loader
+from insitubatch_nodes import AsyncFetchNode, Loader, ZarrSource, build_loader
+from insitubatch_nodes.device.device_block_reader import DeviceBlockReader
 from insitubatch_nodes.device.gpu_codecs import DeviceCodec, device_codec, load_nvcomp
 from insitubatch_nodes.io.chunk_codec import fast_decoder
+from insitubatch_nodes.io.chunk_reader import ChunkReadError, FetchStats
+from insitubatch_nodes.loader import graph_nodes
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 needs_nvcomp = pytest.mark.skipif(
@@ -96,6 +99,61 @@ def test_device_reader_resumes_exactly(tmp_path: Path) -> None:
     url = _write(tmp_path, {"raw": "none", "packed": "zstd"})
 
     check_every_cut(lambda: build_stage(url, "device", batch_size=7, decode_on=torch.device("cpu")))
+
+
+def _fetch_node(node: Any) -> AsyncFetchNode:
+    return next(n for n in graph_nodes(node) if isinstance(n, AsyncFetchNode))
+
+
+def test_blocks_read_ahead_are_decoded_in_fewer_calls_with_the_same_batches(
+    tmp_path: Path,
+) -> None:
+    url = _write(tmp_path, {"raw": "none", "more": "none"}, shape=(96, 6, 7))
+    expected = [batch_key(b) for b in Loader(build_stage(url, "device", batch_size=6))]
+    node = build_stage(
+        url, "device", batch_size=6, prefetch_blocks=6, decode_on=torch.device("cpu")
+    )
+    assert [batch_key(b) for b in Loader(node)] == expected
+    stats = _fetch_node(node).stats
+    assert stats.blocks_fetched == 12  # 24 time chunks, 2 per block
+    assert 1 <= stats.device_decode_calls <= stats.blocks_fetched
+    assert stats.chunks_read == 24 * 2 * 2 * 2  # every chunk of both variables, once
+
+
+def test_a_damaged_chunk_fails_only_its_own_block_of_a_decode_call(tmp_path: Path) -> None:
+    """When blocks decode together and one holds a damaged chunk, the others still get
+    their arrays, and the error names the chunk."""
+    _write(tmp_path, {"raw": "none"})
+    (tmp_path / "raw" / "c" / "5" / "1" / "0").write_bytes(b"not 320 bytes")
+    source = ZarrSource.open(str(tmp_path))
+    plans = list(Loader(build_stage(str(tmp_path), "plan", block_chunks=2)))
+
+    async def decode_all() -> list[Any]:
+        reader = DeviceBlockReader(
+            source.store,
+            source.layouts,
+            device=torch.device("cpu"),
+            max_inflight=4,
+            decode_threads=2,
+            where="the test store",
+            stats=FetchStats(),
+        )
+        blocks = [await reader.read_bytes(plan) for plan in plans]
+        return reader.decode_blocks(blocks)
+
+    outcomes = asyncio.run(decode_all())
+    damaged = [p.block_index for p in plans if any(r.coords == (5, 1, 0) for r in p.reads["raw"])]
+    assert len(damaged) == 1 and len(outcomes) == len(plans) > 2
+    for plan, outcome in zip(plans, outcomes, strict=True):
+        if plan.block_index in damaged:
+            assert isinstance(outcome, ChunkReadError)
+            assert "chunk (5, 1, 0) of variable 'raw'" in str(outcome)
+            continue
+        assert isinstance(outcome, dict)
+        rows = plan.sample_index
+        stored = zarr.open_array(str(tmp_path), path="raw", mode="r")
+        for i, row in enumerate(plan.rows["raw"][:, 0]):
+            np.testing.assert_array_equal(outcome["raw"][row].numpy(), stored[rows[i]])
 
 
 def test_gpu_decode_needs_a_cuda_device(tmp_path: Path) -> None:

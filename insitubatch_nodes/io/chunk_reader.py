@@ -95,6 +95,25 @@ class ChunkReadError(OSError):
         self.attempts = attempts
 
 
+def chunk_read_error(
+    variable: str, coords: tuple[int, ...], key: str, where: str, err: BaseException
+) -> ChunkReadError:
+    """The error for a chunk whose read failed with `err` (after retries, if `ReadGaveUp`)."""
+    attempts = 1
+    if isinstance(err, ReadGaveUp) and err.__cause__ is not None:
+        attempts, err = err.attempts, err.__cause__
+    tries = f" after {attempts} attempts" if attempts > 1 else ""
+    return ChunkReadError(
+        f"reading chunk {coords} of variable {variable!r} (key {key!r}) from {where} "
+        f"failed{tries}: {type(err).__name__}: {first_line(err)}",
+        variable=variable,
+        coords=coords,
+        key=key,
+        where=where,
+        attempts=attempts,
+    )
+
+
 def _first_failure(failures: BaseExceptionGroup[BaseException]) -> BaseException:
     first = failures.exceptions[0]
     return _first_failure(first) if isinstance(first, BaseExceptionGroup) else first
@@ -112,6 +131,7 @@ class FetchStats:
     shard_index_reads: int = 0
     range_requests: int = 0
     retries: int = 0
+    device_decode_calls: int = 0  # GPU decode: fewer than blocks_fetched when grouped
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, name: str, amount: int) -> None:
@@ -223,19 +243,7 @@ class ChunkReader:
     def _error(
         self, name: str, coords: tuple[int, ...], key: str, err: BaseException
     ) -> ChunkReadError:
-        attempts = 1
-        if isinstance(err, ReadGaveUp) and err.__cause__ is not None:
-            attempts, err = err.attempts, err.__cause__
-        tries = f" after {attempts} attempts" if attempts > 1 else ""
-        return ChunkReadError(
-            f"reading chunk {coords} of variable {name!r} (key {key!r}) from {self._where} "
-            f"failed{tries}: {type(err).__name__}: {first_line(err)}",
-            variable=name,
-            coords=coords,
-            key=key,
-            where=self._where,
-            attempts=attempts,
-        )
+        return chunk_read_error(name, coords, key, self._where, err)
 
     def _count_retry(self) -> None:
         self._stats.add("retries", 1)

@@ -191,6 +191,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             stats=self.stats,
             shard_indexes=self._shard_indexes,
             zarr_pipeline=self.zarr_pipeline,
+            retry=self.retry,
         )
 
     def _wants_more(self) -> bool:
