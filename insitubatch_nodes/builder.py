@@ -139,8 +139,8 @@ def build_loader(
     handed out, by a producer thread, while the consumer's step runs (default 2 on CUDA, 0 on
     the CPU, where the gather then runs in the consumer's thread). `decode="gpu"` decodes
     chunks on the GPU (the `gpu` extra: nvCOMP for zstd; uncompressed chunks need nothing):
-    only compressed bytes cross to the device.
-    Arrays it cannot decode there are decoded on the CPU, and the log says why.
+    only compressed bytes cross to the device, and windows, patches and stacking run there
+    too. Arrays it cannot decode there are decoded on the CPU, and the log says why.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -158,11 +158,6 @@ def build_loader(
             f"pass decode='cpu' on a machine without CUDA"
         )
     decode_on = target if decode == "gpu" else None
-    if decode_on is not None and (spec is not None or patches is not None or stack):
-        raise ValueError(
-            "decode='gpu' gathers spec-less batches only for now: drop spec, patches and "
-            "stack, or pass decode='cpu'"
-        )
     staged = target.type == "cuda" and decode_on is None  # the gather fills the pinned ring
     rank, world_size = resolve_rank(rank, world_size)
     if spec is not None and variables is None:

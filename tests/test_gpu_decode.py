@@ -22,12 +22,22 @@ from conftest import batch_key
 from graphs import build_stage
 from resume_check import check_every_cut
 
-from insitubatch_nodes import AsyncFetchNode, Loader, ZarrSource, build_loader
+from insitubatch_nodes import (
+    AsyncFetchNode,
+    Loader,
+    PatchSpec,
+    SampleSpec,
+    ZarrSource,
+    build_loader,
+    leads,
+    window,
+)
 from insitubatch_nodes.device.device_block_reader import DeviceBlockReader
 from insitubatch_nodes.device.gpu_codecs import DeviceCodec, device_codec, load_nvcomp
 from insitubatch_nodes.io.chunk_codec import fast_decoder
 from insitubatch_nodes.io.chunk_reader import ChunkReadError, FetchStats
 from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 needs_nvcomp = pytest.mark.skipif(
@@ -95,12 +105,6 @@ def test_device_reader_on_the_cpu_matches_the_host_reader_and_logs_each_fallback
     ]  # once, though each epoch opens the store anew
 
 
-def test_device_reader_resumes_exactly(tmp_path: Path) -> None:
-    url = _write(tmp_path, {"raw": "none", "packed": "zstd"})
-
-    check_every_cut(lambda: build_stage(url, "device", batch_size=7, decode_on=torch.device("cpu")))
-
-
 def _fetch_node(node: Any) -> AsyncFetchNode:
     return next(n for n in graph_nodes(node) if isinstance(n, AsyncFetchNode))
 
@@ -156,6 +160,61 @@ def test_a_damaged_chunk_fails_only_its_own_block_of_a_decode_call(tmp_path: Pat
             np.testing.assert_array_equal(outcome["raw"][row].numpy(), stored[rows[i]])
 
 
+SPEC = SampleSpec({"inputs": window(["a", "b"], steps=2, stride=3), "targets": leads(["a"], [1])})
+SHAPES = {
+    "plain": (None, None),
+    "windows": (SPEC, None),
+    "patches": (None, PatchSpec((3, 4))),
+    "windowed patches": (SPEC, PatchSpec((5, 3))),
+    "tiles": (SPEC, PatchSpec((4, 5), "tiles")),
+}
+
+
+def _stacked(
+    url: str, spec: SampleSpec | None, patches: PatchSpec | None, **options: Any
+) -> StackChannelsNode:
+    gathered = build_stage(url, "gather", batch_size=6, spec=spec, patches=patches, **options)
+    return StackChannelsNode(gathered, ZarrSource.open(url).layouts, spec)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("stack", [False, True], ids=["fields", "stacked"])
+def test_windows_patches_and_stacking_of_device_blocks_give_the_host_batches(
+    tmp_path: Path, shape: str, stack: bool
+) -> None:
+    """The device gather (index_select, or one fancy index per block for patches) and the
+    stacking on the device give exactly the host path's batches; "c" is compressed, so its
+    blocks come from the CPU and are copied in."""
+    url = _write(tmp_path, {"a": "none", "b": "none", "c": "zstd"}, shape=(40, 9, 11))
+    spec, patches = SHAPES[shape]
+    if stack:
+        expected = [batch_key(b) for b in Loader(_stacked(url, spec, patches))]
+        node: Any = _stacked(url, spec, patches, decode_on=torch.device("cpu"))
+    else:
+        host = build_stage(url, "gather", batch_size=6, spec=spec, patches=patches)
+        expected = [batch_key(b) for b in Loader(host)]
+        node = build_stage(
+            url, "gather", batch_size=6, spec=spec, patches=patches, decode_on=torch.device("cpu")
+        )
+    batches = list(Loader(node))
+    assert [batch_key(b) for b in batches] == expected
+    assert len(expected) >= 3
+    for batch in batches:
+        assert all(isinstance(v, torch.Tensor) for k, v in batch.items() if "/" in k or k in "abc")
+    assert _fetch_node(node).stats.device_decode_calls > 0
+
+
+@pytest.mark.parametrize("shape", ["plain", "windowed patches"])
+def test_device_reader_resumes_exactly(tmp_path: Path, shape: str) -> None:
+    url = _write(tmp_path, {"a": "none", "b": "zstd"}, shape=(40, 9, 11))
+    spec, patches = SHAPES[shape]
+    check_every_cut(
+        lambda: build_stage(
+            url, "device", batch_size=7, spec=spec, patches=patches, decode_on=torch.device("cpu")
+        )
+    )
+
+
 def test_gpu_decode_needs_a_cuda_device(tmp_path: Path) -> None:
     url = _write(tmp_path, {"raw": "none"})
     with pytest.raises(ValueError, match="decode='gpu' needs a CUDA device"):
@@ -179,6 +238,22 @@ def test_gpu_decode_yields_the_cpu_batches(
     assert [batch_key(b) for b in batches] == on_cpu
     fallbacks = [r for r in caplog.records if "decoded on the CPU" in r.getMessage()]
     assert len(fallbacks) == (2 if codec in ("blosc", "gzip") else 0)
+
+
+@needs_nvcomp
+@pytest.mark.parametrize("shape", ["windows", "windowed patches", "tiles"])
+def test_gpu_decode_of_stacked_windows_and_patches_yields_the_cpu_batches(
+    tmp_path: Path, shape: str
+) -> None:
+    url = _write(tmp_path, {"a": "zstd", "b": "none"}, shape=(40, 9, 11))
+    spec, patches = SHAPES[shape]
+    options: dict[str, Any] = dict(
+        split="all", batch_size=6, device="cuda", spec=spec, patches=patches, stack=True
+    )
+    on_cpu = [batch_key(b) for b in build_loader(url, **options)]
+    batches = list(build_loader(url, decode="gpu", **options))
+    assert all(b["inputs"].is_cuda for b in batches)
+    assert [batch_key(b) for b in batches] == on_cpu
 
 
 @needs_nvcomp

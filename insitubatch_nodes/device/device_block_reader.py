@@ -65,7 +65,7 @@ class BlockBytes:
     """A block read but not yet decoded: its chunks' stored bytes, and the arrays the CPU
     decoded for it (those the GPU cannot decode)."""
 
-    num_samples: int
+    buffer_rows: Mapping[str, int]  # each array's rows: samples, and any window's halo
     payloads: list[_Payload]
     host_arrays: Mapping[str, np.ndarray]
 
@@ -188,13 +188,13 @@ class DeviceBlockReader:
         if not on_host:
             payloads = await self._fetch(on_device)
             self._stats.add("blocks_fetched", 1)  # else the CPU reader counts it
-            return BlockBytes(plan.num_samples, payloads, {})
+            return BlockBytes(plan.buffer_rows, payloads, {})
         assert self._cpu_reader is not None
         payloads, host_arrays = await asyncio.gather(
             self._fetch(on_device),
             self._cpu_reader.read_block(dataclasses.replace(plan, reads=on_host)),
         )
-        return BlockBytes(plan.num_samples, payloads, host_arrays)
+        return BlockBytes(plan.buffer_rows, payloads, host_arrays)
 
     async def _fetch(self, reads: Mapping[str, tuple[ChunkRead, ...]]) -> list[_Payload]:
         loop = asyncio.get_running_loop()
@@ -322,11 +322,11 @@ class DeviceBlockReader:
         """The block's arrays on the device, the CPU-decoded ones already copied in."""
         out = {
             name: torch.empty(
-                (block.num_samples, *layout.sample_shape),
-                dtype=torch_dtype(np.dtype(layout.dtype)),
+                (rows, *self._layouts[name].sample_shape),
+                dtype=torch_dtype(np.dtype(self._layouts[name].dtype)),
                 device=self._device,
             )
-            for name, layout in self._layouts.items()
+            for name, rows in block.buffer_rows.items()
         }
         for name, array in block.host_arrays.items():
             out[name].copy_(torch.from_numpy(array))

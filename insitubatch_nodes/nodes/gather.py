@@ -29,8 +29,8 @@ class GatherNode(BaseNode[dict[str, np.ndarray]]):
     with its samples. `mode="clip"`: the rows come from a
     permutation of the block, always in range, and numpy's default `mode="raise"` copies
     through a temporary buffer (about 3x slower here). Blocks decoded on a device hold
-    tensors there: the batch is gathered there too (`gather_tensors`, spec-less graphs),
-    only `sample_index` stays a host array.
+    tensors there: the batch is gathered there too (`gather_tensors`), only
+    `sample_index` (and `patch_origin`) stay host arrays.
     """
 
     SOURCE_KEY = "source"
@@ -128,48 +128,125 @@ def gather(draw: BatchDraw, allocate: Allocate | None = None) -> dict[str, np.nd
     return out
 
 
-def crop_rows(
-    array: np.ndarray, rows: np.ndarray, origins: np.ndarray, size: tuple[int, ...]
-) -> np.ndarray:
-    """`array[rows[i, j], ..., o_i : o_i + size]` for all i, j as one fancy index:
-    (n, steps, *middle, *size)."""
+def crop_index(
+    rows: np.ndarray, origins: np.ndarray, size: tuple[int, ...], ndim: int
+) -> tuple[tuple[Any, ...], int]:
+    """The one fancy index that takes `array[rows[i, j], ..., o_i : o_i + size]` for all
+    i, j from an `ndim`-dimensional block; and how many axes lie between the sample axis
+    and the cropped ones (they come out after the cropped axes, see `crop_rows`)."""
     n, steps = rows.shape
     k = len(size)
-    middle = array.ndim - 1 - k
+    middle = ndim - 1 - k
     index: list[Any] = [rows.reshape(n, steps, *([1] * k))]
     index += [slice(None)] * middle
     for axis, length in enumerate(size):
         shape = [n, 1] + [1] * k
         shape[2 + axis] = length
         index.append((origins[:, axis, None] + np.arange(length)[None, :]).reshape(shape))
-    taken = array[tuple(index)]  # advanced axes first: (n, steps, *size, *middle)
+    return tuple(index), middle
+
+
+def crop_rows(
+    array: np.ndarray, rows: np.ndarray, origins: np.ndarray, size: tuple[int, ...]
+) -> np.ndarray:
+    """`array[rows[i, j], ..., o_i : o_i + size]` for all i, j as one fancy index:
+    (n, steps, *middle, *size)."""
+    index, middle = crop_index(rows, origins, size, array.ndim)
+    taken = array[index]  # advanced axes first: (n, steps, *size, *middle)
     if middle:
+        k = len(size)
         taken = np.moveaxis(taken, list(range(2 + k, 2 + k + middle)), list(range(2, 2 + middle)))
     return taken
 
 
+def crop_tensor_rows(
+    tensor: torch.Tensor, rows: np.ndarray, origins: np.ndarray, size: tuple[int, ...]
+) -> torch.Tensor:
+    """`crop_rows` for a tensor, on its device (torch orders the axes of such an index
+    as numpy does)."""
+    index, middle = crop_index(rows, origins, size, tensor.ndim)
+    on_device = tuple(
+        torch.from_numpy(np.ascontiguousarray(part)).to(tensor.device)
+        if isinstance(part, np.ndarray)
+        else part
+        for part in index
+    )
+    taken = tensor[on_device]
+    if middle:
+        k = len(size)
+        taken = torch.movedim(taken, list(range(2 + k, 2 + k + middle)), list(range(2, 2 + middle)))
+    return taken
+
+
+def _upload(indices: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
+    """The index arrays of one block on `device`, in one copy (from pinned memory on CUDA,
+    so the copy is queued on the stream instead of waiting for it)."""
+    host = torch.from_numpy(np.concatenate([np.ravel(i) for i in indices.values()]))
+    if device.type == "cuda":
+        host = host.pin_memory()
+    flat = host.to(device, non_blocking=True)
+    out = {}
+    start = 0
+    for key, index in indices.items():
+        out[key] = flat[start : start + index.size]
+        start += index.size
+    return out
+
+
 def gather_tensors(draw: BatchDraw) -> dict[str, Any]:
-    """`gather` for blocks of tensors: one `index_select` per (variable, block) on their
-    device, queued on the caller's current stream."""
+    """`gather` for blocks of tensors, on their device, queued on the caller's current
+    stream: one `index_select` per (field, block) through one upload of the block's row
+    indices, or with patches one fancy index per (field, block). Only `sample_index` (and
+    `patch_origin`) stay host arrays."""
     first_block = draw.parts[0][0]
+    plan = first_block.plan
+    fields = _fields(plan)
+    crop = () if plan.patches is None else plan.patches.size
+    size = draw.size
     out: dict[str, Any] = {}
-    for name, sample in first_block.arrays.items():
-        out[name] = sample.new_empty((draw.size, *sample.shape[1:]))
-    sample_index = np.empty(draw.size, dtype=np.int64)
+    for key, variable, columns in fields:
+        sample = first_block.arrays[variable]
+        sample_shape = tuple(sample.shape[1:])
+        sample_shape = (*sample_shape[: len(sample_shape) - len(crop)], *crop)
+        steps = () if columns is None else (columns.size,)
+        out[key] = sample.new_empty((size, *steps, *sample_shape))
+    sample_index = np.empty(size, dtype=np.int64)
+    origins = np.empty((size, len(crop)), dtype=np.int64) if crop else None
     start = 0
     for block, rows in draw.parts:
         stop = start + rows.size
-        on_device: dict[torch.device, torch.Tensor] = {}
-        for name, tensor in block.arrays.items():
-            if tensor.device not in on_device:
-                index = torch.from_numpy(np.ascontiguousarray(block.plan.rows[name][rows, 0]))
-                if tensor.is_cuda:  # pinned: a pageable copy would wait for the stream
-                    index = index.pin_memory()
-                on_device[tensor.device] = index.to(tensor.device, non_blocking=True)
-            torch.index_select(tensor, 0, on_device[tensor.device], out=out[name][start:stop])
+        buffer_rows = {
+            key: block.plan.rows[variable][rows, :1]
+            if columns is None
+            else block.plan.rows[variable][rows[:, None], columns[None, :]]
+            for key, variable, columns in fields
+        }
+        if crop:
+            assert block.plan.origins is not None and origins is not None
+            for key, variable, _ in fields:
+                target = out[key][start:stop]
+                taken = crop_tensor_rows(
+                    block.arrays[variable], buffer_rows[key], block.plan.origins[rows], crop
+                )
+                target.copy_(taken.reshape(target.shape))
+            origins[start:stop] = block.plan.origins[rows]
+        else:
+            devices = {block.arrays[variable].device for _, variable, _ in fields}
+            uploaded: dict[str, torch.Tensor] = {}
+            for device in devices:
+                keys = [k for k, v, _ in fields if block.arrays[v].device == device]
+                uploaded |= _upload({k: buffer_rows[k] for k in keys}, device)
+            for key, variable, _ in fields:
+                tensor = block.arrays[variable]
+                flat = out[key][start:stop].view(-1, *tensor.shape[1:])
+                torch.index_select(tensor, 0, uploaded[key], out=flat)
+        for _, variable, _ in fields:
+            tensor = block.arrays[variable]
             if tensor.is_cuda:  # the block was allocated on the decode stream: keep it
                 tensor.record_stream(torch.cuda.current_stream(tensor.device))  # until read
         np.take(block.plan.sample_index, rows, out=sample_index[start:stop], mode="clip")
         start = stop
     out[SAMPLE_INDEX_KEY] = sample_index
+    if origins is not None:
+        out[PATCH_ORIGIN_KEY] = origins
     return out

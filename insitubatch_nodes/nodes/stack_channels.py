@@ -2,7 +2,8 @@
 
 The channel order is `core.channels.batch_channels(..., stacked=True)`, available as
 `channel_order` before the first batch, so a model (and a checkpoint) can record it.
-Stateless: one concatenation per group and batch, on the host, before the device copy.
+Stateless: one concatenation per group and batch, before the device copy (on the host),
+or on the device where the blocks were decoded there (`decode="gpu"`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import torch
 from torchdata.nodes import BaseNode
 
 from insitubatch_nodes.core.channels import (
@@ -65,7 +67,10 @@ class StackChannelsNode(BaseNode[dict[str, np.ndarray]]):
                 array = batch[field]
                 grid = array.shape[array.ndim - self.spatial_dims :]
                 pieces.append(array.reshape(*array.shape[:lead], channels, *grid))
-            out[key] = np.concatenate(pieces, axis=lead)
+            if isinstance(pieces[0], torch.Tensor):
+                out[key] = torch.cat(pieces, dim=lead)
+            else:
+                out[key] = np.concatenate(pieces, axis=lead)
         return out
 
     def get_state(self) -> dict[str, Any]:
