@@ -13,7 +13,7 @@ to a few weeks, then:
 
     python recipes/era5.py                      # write the store, train, checkpoint
     python recipes/era5.py --resume             # continue from the last checkpoint
-    torchrun --nproc_per_node 2 recipes/era5.py # two ranks (gloo on CPU), own data each
+    torchrun --nproc_per_node 2 recipes/era5.py # two ranks (nccl on GPUs, else gloo), own data each
 
 Each step prints a hash of its batch: after a kill, `--resume` prints the same hashes and
 losses for the remaining steps as an uninterrupted run.
@@ -61,12 +61,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
-    with train_loop.distributed() as where:
+    with train_loop.distributed(args) as where:
         variables = [*args.surface, *args.levels]
         rows, cols = args.grid
         data = train_loop.open_data(
             args,
-            where.rank,
+            where,
             variables,
             look_alike=(
                 f"wb2-like-{args.time_steps}x{rows}x{cols}.zarr",

@@ -53,11 +53,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
-    with train_loop.distributed() as where:
+    with train_loop.distributed(args) as where:
         rows, cols = args.grid
         data = train_loop.open_data(
             args,
-            where.rank,
+            where,
             args.variables,
             look_alike=(
                 f"hrrr-like-{args.time_steps}x{rows}x{cols}-c{args.chunk}.zarr",

@@ -60,6 +60,19 @@ def recipe_parser(
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--block-chunks", type=int, default=4)
     parser.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda"],
+        default="auto",
+        help="where the model trains and batches arrive (auto: a GPU when there is one; "
+        "under torchrun each rank takes the GPU of its LOCAL_RANK)",
+    )
+    parser.add_argument(
+        "--decode",
+        choices=["cpu", "gpu"],
+        default="cpu",
+        help="gpu: decode chunks on the GPU (the `gpu` extra; needs --device cuda)",
+    )
+    parser.add_argument(
         "--step-delay", type=float, default=0.0, help="sleep after each step (to kill mid-run)"
     )
     return parser
@@ -69,21 +82,34 @@ def recipe_parser(
 class Distributed:
     rank: int
     world_size: int
+    device: torch.device
+
+
+def _device(choice: str) -> torch.device:
+    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch sees no CUDA device here; pass --device cpu")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
 
 
 @contextlib.contextmanager
-def distributed() -> Iterator[Distributed]:
-    """gloo on CPU under torchrun (WORLD_SIZE > 1), else a single process; the process
-    group is torn down however the block ends, so a rank that raises does not leave the
-    others waiting on a group nobody will destroy."""
+def distributed(args: argparse.Namespace) -> Iterator[Distributed]:
+    """The device of this process (--device), and under torchrun (WORLD_SIZE > 1) the
+    process group: nccl on GPUs, gloo on CPUs; else a single process. The group is torn
+    down however the block ends, so a rank that raises does not leave the others waiting
+    on a group nobody will destroy."""
+    device = _device(args.device)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size > 1 and not dist.is_initialized():
-        dist.init_process_group("gloo")
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     try:
         if dist.is_initialized():
-            yield Distributed(dist.get_rank(), dist.get_world_size())
+            yield Distributed(dist.get_rank(), dist.get_world_size(), device)
         else:
-            yield Distributed(0, 1)
+            yield Distributed(0, 1, device)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -120,12 +146,13 @@ class Data:
     options: Options
     manifest: Path
     stats: Path
+    device: torch.device
 
     def loader(
         self, args: argparse.Namespace, split: str, spec: ib.SampleSpec, **more: Any
     ) -> Loader[dict[str, torch.Tensor]]:
-        """The recipes' loader over `split`: channels stacked and normalised, --seed and
-        --block-chunks, batches on the CPU (the recipes train there); `more` is passed on."""
+        """The recipes' loader over `split`: channels stacked and normalised, --seed,
+        --block-chunks and --decode, batches on this rank's device; `more` is passed on."""
         return ib.build_loader(
             self.url,
             split=split,
@@ -135,7 +162,8 @@ class Data:
             manifest=self.manifest,
             block_chunks=args.block_chunks,
             seed=args.seed,
-            device="cpu",
+            device=self.device,
+            decode=args.decode,
             storage_options=self.options,
             **more,
         )
@@ -143,7 +171,7 @@ class Data:
 
 def open_data(
     args: argparse.Namespace,
-    rank: int,
+    where: Distributed,
     variables: list[str],
     *,
     look_alike: tuple[str, Callable[[Path], None]],
@@ -166,14 +194,14 @@ def open_data(
     else:
         name, write = look_alike
         store = args.workdir / name
-        if rank == 0 and not (store / ".zgroup").exists():
+        if where.rank == 0 and not (store / ".zgroup").exists():
             args.workdir.mkdir(parents=True, exist_ok=True)
             write(store)
             print(f"wrote {store}", flush=True)
         url, options = str(store), None
     manifest_path = args.workdir / "manifest.json"
     stats_file = stats or ib.stats_path(manifest_path)
-    if rank == 0 and not manifest_path.exists():
+    if where.rank == 0 and not manifest_path.exists():
         args.workdir.mkdir(parents=True, exist_ok=True)
         source = ib.ZarrSource.open(url, variables, storage_options=options)
         unit = args.unit_steps
@@ -181,7 +209,7 @@ def open_data(
             unit = max(unit, source.geometry.unit_length)
         geometry = ib.SampleGeometry.from_layouts(source.layouts, unit_length=unit)
         manifest_path.write_text(ib.make_manifest(geometry, fractions).dumps())
-    if rank == 0 and not stats_file.exists():
+    if where.rank == 0 and not stats_file.exists():
         computed = ib.compute_stats(url, variables, manifest=manifest_path, storage_options=options)
         computed.save(stats_file)
         print(
@@ -191,7 +219,7 @@ def open_data(
         )
     if dist.is_initialized():
         dist.barrier()
-    return Data(url, options, manifest_path, stats_file)
+    return Data(url, options, manifest_path, stats_file, where.device)
 
 
 class ResidualConvNet(torch.nn.Module):
@@ -218,7 +246,7 @@ def next_state_loss(model: torch.nn.Module, batch: Mapping[str, torch.Tensor]) -
 def _load(path: Path, tag: str) -> dict[str, Any]:
     if not path.exists():
         raise SystemExit(f"{tag} --resume: no checkpoint at {path}")
-    return torch.load(path, weights_only=True)
+    return torch.load(path, weights_only=True, map_location="cpu")
 
 
 def train(
@@ -231,9 +259,14 @@ def train(
     same weights), wrap it for DDP across ranks, train it with Adam for --steps steps in
     all, and return it (wrapped)."""
     torch.manual_seed(args.seed)
-    model = build_model()
+    if where.device.type == "cuda":  # the same losses after a resume, not just batches
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+    model = build_model().to(where.device)
     if where.world_size > 1:
-        model = torch.nn.parallel.DistributedDataParallel(model)
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=None if where.device.type == "cpu" else [where.device]
+        )
     optimiser = torch.optim.Adam(model.parameters(), lr=1e-3)
     tag = f"[rank {where.rank}]"
     checkpoint = args.workdir / f"checkpoint-rank{where.rank}.pt"
