@@ -132,6 +132,8 @@ def test_a_damaged_chunk_fails_only_its_own_block_of_a_decode_call(tmp_path: Pat
     source = ZarrSource.open(str(tmp_path))
     plans = list(Loader(build_stage(str(tmp_path), "plan", block_chunks=2)))
 
+    stats = FetchStats()
+
     async def decode_all() -> list[Any]:
         reader = DeviceBlockReader(
             source.store,
@@ -140,12 +142,13 @@ def test_a_damaged_chunk_fails_only_its_own_block_of_a_decode_call(tmp_path: Pat
             max_inflight=4,
             decode_threads=2,
             where="the test store",
-            stats=FetchStats(),
+            stats=stats,
         )
         blocks = [await reader.read_bytes(plan) for plan in plans]
         return reader.decode_blocks(blocks)
 
     outcomes = asyncio.run(decode_all())
+    assert stats.device_decode_calls == 1 + len(plans)  # together, then block by block
     damaged = [p.block_index for p in plans if any(r.coords == (5, 1, 0) for r in p.reads["raw"])]
     assert len(damaged) == 1 and len(outcomes) == len(plans) > 2
     for plan, outcome in zip(plans, outcomes, strict=True):

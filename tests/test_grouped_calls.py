@@ -120,6 +120,58 @@ def test_shutting_the_loop_down_cancels_the_waiting_jobs_too() -> None:
     assert call.groups == [[0]]
 
 
+def test_calls_never_overlap_even_after_the_loop_gave_one_up() -> None:
+    """A cancelled drain cannot stop its thread: the next call waits for that thread, so
+    `call` (nvCOMP and one staging buffer, in the device reader) never runs twice at once."""
+    call = GatedCall()
+    running = []
+    overlapped = threading.Event()
+    lock = threading.Lock()
+
+    def tracked(jobs: Sequence[int]) -> list[int | Exception]:
+        with lock:
+            running.append(1)
+            if len(running) > 1:
+                overlapped.set()
+        try:
+            return call(jobs)
+        finally:
+            with lock:
+                running.pop()
+
+    async def main() -> int:
+        grouped: GroupedCalls[int, int] = GroupedCalls(tracked)
+        first = asyncio.ensure_future(grouped.submit(0))
+        await _until(call.started)
+        for task in asyncio.all_tasks() - {first, asyncio.current_task()}:
+            task.cancel()  # the drain gives the running call up; its thread runs on
+        await asyncio.gather(first, return_exceptions=True)
+        second = asyncio.ensure_future(grouped.submit(2))
+        await asyncio.sleep(0.05)
+        assert not second.done() and call.groups == [[0]]  # waits for the first call
+        call.release.set()
+        return await asyncio.wait_for(second, 5)
+
+    assert asyncio.run(main()) == 20
+    assert call.groups == [[0], [2]] and not overlapped.is_set()
+
+
+def test_a_call_that_breaks_its_contract_fails_its_waiters_loudly() -> None:
+    """One outcome per job is the contract; a call that breaks it is a bug, and the
+    waiters get that error, not a cancellation."""
+
+    def short(jobs: Sequence[int]) -> list[int | Exception]:
+        return [1]
+
+    async def main() -> list[BaseException | int]:
+        grouped: GroupedCalls[int, int] = GroupedCalls(short)
+        return await asyncio.gather(grouped.submit(0), grouped.submit(1), return_exceptions=True)
+
+    outcomes = asyncio.run(main())
+    assert all(isinstance(o, RuntimeError) for o in outcomes), outcomes
+    assert "gave 1 outcomes for 2 jobs" in str(outcomes[0])
+
+
 @pytest.mark.parametrize("jobs", [1, 5])
 def test_every_job_gets_its_own_outcome_in_order(jobs: int) -> None:
     seen: list[list[int]] = []

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from graphs import build_stage
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -29,6 +30,7 @@ from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.patches import touched_chunks
 from insitubatch_nodes.core.read_plan import plan_block
 from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.nodes.gather import crop_rows, crop_tensor_rows
 
 GRID_VARIABLES = {
     "tmp": ((40, 20, 30), (2, 6, 7), "float32"),
@@ -188,3 +190,27 @@ def test_patched_stages_resume_at_every_cut(memory_url: Any, stage: str) -> None
             url, stage, split="train", spec=spec, patches=PatchSpec((6, 6)), batch_size=5
         )
     )
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_tensor_crops_are_the_numpy_crops(data: st.DataObject) -> None:
+    """The device gather's crops (GPU decode with patches) take exactly what the host
+    gather's take, axes between the sample axis and the cropped ones included."""
+    grid = data.draw(st.lists(st.integers(1, 7), min_size=1, max_size=2))
+    middle = data.draw(st.lists(st.integers(1, 3), max_size=2))
+    length = data.draw(st.integers(1, 8))
+    n, steps = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 3))
+    size = tuple(data.draw(st.integers(1, g)) for g in grid)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    block = rng.standard_normal((length, *middle, *grid)).astype(np.float32)
+    rows = rng.integers(0, length, size=(n, steps))
+    origins = np.stack(
+        [rng.integers(0, g - s + 1, size=n) for g, s in zip(grid, size, strict=True)], axis=1
+    )
+    on_host = crop_rows(block, rows, origins, size)
+    on_device = crop_tensor_rows(
+        torch.from_numpy(block), torch.from_numpy(rows), torch.from_numpy(origins), size
+    )
+    assert on_host.shape == (n, steps, *middle, *size)
+    np.testing.assert_array_equal(on_device.numpy(), on_host)

@@ -256,7 +256,6 @@ class DeviceBlockReader:
         """Decode blocks in one call; each block's arrays, or the error of that block alone
         (when the call fails, every block is decoded again on its own to find out whose
         fault it was). Not thread-safe: `read_block` makes one call at a time."""
-        self._stats.add("device_decode_calls", 1)
         try:
             return list(self._decode_together(blocks))
         except Exception as err:
@@ -271,6 +270,7 @@ class DeviceBlockReader:
         return outcomes
 
     def _decode_together(self, blocks: Sequence[BlockBytes]) -> list[dict[str, torch.Tensor]]:
+        self._stats.add("device_decode_calls", 1)
         on_stream = (
             torch.cuda.stream(self._stream)
             if self._stream is not None

@@ -26,12 +26,15 @@ class GroupedCalls(Generic[Job, Result]):
     """`await submit(job)` gives that job's outcome from `call` (run in the loop's default
     executor), which received it together with every job that was waiting when the call
     began. Used from one event loop; a cancelled `submit` drops its job if its call has
-    not begun. Should `call` itself raise, every job of that call gets the error."""
+    not begun. Should `call` itself raise, every job of that call gets the error. Calls
+    never overlap, even after a cancellation (a thread cannot be stopped: the next call
+    waits for it), so `call` need not be thread-safe."""
 
     def __init__(self, call: GroupCall[Job, Result]) -> None:
         self._call = call
         self._waiting: list[tuple[Job, asyncio.Future[Result]]] = []
         self._draining: asyncio.Task[None] | None = None
+        self._in_flight: asyncio.Future[Sequence[Result | Exception]] | None = None
 
     async def submit(self, job: Job) -> Result:
         loop = asyncio.get_running_loop()
@@ -42,14 +45,13 @@ class GroupedCalls(Generic[Job, Result]):
         return await outcome
 
     async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
         group: list[tuple[Job, asyncio.Future[Result]]] = []
         try:
             while self._waiting:
                 group = [(job, out) for job, out in self._waiting if not out.done()]
                 self._waiting.clear()
                 if group:
-                    outcomes = await self._run(loop, [job for job, _ in group])
+                    outcomes = await self._run([job for job, _ in group])
                     for (_, out), outcome in zip(group, outcomes, strict=True):
                         if out.done():
                             continue
@@ -58,16 +60,24 @@ class GroupedCalls(Generic[Job, Result]):
                         else:
                             out.set_result(outcome)
                 group = []
-        except BaseException:  # the loop is shutting down: nobody waits for these any more
+        except asyncio.CancelledError:  # the loop is shutting down: nobody waits any more
             for _, out in group + self._waiting:
                 out.cancel()
             self._waiting.clear()
             raise
 
-    async def _run(
-        self, loop: asyncio.AbstractEventLoop, jobs: list[Job]
-    ) -> Sequence[Result | Exception]:
+    async def _run(self, jobs: list[Job]) -> Sequence[Result | Exception]:
+        if self._in_flight is not None:  # a call whose waiter was cancelled may still run
+            await asyncio.wait([self._in_flight])
+        loop = asyncio.get_running_loop()
+        self._in_flight = loop.run_in_executor(None, self._call, jobs)
         try:
-            return await loop.run_in_executor(None, self._call, jobs)
-        except Exception as err:
+            outcomes = await asyncio.shield(self._in_flight)
+        except Exception as err:  # not CancelledError: that ends the drain
             return [err] * len(jobs)
+        if len(outcomes) != len(jobs):
+            broken = RuntimeError(
+                f"a grouped call gave {len(outcomes)} outcomes for {len(jobs)} jobs"
+            )
+            return [broken] * len(jobs)
+        return outcomes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -129,11 +130,12 @@ def gather(draw: BatchDraw, allocate: Allocate | None = None) -> dict[str, np.nd
 
 
 def crop_index(
-    rows: np.ndarray, origins: np.ndarray, size: tuple[int, ...], ndim: int
+    rows: Any, origins: Any, size: tuple[int, ...], ndim: int, arange: Callable[[int], Any]
 ) -> tuple[tuple[Any, ...], int]:
     """The one fancy index that takes `array[rows[i, j], ..., o_i : o_i + size]` for all
-    i, j from an `ndim`-dimensional block; and how many axes lie between the sample axis
-    and the cropped ones (they come out after the cropped axes, see `crop_rows`)."""
+    i, j from an `ndim`-dimensional block, built from numpy arrays or from tensors (with
+    `arange` of the same kind, on the same device); and how many axes lie between the
+    sample axis and the cropped ones (they come out after the cropped axes)."""
     n, steps = rows.shape
     k = len(size)
     middle = ndim - 1 - k
@@ -142,7 +144,7 @@ def crop_index(
     for axis, length in enumerate(size):
         shape = [n, 1] + [1] * k
         shape[2 + axis] = length
-        index.append((origins[:, axis, None] + np.arange(length)[None, :]).reshape(shape))
+        index.append((origins[:, axis, None] + arange(length)[None, :]).reshape(shape))
     return tuple(index), middle
 
 
@@ -151,7 +153,7 @@ def crop_rows(
 ) -> np.ndarray:
     """`array[rows[i, j], ..., o_i : o_i + size]` for all i, j as one fancy index:
     (n, steps, *middle, *size)."""
-    index, middle = crop_index(rows, origins, size, array.ndim)
+    index, middle = crop_index(rows, origins, size, array.ndim, np.arange)
     taken = array[index]  # advanced axes first: (n, steps, *size, *middle)
     if middle:
         k = len(size)
@@ -160,18 +162,14 @@ def crop_rows(
 
 
 def crop_tensor_rows(
-    tensor: torch.Tensor, rows: np.ndarray, origins: np.ndarray, size: tuple[int, ...]
+    tensor: torch.Tensor, rows: torch.Tensor, origins: torch.Tensor, size: tuple[int, ...]
 ) -> torch.Tensor:
-    """`crop_rows` for a tensor, on its device (torch orders the axes of such an index
-    as numpy does)."""
-    index, middle = crop_index(rows, origins, size, tensor.ndim)
-    on_device = tuple(
-        torch.from_numpy(np.ascontiguousarray(part)).to(tensor.device)
-        if isinstance(part, np.ndarray)
-        else part
-        for part in index
+    """`crop_rows` for a tensor, with `rows` and `origins` already on its device (torch
+    orders the axes of such an index as numpy does)."""
+    index, middle = crop_index(
+        rows, origins, size, tensor.ndim, functools.partial(torch.arange, device=tensor.device)
     )
-    taken = tensor[on_device]
+    taken = tensor[index]
     if middle:
         k = len(size)
         taken = torch.movedim(taken, list(range(2 + k, 2 + k + middle)), list(range(2, 2 + middle)))
@@ -179,16 +177,18 @@ def crop_tensor_rows(
 
 
 def _upload(indices: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
-    """The index arrays of one block on `device`, in one copy (from pinned memory on CUDA,
-    so the copy is queued on the stream instead of waiting for it)."""
-    host = torch.from_numpy(np.concatenate([np.ravel(i) for i in indices.values()]))
+    """Index arrays of one block on `device`, in one copy (from pinned memory on CUDA, so
+    the copy is queued on the stream instead of waiting for the work queued before it)."""
+    host = torch.from_numpy(
+        np.concatenate([np.ravel(i).astype(np.int64) for i in indices.values()])
+    )
     if device.type == "cuda":
         host = host.pin_memory()
     flat = host.to(device, non_blocking=True)
     out = {}
     start = 0
     for key, index in indices.items():
-        out[key] = flat[start : start + index.size]
+        out[key] = flat[start : start + index.size].view(index.shape)
         start += index.size
     return out
 
@@ -221,25 +221,29 @@ def gather_tensors(draw: BatchDraw) -> dict[str, Any]:
             else block.plan.rows[variable][rows[:, None], columns[None, :]]
             for key, variable, columns in fields
         }
-        if crop:
-            assert block.plan.origins is not None and origins is not None
-            for key, variable, _ in fields:
-                target = out[key][start:stop]
-                taken = crop_tensor_rows(
-                    block.arrays[variable], buffer_rows[key], block.plan.origins[rows], crop
-                )
-                target.copy_(taken.reshape(target.shape))
-            origins[start:stop] = block.plan.origins[rows]
-        else:
-            devices = {block.arrays[variable].device for _, variable, _ in fields}
-            uploaded: dict[str, torch.Tensor] = {}
-            for device in devices:
-                keys = [k for k, v, _ in fields if block.arrays[v].device == device]
-                uploaded |= _upload({k: buffer_rows[k] for k in keys}, device)
+        for device in {block.arrays[variable].device for _, variable, _ in fields}:
+            keys = [k for k, v, _ in fields if block.arrays[v].device == device]
+            wanted = {k: buffer_rows[k] for k in keys}
+            if crop:
+                assert block.plan.origins is not None
+                wanted[PATCH_ORIGIN_KEY] = block.plan.origins[rows]
+            uploaded = _upload(wanted, device)
             for key, variable, _ in fields:
                 tensor = block.arrays[variable]
-                flat = out[key][start:stop].view(-1, *tensor.shape[1:])
-                torch.index_select(tensor, 0, uploaded[key], out=flat)
+                if tensor.device != device:
+                    continue
+                target = out[key][start:stop]
+                if crop:
+                    taken = crop_tensor_rows(
+                        tensor, uploaded[key], uploaded[PATCH_ORIGIN_KEY], crop
+                    )
+                    target.copy_(taken.reshape(target.shape))
+                else:
+                    flat = target.view(-1, *tensor.shape[1:])
+                    torch.index_select(tensor, 0, uploaded[key].view(-1), out=flat)
+        if origins is not None:
+            assert block.plan.origins is not None
+            origins[start:stop] = block.plan.origins[rows]
         for _, variable, _ in fields:
             tensor = block.arrays[variable]
             if tensor.is_cuda:  # the block was allocated on the decode stream: keep it
