@@ -17,7 +17,9 @@ Three measurements, each against a baseline from the same run:
    is compared with none (`device_prefetch=0`: gather and copy on the training thread).
    GPU decode also runs with 8 blocks read ahead (default 2): blocks whose bytes arrive
    while a decode runs are decoded together, so more read-ahead means more chunks per
-   nvCOMP call ("blocks/call" in the table).
+   nvCOMP call ("blocks/call" in the table). Both decodes also run with
+   `read_across_epochs` ("across"): without it every epoch's first batch waits for a whole
+   block, which counts as stall here.
 3. Decode alone: every stored chunk of the store, bytes already in memory, decoded by
    numcodecs on all cores, and by nvCOMP in batches on the GPU (bytes already there).
 
@@ -150,6 +152,7 @@ def _train_run(args: dict[str, Any], queue: Any) -> None:
         decode_threads=args["decode_threads"],
         device_prefetch=args["device_prefetch"],
         prefetch_blocks=args["read_ahead"],
+        read_across_epochs=args["across"],
     )
     (fetch,) = [n for n in graph_nodes(loader.root) if isinstance(n, AsyncFetchNode)]
     steps_per_epoch = len(list(range(0, args["samples"], args["batch_size"])))
@@ -199,6 +202,7 @@ def _train_run(args: dict[str, Any], queue: Any) -> None:
             if args["device_prefetch"] is None
             else args["device_prefetch"],
             "read_ahead": args["read_ahead"],
+            "across": args["across"],
             "blocks_per_decode_call": fetch.stats.blocks_fetched / calls if calls else None,
             "steps": steps,
             "compute_ms_per_step": 1e3 * compute_s / steps,
@@ -221,13 +225,15 @@ def train(path: str, samples: int, args: argparse.Namespace) -> list[dict[str, A
     results = []
     default = args.decode_threads
     widest = max(args.widths)
-    runs = [(w, d, default, None, 2) for w in args.widths for d in ("cpu", "gpu")]
-    runs += [(widest, d, 4, None, 2) for d in ("cpu", "gpu") if default != 4]
+    runs = [(w, d, default, None, 2, False) for w in args.widths for d in ("cpu", "gpu")]
+    runs += [(widest, d, 4, None, 2, False) for d in ("cpu", "gpu") if default != 4]
     # no prefetch: the gather and the copy on the training thread, as before the producer
-    runs += [(widest, "cpu", default, 0, 2)]
+    runs += [(widest, "cpu", default, 0, 2, False)]
     # deeper read-ahead: more blocks decoded per nvCOMP call
-    runs += [(widest, "gpu", default, None, 8)]
-    for width, decode, threads, prefetch, read_ahead in runs:
+    runs += [(widest, "gpu", default, None, 8, False)]
+    # the next epoch's first blocks read while this one ends
+    runs += [(widest, "cpu", default, None, 2, True), (widest, "gpu", default, None, 8, True)]
+    for width, decode, threads, prefetch, read_ahead, across in runs:
         queue = context.Queue()
         process = context.Process(
             target=_train_run,
@@ -242,6 +248,7 @@ def train(path: str, samples: int, args: argparse.Namespace) -> list[dict[str, A
                     "decode_threads": threads,
                     "device_prefetch": prefetch,
                     "read_ahead": read_ahead,
+                    "across": across,
                     "depth": args.depth,
                 },
                 queue,
@@ -395,10 +402,10 @@ def render(report: dict[str, Any]) -> str:
     lines += [
         "",
         "### Training step fed by the loader",
-        "| width | decode | threads | prefetch | read-ahead | blocks/call | steps "
+        "| width | decode | threads | prefetch | read-ahead | across | blocks/call | steps "
         "| compute ms/step | loader-only ms/batch | fed ms/step | in next() ms/step "
         "| batches/s | data stall | peak RSS growth MB | peak device MB |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [_train_row(t) for t in report["train"]]
     return "\n".join(lines)
@@ -410,7 +417,8 @@ def _train_row(t: dict[str, Any]) -> str:
     per_call = t["blocks_per_decode_call"]
     return (
         f"| {t['width']} | {t['decode']} | {t['threads']} | {t['device_prefetch']} | "
-        f"{t['read_ahead']} | {'' if per_call is None else f'{per_call:.2f}'} | {t['steps']} | "
+        f"{t['read_ahead']} | {'yes' if t['across'] else 'no'} | "
+        f"{'' if per_call is None else f'{per_call:.2f}'} | {t['steps']} | "
         f"{t['compute_ms_per_step']:.2f} | "
         f"{t['loader_only_ms_per_batch']:.2f} | {t['fed_ms_per_step']:.2f} | "
         f"{t['host_in_next_ms_per_step']:.2f} | {t['batches_per_s']:.1f} | {t['data_stall']:.1%} | "

@@ -102,6 +102,7 @@ def build_loader(
     patches: PatchSpec | None = None,
     device_prefetch: int | None = None,
     decode: str = "cpu",
+    read_across_epochs: bool = False,
 ) -> Loader[dict[str, torch.Tensor]]:
     """Shuffled, split-aware, resumable batches from a Zarr group.
 
@@ -141,6 +142,12 @@ def build_loader(
     chunks on the GPU (the `gpu` extra: nvCOMP for zstd; uncompressed chunks need nothing):
     only compressed bytes cross to the device, and windows, patches and stacking run there
     too. Arrays it cannot decode there are decoded on the CPU, and the log says why.
+
+    `read_across_epochs=True` reads the next epoch's first blocks while the last batches of
+    this one are drawn, so a new epoch does not begin with a wait for a whole block (for a
+    training loop over many epochs). The loader's threads and those blocks then stay
+    between epochs, until the next epoch, `loader.close()` (or `with loader:`), or garbage
+    collection.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -198,6 +205,7 @@ def build_loader(
         zarr_pipeline=zarr_pipeline,
         retry=retry,
         decode_on=decode_on,
+        read_across_epochs=read_across_epochs,
     )
     draws = ShuffleBlockNode(blocks, batch_size=batch_size, drop_last=drop_last)
     gathered = GatherNode(draws)

@@ -3,9 +3,10 @@ state stays right across chained resumes.
 
 torchdata's Loader hands out one long-lived iterator, so nothing tells the graph that the
 user broke out of a loop or that the loop body raised; the fetch threads would idle on.
-This subclass iterates through a generator whose `finally` closes every node that can be
-closed: on exhaustion, `break`, an exception (KeyboardInterrupt included) or garbage
-collection.
+This subclass iterates through a generator that closes every node that can be closed on
+`break`, an exception (KeyboardInterrupt included) or garbage collection, and at the end
+of an epoch all but the nodes that read across epochs (`read_across_epochs=True`: they
+are reading the next epoch's first blocks, and stop on `close()` or the next epoch).
 
 It also keeps its own iterator. torchdata 0.11's iterator remembers the state it peeked
 at when a restored state turns out to be an epoch's end, and keeps returning it after
@@ -41,12 +42,17 @@ def graph_nodes(root: BaseNode[Any]) -> list[BaseNode[Any]]:
     return found
 
 
-def close_graph(root: BaseNode[Any]) -> None:
+def close_graph(root: BaseNode[Any], *, epoch_ended: bool = False) -> None:
     """Call `interrupt()`, then `close()`, on every node of the graph that has them (e.g.
     `AsyncFetchNode`). Interrupting first lets a producer thread that waits on a slow read
     (`PinToDeviceNode`) stop at once, before its node waits for it. Every node is closed
-    even if one fails to; the first failure is raised after."""
-    nodes = list(graph_nodes(root))
+    even if one fails to; the first failure is raised after. `epoch_ended`: the epoch ran
+    to its end, so nodes that read across epochs are left running."""
+    nodes = [
+        node
+        for node in graph_nodes(root)
+        if not (epoch_ended and getattr(node, "read_across_epochs", False))
+    ]
     for node in nodes:
         interrupt = getattr(node, "interrupt", None)
         if callable(interrupt):
@@ -143,8 +149,10 @@ class Loader(torchdata.nodes.Loader[T]):
     def _closing(self, iterator: Iterator[T]) -> Iterator[T]:
         try:
             yield from iterator
-        finally:
+        except BaseException:  # break (GeneratorExit), an error, or garbage collection
             self.close()
+            raise
+        close_graph(self.root, epoch_ended=True)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Resume from `state_dict` at the next `iter()`."""

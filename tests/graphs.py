@@ -50,6 +50,7 @@ def build_stage(
     prefetch: int | None = None,
     decode_on: torch.device | None = None,
     retry: RetryPolicy | None = None,
+    read_across_epochs: bool = False,
 ) -> BaseNode[Any]:
     source = ZarrSource.open(url)
     anchors = AnchorSet.for_split(source.geometry, source.split_units(split), spec, patches)
@@ -71,6 +72,7 @@ def build_stage(
                 zarr_pipeline=zarr_pipeline,
                 decode_on=decode_on,
                 retry=retry,
+                read_across_epochs=read_across_epochs,
             ),
         ),
         ("shuffle", lambda n: ShuffleBlockNode(n, batch_size=batch_size, drop_last=drop_last)),
