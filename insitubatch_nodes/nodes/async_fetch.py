@@ -14,7 +14,7 @@ With `read_across_epochs`, reading goes on past the end of an epoch: once the so
 exhausted, the node resets it into the next epoch (what the next `reset(None)` would do)
 and reads that epoch's first blocks while the consumer still draws the last batches of
 this one; the next `reset(None)` adopts them. Without it, every epoch's first batch waits
-for a whole block to be read and decoded (about 50 ms per epoch for ERA5-shaped zstd
+for a whole block to be read and decoded (40-54 ms per epoch for ERA5-shaped zstd
 blocks on two cores). A `reset` with a state, or `close()`, drops what was read ahead.
 """
 
