@@ -175,6 +175,9 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         assert self._next_start is not None
         self._delivered_source_state = self._next_start
         self._next_start = None
+        # An epoch read ahead to its end left the source exhausted: the next pull finds
+        # that again, and moves on into the epoch after.
+        self._source_done = False
 
     def close(self) -> None:
         """Stop the event loop and its threads; safe to call at any time, any number of times."""
