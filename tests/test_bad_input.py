@@ -179,6 +179,10 @@ def _empty_bucket_prefix(ctx: Context) -> None:
     build_loader(url, storage_options=ctx.s3.options())
 
 
+def _missing_bucket(ctx: Context) -> None:
+    build_loader("s3://no-such-bucket/era5.zarr", storage_options=ctx.s3.options())
+
+
 def _unreachable_endpoint(ctx: Context) -> None:
     options = ctx.s3.options(endpoint=f"http://127.0.0.1:{_free_port()}")
     build_loader(f"s3://{ctx.s3.new_bucket()}/era5.zarr", storage_options=options)
@@ -236,6 +240,7 @@ CASES = {
     "a local path that does not exist": _missing_local_path,
     "a directory that is not a Zarr group": _not_a_zarr_group,
     "a bucket prefix with no Zarr group": _empty_bucket_prefix,
+    "a bucket that does not exist": _missing_bucket,
     "an endpoint that does not answer": _unreachable_endpoint,
     "no credentials": _missing_credentials,
     "a misspelled storage option": _misspelled_option,

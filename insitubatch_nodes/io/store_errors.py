@@ -6,6 +6,9 @@ kind of failure (no credentials, refused, unreachable, misspelled option) says w
 
 from __future__ import annotations
 
+from typing import Any
+
+import obstore
 import obstore.exceptions
 
 CREDENTIAL_HINT = (
@@ -22,6 +25,11 @@ _NO_CREDENTIALS = (
     "/latest/meta-data",
     "metadata.google.internal",
 )
+
+
+# What S3 (and S3-compatible servers), GCS and Azure answer for a bucket or container that
+# is not there.
+_NO_BUCKET = ("nosuchbucket", "bucket does not exist", "containernotfound")
 
 
 def first_line(err: BaseException) -> str:
@@ -50,3 +58,18 @@ def explain_open_failure(err: BaseException, where: str) -> Exception | None:
         f"could not read {where}: {first_line(err)}; check the URL, and the endpoint and "
         f"region in storage_options"
     )
+
+
+def explain_missing_bucket(store: Any, where: str) -> FileNotFoundError | None:
+    """When `where` has no Zarr group: the clearer error if its bucket does not exist (a
+    missing object reads the same as a missing bucket to zarr, but not to a list request),
+    else `None`. `store` is an obstore store; one list request of one page is made."""
+    try:
+        next(iter(obstore.list(store, chunk_size=1)), None)
+    except Exception as err:
+        if any(sign in str(err).lower() for sign in _NO_BUCKET):
+            return FileNotFoundError(
+                f"{where}: its bucket does not exist; check the bucket name, and the "
+                f"endpoint and region in storage_options"
+            )
+    return None

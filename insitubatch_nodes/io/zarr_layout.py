@@ -7,11 +7,13 @@ from collections.abc import Sequence
 
 import numpy as np
 import obstore.exceptions
+import obstore.store
 import zarr
 from zarr.abc.store import Store
+from zarr.storage import ObjectStore
 
 from insitubatch_nodes.core.geometry import VariableLayout
-from insitubatch_nodes.io.store_errors import explain_open_failure
+from insitubatch_nodes.io.store_errors import explain_missing_bucket, explain_open_failure
 
 
 def open_root_group(store: Store, where: str) -> zarr.Group:
@@ -23,6 +25,12 @@ def open_root_group(store: Store, where: str) -> zarr.Group:
             raise
         raise clearer from err
     except (FileNotFoundError, zarr.errors.BaseZarrError) as err:
+        if isinstance(store, ObjectStore) and not isinstance(
+            store.store, obstore.store.LocalStore | obstore.store.MemoryStore
+        ):
+            no_bucket = explain_missing_bucket(store.store, where)
+            if no_bucket is not None:
+                raise no_bucket from err
         raise ValueError(
             f"{where} is not a Zarr group (no zarr.json or .zgroup at its root): point the "
             f"loader at the group that holds your arrays"
