@@ -84,6 +84,25 @@ def _fields(plan: ReadPlan) -> list[tuple[str, str, np.ndarray | None]]:
     return fields
 
 
+def _batch_shape(
+    size: int, block_shape: tuple[int, ...], columns: np.ndarray | None, crop: tuple[int, ...]
+) -> tuple[int, ...]:
+    """(batch, [steps,] *sample_shape), the cropped axes at the patch's size."""
+    sample_shape = tuple(block_shape[1:])
+    sample_shape = (*sample_shape[: len(sample_shape) - len(crop)], *crop)
+    steps = () if columns is None else (columns.size,)
+    return (size, *steps, *sample_shape)
+
+
+def _field_rows(
+    plan: ReadPlan, variable: str, rows: np.ndarray, columns: np.ndarray | None
+) -> np.ndarray:
+    """The block buffer rows of the drawn samples' steps: (n, steps), one column without
+    a spec."""
+    table = plan.rows[variable]
+    return table[rows, :1] if columns is None else table[rows[:, None], columns[None, :]]
+
+
 def gather(draw: BatchDraw, allocate: Allocate | None = None) -> dict[str, np.ndarray]:
     first_block = draw.parts[0][0]
     plan = first_block.plan
@@ -92,10 +111,8 @@ def gather(draw: BatchDraw, allocate: Allocate | None = None) -> dict[str, np.nd
     size = draw.size
     shapes: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
     for key, variable, columns in fields:
-        sample_shape = first_block.arrays[variable].shape[1:]
-        sample_shape = (*sample_shape[: len(sample_shape) - len(crop)], *crop)
-        steps = () if columns is None else (columns.size,)
-        shapes[key] = ((size, *steps, *sample_shape), first_block.arrays[variable].dtype)
+        array = first_block.arrays[variable]
+        shapes[key] = (_batch_shape(size, array.shape, columns, crop), array.dtype)
     if allocate is None:
         out = {key: np.empty(shape, dtype=dtype) for key, (shape, dtype) in shapes.items()}
     else:
@@ -108,10 +125,7 @@ def gather(draw: BatchDraw, allocate: Allocate | None = None) -> dict[str, np.nd
         stop = start + rows.size
         for key, variable, columns in fields:
             array = block.arrays[variable]
-            if columns is None:
-                buffer_rows = block.plan.rows[variable][rows, :1]
-            else:
-                buffer_rows = block.plan.rows[variable][rows[:, None], columns[None, :]]
+            buffer_rows = _field_rows(block.plan, variable, rows, columns)
             target = out[key][start:stop]
             if crop:
                 assert block.plan.origins is not None
@@ -206,19 +220,14 @@ def gather_tensors(draw: BatchDraw) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, variable, columns in fields:
         sample = first_block.arrays[variable]
-        sample_shape = tuple(sample.shape[1:])
-        sample_shape = (*sample_shape[: len(sample_shape) - len(crop)], *crop)
-        steps = () if columns is None else (columns.size,)
-        out[key] = sample.new_empty((size, *steps, *sample_shape))
+        out[key] = sample.new_empty(_batch_shape(size, tuple(sample.shape), columns, crop))
     sample_index = np.empty(size, dtype=np.int64)
     origins = np.empty((size, len(crop)), dtype=np.int64) if crop else None
     start = 0
     for block, rows in draw.parts:
         stop = start + rows.size
         buffer_rows = {
-            key: block.plan.rows[variable][rows, :1]
-            if columns is None
-            else block.plan.rows[variable][rows[:, None], columns[None, :]]
+            key: _field_rows(block.plan, variable, rows, columns)
             for key, variable, columns in fields
         }
         for device in {block.arrays[variable].device for _, variable, _ in fields}:
