@@ -15,7 +15,13 @@ from conftest import as_numpy, batch_key, our_threads, write_store
 from fault_store import Faults, FaultyStore
 from s3_server import S3Server
 
-from insitubatch_nodes import ChunkReadError, RetryPolicy, build_loader, open_store
+from insitubatch_nodes import (
+    ChunkReadError,
+    CorruptChunkError,
+    RetryPolicy,
+    build_loader,
+    open_store,
+)
 from insitubatch_nodes.loader import graph_nodes
 
 SMALL = {
@@ -96,7 +102,7 @@ def test_a_corrupt_object_on_s3_raises_naming_its_key_and_url(s3_server: S3Serve
     url, _ = _s3_store(s3_server)
     options = s3_server.options()
     obstore.put(obstore.store.from_url(url, **options), "u10/c/2/0", b"garbage")
-    with pytest.raises(ChunkReadError, match=rf"\(key 'u10/c/2/0'\) from {url} failed"):
+    with pytest.raises(CorruptChunkError, match=rf"\(key 'u10/c/2/0'\) in {url} is corrupt"):
         list(cpu_loader(url, split="all", batch_size=5, storage_options=options))
     assert our_threads() == []
 

@@ -41,12 +41,19 @@ from insitubatch_nodes.io.chunk_reader import (
     ChunkReader,
     ChunkReadError,
     FetchStats,
+    check_stored_size,
     chunk_read_error,
     read_file,
 )
 from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.shard_reader import ShardIndexes
 from insitubatch_nodes.io.stores import local_root
+from insitubatch_nodes.io.verified_decode import (
+    ChunkBytesError,
+    check_single_zstd_frame,
+    size_mismatch,
+    strip_crc32c,
+)
 from insitubatch_nodes.io.zarr_compat import chunk_key
 
 log = logging.getLogger(__name__)
@@ -203,12 +210,15 @@ class DeviceBlockReader:
 
             def read_files(name: str, batch: tuple[ChunkRead, ...]) -> list[_Payload]:
                 metadata, prefix = self._metadata[name]
+                limit = self._codec(name).decoder.stored_bound
                 out = []
                 for read in batch:
                     key = chunk_key(metadata, prefix, read.coords)
                     try:
                         data = self._retry.call_sync(
-                            lambda key=key: read_file(f"{root}/{key}"), key, self._count_retry
+                            lambda key=key: read_file(f"{root}/{key}", limit=limit),
+                            key,
+                            self._count_retry,
                         )
                     except Exception as err:
                         raise chunk_read_error(name, read.coords, key, self._where, err) from err
@@ -236,6 +246,7 @@ class DeviceBlockReader:
                     self._count_retry,
                     limit=self._inflight,
                 )
+                check_stored_size(found, self._codec(name).decoder.stored_bound)
             except Exception as err:
                 raise chunk_read_error(name, read.coords, key, self._where, err) from err
             return _Payload(name, read, None if found is None else found.to_bytes())
@@ -296,20 +307,20 @@ class DeviceBlockReader:
             for payload in block.payloads
         ]
         present = [(p, out) for p, out in targets if p.data is not None]
+        streams = [self._verified_stream(payload) for payload, _ in present]
         offsets = []
         total = 0
-        for payload, _ in present:
+        for stream in streams:
             offsets.append(total)
-            total += -(-len(payload.data or b"") // ALIGNMENT) * ALIGNMENT
+            total += -(-len(stream) // ALIGNMENT) * ALIGNMENT
         host = self._staging_buffer(total)
         staged = host.numpy()
-        for (payload, _), offset in zip(present, offsets, strict=True):
-            data = np.frombuffer(payload.data or b"", dtype=np.uint8)
-            staged[offset : offset + data.size] = data
+        for stream, offset in zip(streams, offsets, strict=True):
+            staged[offset : offset + len(stream)] = np.frombuffer(stream, dtype=np.uint8)
         device_bytes = host.to(self._device, non_blocking=True)
         chunks = [
-            device_bytes[offset : offset + len(payload.data or b"")]
-            for (payload, _), offset in zip(present, offsets, strict=True)
+            device_bytes[offset : offset + len(stream)]
+            for stream, offset in zip(streams, offsets, strict=True)
         ]
         self._decode_chunks(present, chunks)
         for payload, out in targets:
@@ -317,6 +328,25 @@ class DeviceBlockReader:
                 target, _ = chunk_regions(self._layouts[payload.name], payload.read)
                 out[payload.name][target] = self._codec(payload.name).decoder.fill_value
         return outs
+
+    def _verified_stream(self, payload: _Payload) -> memoryview:
+        """The chunk's stream once the host has checked it: its crc32c, and that it holds
+        exactly one chunk (uncompressed: its length; zstd: one well-formed frame declaring
+        the chunk's size). nvCOMP decodes only well-formed input and reports no sizes, so
+        nothing reaches it unchecked."""
+        decoder = self._codec(payload.name).decoder
+        assert payload.data is not None
+        try:
+            stream = strip_crc32c(payload.data) if decoder.checksum else memoryview(payload.data)
+            expected = decoder.chunk_nbytes
+            if decoder.compressor is None:
+                if len(stream) != expected:
+                    raise size_mismatch(expected, len(stream), "is")
+            else:
+                check_single_zstd_frame(stream, expected)
+        except ChunkBytesError as err:
+            raise self._error(payload, err) from err
+        return stream
 
     def _block_tensors(self, block: BlockBytes) -> dict[str, torch.Tensor]:
         """The block's arrays on the device, the CPU-decoded ones already copied in."""
@@ -361,14 +391,8 @@ class DeviceBlockReader:
                     else torch.empty(chunk_nbytes, dtype=torch.uint8, device=self._device)
                 )
                 places.append(_Place(payload, decoder, region, valid, whole, scratch))
-            if algorithm is None:
+            if algorithm is None:  # sizes checked by _verified_stream
                 for i, place in zip(indices, places, strict=True):
-                    stored, expected = chunks[i].numel(), place.scratch.numel()
-                    if stored != expected:
-                        raise self._error(
-                            place.payload,
-                            ValueError(f"{stored} bytes stored, {expected} expected uncompressed"),
-                        )
                     place.scratch.copy_(chunks[i])
             else:
                 targets = [place.scratch for place in places]

@@ -1,7 +1,10 @@
 """Which arrays the GPU can decode, and with what: decided once per array, from its codec.
 
 nvCOMP decodes raw zstd frames (what zarr's `ZstdCodec` and numcodecs' `Zstd` write);
-uncompressed chunks need no decoding at all. It cannot read blosc's
+uncompressed chunks need no decoding at all. It neither validates its input nor checks
+zstd's content checksums: the reader checks each frame's structure and declared size on
+the host first (`verified_decode`), and arrays whose frames carry checksums are decoded on
+the CPU, where libzstd verifies them. It cannot read blosc's
 container (blosc-lz4 included: the lz4 inside is split and shuffled by blosc's own
 framing), so such arrays, and every layout the fast path does not handle (sharding,
 filters, F order), fall back to the CPU decoder, with the reason in one log line.
@@ -52,6 +55,8 @@ def device_codec(decoder: ChunkDecoder | None, *, nvcomp_available: bool) -> Dev
     algorithm = _NVCOMP_ALGORITHMS.get(codec_id)
     if algorithm is None:
         return f"nvCOMP cannot decode {codec_id!r} chunks"
+    if getattr(decoder.compressor, "checksum", False):
+        return f"its {codec_id!r} frames carry content checksums, which nvCOMP does not verify"
     if not nvcomp_available:
         return (
             f"its {codec_id!r} chunks need nvCOMP, which is not installed "

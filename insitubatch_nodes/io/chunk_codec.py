@@ -1,10 +1,12 @@
 """Decode stored chunk bytes straight into a block buffer, with numcodecs, off the loop.
 
 zarr's own read path costs 100-860 us of Python per chunk; for the layouts nearly every
-archive uses (one compressor or none, no filters, C order, no sharding) a chunk is just
-`decompress -> reinterpret -> copy`, which numcodecs does with the GIL released. Arrays
-with any other layout get `None` from `fast_decoder`: sharded arrays whose inner chunks
-qualify are read by `shard_reader`, the rest through zarr.
+archive uses (one compressor or none, optionally a crc32c checksum, no filters, C order,
+no sharding) a chunk is just `decompress -> reinterpret -> copy`, which numcodecs does
+with the GIL released. Every decode is verified (`verified_decode`): a chunk that does not
+decode to exactly its bytes is an error, never values. Arrays with any other layout, or a
+compressor whose output we cannot check, get `None` from `fast_decoder`: sharded arrays
+whose inner chunks qualify are read by `shard_reader`, the rest through zarr.
 """
 
 from __future__ import annotations
@@ -17,45 +19,63 @@ import numpy as np
 import zarr
 from numcodecs.abc import Codec
 
+from insitubatch_nodes.io.verified_decode import CHECKED_CODECS, decode_exact, strip_crc32c
 from insitubatch_nodes.io.zarr_compat import fill_scalar, native_dtype, plain_value
 
 
 @dataclass(frozen=True)
 class ChunkDecoder:
-    """How to turn one stored chunk of an array into numbers."""
+    """How to turn one stored chunk of an array into numbers.
+
+    Args:
+        compressor: the numcodecs codec of the stored bytes (`None`: stored as they are).
+        dtype: the stored element type, byte order included.
+        chunk_shape: the shape every stored chunk has (edge chunks are padded to it).
+        fill_value: what a chunk never written reads as.
+        checksum: whether each stored chunk ends with a crc32c of the rest (zarr's
+            `crc32c` codec), verified before decoding.
+    """
 
     compressor: Codec | None
     dtype: np.dtype[Any]
     chunk_shape: tuple[int, ...]
     fill_value: Any
+    checksum: bool = False
+
+    @property
+    def chunk_nbytes(self) -> int:
+        """The bytes one stored chunk decodes to."""
+        return int(np.prod(self.chunk_shape, dtype=np.int64)) * self.dtype.itemsize
 
     @property
     def stored_bound(self) -> int:
-        """More bytes than any stored chunk takes: compressors store data they cannot shrink
-        as raw blocks, a few bytes of framing per block and header on top."""
-        nbytes = int(np.prod(self.chunk_shape, dtype=np.int64)) * self.dtype.itemsize
-        return nbytes + nbytes // 128 + (1 << 16)
+        """More bytes than any valid stored chunk takes: compressors store data they cannot
+        shrink as raw blocks, a few bytes of framing per block and header on top."""
+        nbytes = self.chunk_nbytes
+        return nbytes + nbytes // 128 + (1 << 16) + (4 if self.checksum else 0)
 
     def decode_into(
         self, data: bytes | memoryview | None, destination: np.ndarray, valid: tuple[slice, ...]
     ) -> None:
-        """Write the chunk's `valid` region (edge chunks are padded in storage)."""
+        """Write the chunk's `valid` region (edge chunks are padded in storage), or raise
+        `ChunkBytesError` if the stored bytes are not exactly one chunk."""
         if data is None:
             destination[...] = self.fill_value
             return
+        stored = strip_crc32c(data) if self.checksum else data
         whole = destination.shape == self.chunk_shape and destination.flags.c_contiguous
-        if whole and self.compressor is not None and destination.dtype == self.dtype:
-            self.compressor.decode(data, out=destination)  # no intermediate copy
+        if whole and destination.dtype == self.dtype:
+            decode_exact(self.compressor, stored, destination)  # no intermediate copy
             return
-        raw = self.compressor.decode(data) if self.compressor is not None else data
-        chunk = np.frombuffer(raw, dtype=self.dtype).reshape(self.chunk_shape)
+        chunk = np.empty(self.chunk_shape, dtype=self.dtype)  # bounded: one chunk
+        decode_exact(self.compressor, stored, chunk)
         destination[...] = chunk[valid]
 
 
 def _v3_compressor(codec: Any) -> Codec | None:
     name = type(codec).__name__
     if name == "ZstdCodec":
-        return numcodecs.Zstd(level=codec.level)
+        return numcodecs.Zstd(level=codec.level, checksum=bool(codec.checksum))
     if name == "BloscCodec":
         return numcodecs.Blosc(
             cname=str(plain_value(codec.cname)),
@@ -73,10 +93,14 @@ def _v3_compressor(codec: Any) -> Codec | None:
 def decoder_for_v3_codecs(
     codecs: tuple[Any, ...], dtype: np.dtype[Any], chunk_shape: tuple[int, ...], fill: Any
 ) -> ChunkDecoder | None:
-    """A decoder for a v3 codec chain `BytesCodec` [+ one compressor], else `None`."""
+    """A decoder for a v3 codec chain `BytesCodec` [+ one compressor] [+ `Crc32cCodec`],
+    else `None`."""
     serializer, *rest = codecs or (None,)
+    checksum = bool(rest) and type(rest[-1]).__name__ == "Crc32cCodec"
+    if checksum:
+        rest = rest[:-1]
     if type(serializer).__name__ != "BytesCodec" or len(rest) > 1:
-        return None  # sharding, transpose, checksums, filters: not ours to decode
+        return None  # sharding, transpose, filters: not ours to decode
     endian = plain_value(getattr(serializer, "endian", None))
     if endian is not None and dtype.itemsize > 1:
         dtype = dtype.newbyteorder("<" if endian == "little" else ">")
@@ -84,7 +108,7 @@ def decoder_for_v3_codecs(
         compressor = _v3_compressor(rest[0]) if rest else None
     except LookupError:
         return None
-    return ChunkDecoder(compressor, dtype, chunk_shape, fill)
+    return ChunkDecoder(compressor, dtype, chunk_shape, fill, checksum)
 
 
 def fast_decoder(array: zarr.AsyncArray) -> ChunkDecoder | None:  # type: ignore[type-arg]
@@ -95,8 +119,11 @@ def fast_decoder(array: zarr.AsyncArray) -> ChunkDecoder | None:  # type: ignore
         return None
     fill = fill_scalar(metadata, dtype)
     if metadata.zarr_format == 2:
+        compressor = metadata.compressor
         if metadata.filters or metadata.order != "C":
             return None
-        return ChunkDecoder(metadata.compressor, dtype, tuple(metadata.chunks), fill)
+        if compressor is not None and str(compressor.codec_id) not in CHECKED_CODECS:
+            return None  # zarr decodes it, and checks the chunk's shape
+        return ChunkDecoder(compressor, dtype, tuple(metadata.chunks), fill)
     chunk_shape = tuple(metadata.chunk_grid.chunk_shape)
     return decoder_for_v3_codecs(tuple(metadata.codecs), dtype, chunk_shape, fill)

@@ -39,17 +39,22 @@ from insitubatch_nodes.io.shard_index import shard_layout
 from insitubatch_nodes.io.shard_reader import Loaded, ShardIndexes, ShardReader
 from insitubatch_nodes.io.store_errors import first_line
 from insitubatch_nodes.io.stores import local_root
+from insitubatch_nodes.io.verified_decode import ChunkBytesError
 from insitubatch_nodes.io.zarr_compat import chunk_key, pipeline_can_read, stored_object_key
 
 T = TypeVar("T")
 
 
-def read_file(path: str, scratch: bytearray | None = None) -> bytes | memoryview | None:
+def read_file(
+    path: str, scratch: bytearray | None = None, *, limit: int | None = None
+) -> bytes | memoryview | None:
     """A local chunk file's bytes, or `None` if it was never written (the fill value).
 
     With `scratch`, a file that fits is read into it (a view of it comes back, valid until
     the next read into the same scratch): one syscall fewer than sizing the file first,
-    and no fresh allocation, whose first-touch page faults cost as much as the copy."""
+    and no fresh allocation, whose first-touch page faults cost as much as the copy. A
+    file larger than `limit` bytes (more than any valid chunk takes) is refused unread, so
+    a hostile file cannot take memory beyond the budget."""
     try:
         descriptor = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
@@ -61,6 +66,11 @@ def read_file(path: str, scratch: bytearray | None = None) -> bytes | memoryview
                 return memoryview(scratch)[:got]
             os.lseek(descriptor, 0, os.SEEK_SET)  # larger than the scratch: read it whole
         size = os.fstat(descriptor).st_size
+        if limit is not None and size > limit:
+            raise ChunkBytesError(
+                f"its file is {size} bytes, more than any valid chunk of its array takes ({limit})",
+                actual_nbytes=size,
+            )
         parts = [os.read(descriptor, size)]
         got = len(parts[0])
         while got < size and parts[-1]:  # a short read: very large files
@@ -71,10 +81,28 @@ def read_file(path: str, scratch: bytearray | None = None) -> bytes | memoryview
         os.close(descriptor)
 
 
+def check_stored_size(data: Any, limit: int) -> None:
+    """Refuse stored bytes longer than any valid chunk (`limit`) before decoding them."""
+    if data is not None and len(data) > limit:
+        raise ChunkBytesError(
+            f"it is {len(data)} bytes stored, more than any valid chunk of its array takes "
+            f"({limit})",
+            actual_nbytes=len(data),
+        )
+
+
 class ChunkReadError(OSError):
     """A chunk could not be read or decoded; names the array, the chunk, its key and the store.
 
     `variable`, `coords`, `key`, `where` and `attempts` say the same for programs.
+
+    Args:
+        message: the whole text the user reads.
+        variable: the array's name.
+        coords: the chunk's coordinates in the array's chunk grid.
+        key: the store key of the object read (the chunk, or its shard).
+        where: the store, as shown to users (credentials redacted).
+        attempts: how many times the read was tried.
     """
 
     def __init__(
@@ -95,22 +123,62 @@ class ChunkReadError(OSError):
         self.attempts = attempts
 
 
+class CorruptChunkError(ChunkReadError):
+    """A chunk was read but its bytes are not the chunk its array's metadata describes
+    (wrong size, failed checksum, undecodable stream, a shard index that points wrong).
+
+    `expected_nbytes` and `actual_nbytes` give the sizes where they are known (else `None`);
+    the other fields are `ChunkReadError`'s.
+
+    Args:
+        message: the whole text the user reads.
+        expected_nbytes: the decoded size the metadata needs, when it applies.
+        actual_nbytes: the size the stored bytes declare or decode to, when known.
+        **where: `ChunkReadError`'s keyword arguments.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        expected_nbytes: int | None,
+        actual_nbytes: int | None,
+        **where: Any,
+    ) -> None:
+        super().__init__(message, **where)
+        self.expected_nbytes = expected_nbytes
+        self.actual_nbytes = actual_nbytes
+
+
 def chunk_read_error(
     variable: str, coords: tuple[int, ...], key: str, where: str, err: BaseException
 ) -> ChunkReadError:
-    """The error for a chunk whose read failed with `err` (after retries, if `ReadGaveUp`)."""
+    """The error for a chunk whose read failed with `err` (after retries, if `ReadGaveUp`);
+    a `CorruptChunkError` when the bytes arrived but are not the chunk (`ChunkBytesError`)."""
     attempts = 1
     if isinstance(err, ReadGaveUp) and err.__cause__ is not None:
         attempts, err = err.attempts, err.__cause__
+    fields: dict[str, Any] = {
+        "variable": variable,
+        "coords": coords,
+        "key": key,
+        "where": where,
+        "attempts": attempts,
+    }
+    chunk = f"chunk {coords} of variable {variable!r} (key {key!r})"
+    if isinstance(err, ChunkBytesError):
+        return CorruptChunkError(
+            f"{chunk} in {where} is corrupt: {err.reason}. The stored bytes do not fit the array's "
+            f"metadata (an interrupted upload, a partial rewrite, a damaged file, or edited "
+            f"metadata): restore the chunk, or the metadata, from a good copy",
+            expected_nbytes=err.expected_nbytes,
+            actual_nbytes=err.actual_nbytes,
+            **fields,
+        )
     tries = f" after {attempts} attempts" if attempts > 1 else ""
     return ChunkReadError(
-        f"reading chunk {coords} of variable {variable!r} (key {key!r}) from {where} "
-        f"failed{tries}: {type(err).__name__}: {first_line(err)}",
-        variable=variable,
-        coords=coords,
-        key=key,
-        where=where,
-        attempts=attempts,
+        f"reading {chunk} from {where} failed{tries}: {type(err).__name__}: {first_line(err)}",
+        **fields,
     )
 
 
@@ -298,6 +366,7 @@ class ChunkReader:
         target, valid = chunk_regions(self._layouts[name], read)
         destination = buffer[target]
         try:
+            check_stored_size(data, decoder.stored_bound)
             decoder.decode_into(data, destination, valid)
         except Exception as err:
             key = self._object_key(name, read)
@@ -385,17 +454,20 @@ class ChunkReader:
             scratch = self._scratch(max(d.stored_bound for d in bounds if d is not None))
             for name, read in items:
                 opened = arrays[name]
+                decoder = opened.decoder
+                assert decoder is not None
                 key = chunk_key(opened.array.metadata, opened.array.store_path.path, read.coords)
                 try:
                     data = self._retry.call_sync(
-                        lambda key=key: read_file(f"{root}/{key}", scratch),
+                        lambda key=key, limit=decoder.stored_bound: read_file(
+                            f"{root}/{key}", scratch, limit=limit
+                        ),
                         key,
                         self._count_retry,
                     )
                 except Exception as err:
                     raise self._error(name, read.coords, key, err) from err
-                assert opened.decoder is not None
-                decoded += self._decode_one(name, opened.decoder, buffers[name], read, data)
+                decoded += self._decode_one(name, decoder, buffers[name], read, data)
             self._stats.add("local_file_reads", len(items))
             self._stats.add("bytes_decoded", decoded)
             self._stats.add("chunks_read", len(items))

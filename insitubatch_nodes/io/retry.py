@@ -42,6 +42,18 @@ _TRANSIENT_ERRNOS = frozenset(
 )
 
 
+# What object stores answer for a byte range past an object's end: an answer, not an
+# accident (obstore surfaces it as a GenericError, which is otherwise retried).
+_RANGE_REFUSED = "416 Range Not Satisfiable"
+
+
+def range_refused(err: BaseException) -> bool:
+    """Whether `err` (or the error a `ReadGaveUp` wraps) is a store refusing a byte range
+    that lies past the object's end."""
+    cause = err.__cause__ if isinstance(err, ReadGaveUp) else err
+    return cause is not None and _RANGE_REFUSED in str(cause)
+
+
 class ReadGaveUp(Exception):
     """A read failed for good; `attempts` says how often it was tried, `__cause__` why."""
 
@@ -79,6 +91,8 @@ class RetryPolicy:
             )
 
     def is_transient(self, err: BaseException) -> bool:
+        if range_refused(err):
+            return False
         if isinstance(err, _TRANSIENT_TYPES + self.transient):
             return True
         return isinstance(err, OSError) and err.errno in _TRANSIENT_ERRNOS

@@ -14,9 +14,11 @@ import numpy as np
 import zarr
 
 from insitubatch_nodes.io.chunk_codec import ChunkDecoder, decoder_for_v3_codecs
+from insitubatch_nodes.io.verified_decode import ChunkBytesError, strip_crc32c
 from insitubatch_nodes.io.zarr_compat import fill_scalar, native_dtype, plain_value
 
 EMPTY = np.uint64(2**64 - 1)
+_FAR = 2**62  # bytes: larger than any shard object
 
 
 @dataclass(frozen=True)
@@ -39,14 +41,71 @@ class ShardLayout:
         within = tuple(c % n for c, n in zip(inner_coords, self.chunks_per_shard, strict=True))
         return shard, int(np.ravel_multi_index(within, self.chunks_per_shard))
 
-    def parse_index(self, raw: bytes | memoryview) -> np.ndarray:
-        """`(slots, 2)` uint64 array of (offset, nbytes); the checksum is left to the
-        decoder of each chunk, which fails on corrupt bytes anyway."""
-        count = int(np.prod(self.chunks_per_shard))
+    def parse_index(self, raw: bytes | memoryview, shard_nbytes: int | None = None) -> np.ndarray:
+        """`(slots, 2)` uint64 array of (offset, nbytes), once the index is checked: its
+        crc32c when it has one, and every entry against the shard (`check_entries`).
+
+        Args:
+            raw: the index's stored bytes.
+            shard_nbytes: the shard object's size where known (local files), else `None`.
+        """
         if len(raw) != self.index_nbytes:
-            raise ValueError(f"shard index is {len(raw)} bytes, expected {self.index_nbytes}")
+            raise ChunkBytesError(
+                f"its shard index is {len(raw)} bytes where {self.index_nbytes} are needed "
+                f"(a shard shorter than its index, or another chunk layout)",
+                expected_nbytes=self.index_nbytes,
+                actual_nbytes=len(raw),
+            )
+        if self.index_checksum:
+            try:
+                raw = strip_crc32c(raw)
+            except ChunkBytesError as err:
+                raise ChunkBytesError(f"its shard index is corrupt: {err.reason}") from err
+        count = int(np.prod(self.chunks_per_shard))
         table = np.frombuffer(raw, dtype=f"{self.index_byteorder}u8", count=2 * count)
-        return table.astype(np.uint64).reshape(count, 2)
+        index = table.astype(np.uint64).reshape(count, 2)
+        self.check_entries(index, shard_nbytes)
+        return index
+
+    def check_entries(self, index: np.ndarray, shard_nbytes: int | None) -> None:
+        """Refuse an index whose entries cannot describe this shard: half-empty entries,
+        inner chunks of no bytes or more than any valid one takes, overlapping ones (two
+        slots would read the same bytes), or bytes outside the shard's data. Without a
+        checksum on the index, entries swapped between two inner chunks of the same size
+        cannot be told from the real ones; zarr writes the checksum by default."""
+        offsets, sizes = index[:, 0], index[:, 1]
+        empty = (offsets == EMPTY) & (sizes == EMPTY)
+        half = (offsets == EMPTY) != (sizes == EMPTY)
+        if half.any():
+            raise self._bad_entry(int(np.flatnonzero(half)[0]), index, "is half empty")
+        present = np.flatnonzero(~empty)
+        bound = self.inner.stored_bound
+        wrong_size = present[(sizes[present] == 0) | (sizes[present] > bound)]
+        if wrong_size.size:
+            raise self._bad_entry(
+                int(wrong_size[0]), index, f"gives a size outside 1 .. {bound} bytes"
+            )
+        low = 0 if self.index_at_end else self.index_nbytes
+        high = _FAR  # past any real object: offsets beyond it cannot overflow a uint64 sum
+        if shard_nbytes is not None:
+            high = shard_nbytes - (self.index_nbytes if self.index_at_end else 0)
+        starts = offsets[present]
+        outside = present[(starts < low) | (starts > high) | (starts + sizes[present] > high)]
+        if outside.size:
+            where = "the shard" if shard_nbytes is None else f"the shard's data ({low}..{high})"
+            raise self._bad_entry(int(outside[0]), index, f"points outside {where}")
+        order = present[np.argsort(starts, kind="stable")]
+        overlapping = order[1:][offsets[order[1:]] < offsets[order[:-1]] + sizes[order[:-1]]]
+        if overlapping.size:
+            raise self._bad_entry(int(overlapping[0]), index, "overlaps another entry's bytes")
+
+    def _bad_entry(self, slot: int, index: np.ndarray, what: str) -> ChunkBytesError:
+        within = tuple(int(i) for i in np.unravel_index(slot, self.chunks_per_shard))
+        offset, nbytes = (int(v) for v in index[slot])
+        return ChunkBytesError(
+            f"its shard index entry {slot} (inner chunk {within} of the shard: offset "
+            f"{offset}, {nbytes} bytes) {what}"
+        )
 
 
 def shard_layout(array: zarr.AsyncArray) -> ShardLayout | None:  # type: ignore[type-arg]

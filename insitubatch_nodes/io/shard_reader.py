@@ -23,8 +23,9 @@ from zarr.core.buffer import default_buffer_prototype
 
 from insitubatch_nodes.core.byte_ranges import MergedRange, coalesce
 from insitubatch_nodes.core.read_plan import ChunkRead
-from insitubatch_nodes.io.retry import ReadGaveUp, RetryPolicy
+from insitubatch_nodes.io.retry import ReadGaveUp, RetryPolicy, range_refused
 from insitubatch_nodes.io.shard_index import ShardLayout, chunk_span
+from insitubatch_nodes.io.verified_decode import ChunkBytesError
 from insitubatch_nodes.io.zarr_compat import chunk_key
 
 Loaded = list[tuple[ChunkRead, Any]]  # (read, stored bytes or None for the fill value)
@@ -122,6 +123,23 @@ def _open_or_none(path: Path) -> int | None:
         return os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return None  # never written: the fill value
+
+
+def _check_range(got: int, request: MergedRange) -> None:
+    """A ranged read that came back short: the shard index points past the shard's end."""
+    if got != request.stop - request.start:
+        raise _past_the_end(request, got)
+
+
+def _past_the_end(request: MergedRange, got: int = 0) -> ChunkBytesError:
+    wanted = request.stop - request.start
+    return ChunkBytesError(
+        f"its shard index points at bytes {request.start}..{request.stop} of the shard, but "
+        f"the shard holds only {got} of them (the shard was cut short, or its index points "
+        f"past its end)",
+        expected_nbytes=wanted,
+        actual_nbytes=got,
+    )
 
 
 def _slice(data: Any, request: MergedRange, chunks: Located) -> Loaded:
@@ -234,7 +252,10 @@ class ShardReader:
                 found = await self._get(key, RangeByteRequest(request.start, request.stop))
                 if found is None:
                     raise FileNotFoundError(f"shard {key!r} disappeared while being read")
+                _check_range(len(found), request)
             except Exception as err:
+                if range_refused(err):
+                    err = _past_the_end(request)
                 raise self._on_error(chunks[0][0].coords, key, err) from err
             self._count("range_requests", 1)
             loaded = _slice(found.as_numpy_array(), request, chunks)
@@ -273,9 +294,10 @@ class ShardReader:
 
             def read_index() -> np.ndarray:
                 size = self._layout.index_nbytes
-                start = os.fstat(descriptor).st_size - size if self._layout.index_at_end else 0
+                shard_nbytes = os.fstat(descriptor).st_size
+                start = max(0, shard_nbytes - size) if self._layout.index_at_end else 0
                 self._count("shard_index_reads", 1)
-                return self._layout.parse_index(pread(size, start))
+                return self._layout.parse_index(pread(size, start), shard_nbytes)
 
             index = self._indexes.load(key, read_index)
             assert index is not None
@@ -283,6 +305,7 @@ class ShardReader:
             loaded = list(missing)
             for request, chunks in requests:
                 data = pread(request.stop - request.start, request.start)
+                _check_range(len(data), request)
                 loaded.extend(_slice(data, request, chunks))
             self._count("range_requests", len(requests))
         except (OSError, ValueError, ReadGaveUp) as err:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import google_crc32c
 import numpy as np
 import zarr
 
@@ -40,6 +41,13 @@ def stored_object_key(metadata: Any, prefix: str, selection: tuple[slice, ...]) 
     outer = metadata.chunks if metadata.zarr_format == 2 else metadata.chunk_grid.chunk_shape
     coords = tuple(s.start // size for s, size in zip(selection, outer, strict=True))
     return chunk_key(metadata, prefix, coords)
+
+
+def crc32c(data: bytes | memoryview) -> int:
+    """The crc32c of `data`, computed by the library zarr's own `crc32c` codec uses, so a
+    checksum zarr wrote is checked the way zarr checks it (it takes numpy arrays, not
+    memoryviews: a view, no copy)."""
+    return int(google_crc32c.value(np.frombuffer(data, dtype=np.uint8)))
 
 
 def fill_scalar(metadata: Any, dtype: np.dtype[Any]) -> Any:
