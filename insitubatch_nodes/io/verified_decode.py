@@ -18,6 +18,7 @@ reader turns them into a `CorruptChunkError` naming the variable, chunk, key and
 
 from __future__ import annotations
 
+import struct
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,18 @@ import numpy as np
 from insitubatch_nodes.io.zarr_compat import crc32c
 
 ZSTD_MAGIC = 0xFD2FB528
+_ZSTD_START = struct.Struct("<IB")  # magic number, frame header descriptor
+# The frame content size field, by its flag (0 means none, unless the frame is a single
+# segment: then one byte, here under key 4); a 2-byte field counts from 256.
+_ZSTD_SIZE_FIELDS = {
+    0: None,
+    1: struct.Struct("<H"),
+    2: struct.Struct("<I"),
+    3: struct.Struct("<Q"),
+    4: struct.Struct("<B"),
+}
+_BLOSC_SIZES = struct.Struct("<4xI4xI")  # decoded bytes, stored bytes (header included)
+_LZ4_SIZE = struct.Struct("<i")  # numcodecs' LZ4 prefixes the decoded size
 _BLOSC_HEADER_NBYTES = 16
 _ZSTD_BLOCK_MAX = 128 * 1024
 
@@ -84,36 +97,33 @@ class ZstdFrame:
     has_checksum: bool
 
 
-def zstd_content_size(data: bytes | memoryview) -> int | None:
+def zstd_content_size(data: Any) -> int | None:
     """The decoded size a zstd stream's first frame header declares (`None`: it declares
     none), read from at most 18 bytes: cheap enough for every chunk."""
-    view = memoryview(data).cast("B")
-    _, content_size = _zstd_header(view, 0)
-    return content_size
+    return _zstd_header(data, len(data))[1]
 
 
-def _zstd_header(view: memoryview, start: int) -> tuple[int, int | None]:
-    """(offset of the first block header, declared content size) of the frame at `start`."""
-    if len(view) - start < 6:
-        raise ChunkBytesError(f"it is {len(view) - start} bytes, too short for a zstd frame")
-    magic = int.from_bytes(view[start : start + 4], "little")
+def _zstd_header(data: Any, length: int) -> tuple[int, int | None]:
+    """(offset of the first block header, declared content size) of the frame `data` (of
+    `length` bytes) starts with."""
+    if length < 6:
+        raise ChunkBytesError(f"it is {length} bytes, too short for a zstd frame")
+    magic, descriptor = _ZSTD_START.unpack_from(data)
     if magic != ZSTD_MAGIC:
         raise ChunkBytesError(f"it does not start with a zstd frame (magic {magic:#010x})")
-    descriptor = view[start + 4]
     if descriptor & 0x08:
         raise ChunkBytesError("its zstd frame header sets a reserved bit")
-    single_segment = bool(descriptor & 0x20)
-    dictionary_id_bytes = (0, 1, 2, 4)[descriptor & 0x03]
-    size_field_bytes = (1 if single_segment else 0, 2, 4, 8)[descriptor >> 6]
-    position = start + 5 + (0 if single_segment else 1) + dictionary_id_bytes
-    if position + size_field_bytes > len(view):
-        raise ChunkBytesError("its zstd frame header is cut short")
-    if size_field_bytes == 0:
+    single_segment = descriptor & 0x20
+    size_field = _ZSTD_SIZE_FIELDS[descriptor >> 6 or (4 if single_segment else 0)]
+    position = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[descriptor & 0x03]
+    if size_field is None:
         return position, None
-    content_size = int.from_bytes(view[position : position + size_field_bytes], "little")
-    if size_field_bytes == 2:
+    if position + size_field.size > length:
+        raise ChunkBytesError("its zstd frame header is cut short")
+    (content_size,) = size_field.unpack_from(data, position)
+    if size_field.size == 2:
         content_size += 256
-    return position + size_field_bytes, content_size
+    return position + size_field.size, content_size
 
 
 def zstd_frame(data: bytes | memoryview) -> ZstdFrame:
@@ -124,7 +134,7 @@ def zstd_frame(data: bytes | memoryview) -> ZstdFrame:
     block holds up to 128 KiB, so it scales with chunk bytes, not samples.
     """
     view = memoryview(data).cast("B")
-    position, content_size = _zstd_header(view, 0)
+    position, content_size = _zstd_header(view, len(view))
     has_checksum = bool(view[4] & 0x04)
     regenerated = 0
     while True:
@@ -172,32 +182,33 @@ def check_single_zstd_frame(data: bytes | memoryview, expected: int) -> None:
         )
 
 
-def _check_declared(codec_id: str, view: memoryview, expected: int) -> None:
-    """Refuse a stream whose header declares another decoded size (or is malformed)."""
-    if codec_id == "zstd":
-        declared = zstd_content_size(view)
-        if declared is not None and declared != expected:
-            raise size_mismatch(expected, declared, "declares")
-        # Without a declared size, numcodecs (>= 0.16) decodes by streaming into `out`
-        # and fails unless the stream fills it exactly.
-    elif codec_id == "blosc":
-        if len(view) < _BLOSC_HEADER_NBYTES:
-            raise ChunkBytesError(f"it is {len(view)} bytes, too short for a blosc header")
-        declared = int.from_bytes(view[4:8], "little")
-        stored = int.from_bytes(view[12:16], "little")
-        if stored != len(view):
-            raise ChunkBytesError(
-                f"its blosc header says {stored} stored bytes but {len(view)} are stored "
-                f"(truncated or extended)"
-            )
-        if declared != expected:
-            raise size_mismatch(expected, declared, "declares")
-    elif codec_id == "lz4":
-        if len(view) < 4:
-            raise ChunkBytesError(f"it is {len(view)} bytes, too short for an lz4 header")
-        declared = int.from_bytes(view[:4], "little", signed=True)
-        if declared != expected:
-            raise size_mismatch(expected, declared, "declares")
+def _zstd_declared(data: Any, length: int) -> int | None:
+    # Without a declared size, numcodecs (>= 0.16) decodes by streaming into `out` and
+    # fails unless the stream fills it exactly.
+    return _zstd_header(data, length)[1]
+
+
+def _blosc_declared(data: Any, length: int) -> int:
+    if length < _BLOSC_SIZES.size:
+        raise ChunkBytesError(f"it is {length} bytes, too short for a blosc header")
+    declared, stored = _BLOSC_SIZES.unpack_from(data)
+    if stored != length:
+        raise ChunkBytesError(
+            f"its blosc header says {stored} stored bytes but {length} are stored "
+            f"(truncated or extended)"
+        )
+    return int(declared)
+
+
+def _lz4_declared(data: Any, length: int) -> int:
+    if length < _LZ4_SIZE.size:
+        raise ChunkBytesError(f"it is {length} bytes, too short for an lz4 header")
+    return int(_LZ4_SIZE.unpack_from(data)[0])
+
+
+# Codecs whose streams declare their decoded size up front: read it, check it, then let the
+# codec library decode (it checks the stream against its own declaration).
+_DECLARED_SIZE = {"zstd": _zstd_declared, "blosc": _blosc_declared, "lz4": _lz4_declared}
 
 
 def _inflate_exactly(view: memoryview, out: np.ndarray, wbits: int) -> None:
@@ -228,33 +239,38 @@ def _inflate_exactly(view: memoryview, out: np.ndarray, wbits: int) -> None:
 
 
 _INFLATE_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "zlib": zlib.MAX_WBITS}
-CHECKED_CODECS = ("zstd", "blosc", "lz4", *_INFLATE_WBITS)
+CHECKED_CODECS = (*_DECLARED_SIZE, *_INFLATE_WBITS)
 
 
-def decode_exact(compressor: Any, data: bytes | memoryview, out: np.ndarray) -> None:
+def decode_exact(compressor: Any, data: Any, out: np.ndarray) -> None:
     """Decode `data` into all of `out` (C-contiguous), or raise `ChunkBytesError`.
+
+    Per-chunk Python here is a header read or two: a few microseconds against the tens
+    to hundreds a decode takes.
 
     Args:
         compressor: a numcodecs codec whose `codec_id` is in `CHECKED_CODECS`, or `None`
             for bytes stored as they are.
-        data: the chunk's stored bytes (any checksum already checked and stripped).
+        data: the chunk's stored bytes, one byte per item (bytes, a byte memoryview or a
+            1-D uint8 array), any checksum already checked and stripped.
         out: where the decoded bytes go; its size is the size the chunk must decode to.
     """
-    view = memoryview(data).cast("B")
-    flat = out.reshape(-1).view(np.uint8)
-    expected = flat.nbytes
+    expected = out.nbytes
+    length = len(data)
     if compressor is None:
-        if len(view) != expected:
-            raise size_mismatch(expected, len(view), "is")
-        flat[...] = np.frombuffer(view, dtype=np.uint8)
+        if length != expected:
+            raise size_mismatch(expected, length, "is")
+        out.reshape(-1).view(np.uint8)[...] = np.frombuffer(data, dtype=np.uint8)
         return
-    codec_id = str(compressor.codec_id)
-    wbits = _INFLATE_WBITS.get(codec_id)
-    if wbits is not None:
-        _inflate_exactly(view, flat, wbits)
+    codec_id = compressor.codec_id
+    declared_size = _DECLARED_SIZE.get(codec_id)
+    if declared_size is None:
+        _inflate_exactly(memoryview(data), out.reshape(-1).view(np.uint8), _INFLATE_WBITS[codec_id])
         return
-    _check_declared(codec_id, view, expected)
+    declared = declared_size(data, length)
+    if declared is not None and declared != expected:
+        raise size_mismatch(expected, declared, "declares")
     try:
-        compressor.decode(view, out=flat)
+        compressor.decode(data, out=out)
     except Exception as err:
         raise ChunkBytesError(f"its {codec_id} stream does not decode: {err}") from err
