@@ -8,7 +8,7 @@ from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.manifest import SplitManifest, make_manifest
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.sample_spec import SampleSpec, VariableGroup, leads, window
-from insitubatch_nodes.io.chunk_reader import ChunkReadError, CorruptChunkError
+from insitubatch_nodes.io.chunk_errors import ChunkReadError, CorruptChunkError
 from insitubatch_nodes.io.fork_guard import ForkedProcessError
 from insitubatch_nodes.io.icechunk_store import open_icechunk
 from insitubatch_nodes.io.retry import RetryPolicy

@@ -35,7 +35,8 @@ from insitubatch_nodes import (
 from insitubatch_nodes.device.device_block_reader import DeviceBlockReader
 from insitubatch_nodes.device.gpu_codecs import DeviceCodec, device_codec, load_nvcomp
 from insitubatch_nodes.io.chunk_codec import fast_decoder
-from insitubatch_nodes.io.chunk_reader import ChunkReadError, FetchStats
+from insitubatch_nodes.io.chunk_errors import ChunkReadError
+from insitubatch_nodes.io.chunk_reader import FetchStats
 from insitubatch_nodes.loader import graph_nodes
 from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
 

@@ -37,12 +37,11 @@ from insitubatch_nodes.device.batch_layout import ALIGNMENT
 from insitubatch_nodes.device.gpu_codecs import DeviceCodec, device_codec, load_nvcomp
 from insitubatch_nodes.device.grouped_calls import GroupedCalls
 from insitubatch_nodes.io.chunk_codec import ChunkDecoder, fast_decoder
+from insitubatch_nodes.io.chunk_errors import ChunkReadError, chunk_read_error
 from insitubatch_nodes.io.chunk_reader import (
     ChunkReader,
-    ChunkReadError,
     FetchStats,
     check_stored_size,
-    chunk_read_error,
     read_file,
 )
 from insitubatch_nodes.io.retry import RetryPolicy
