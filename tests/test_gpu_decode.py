@@ -35,7 +35,7 @@ from insitubatch_nodes import (
 from insitubatch_nodes.device.device_block_reader import DeviceBlockReader
 from insitubatch_nodes.device.gpu_codecs import DeviceCodec, device_codec, load_nvcomp
 from insitubatch_nodes.io.chunk_codec import fast_decoder
-from insitubatch_nodes.io.chunk_errors import ChunkReadError
+from insitubatch_nodes.io.chunk_errors import ChunkReadError, CorruptChunkError
 from insitubatch_nodes.io.chunk_reader import FetchStats
 from insitubatch_nodes.loader import graph_nodes
 from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
@@ -278,3 +278,54 @@ def test_gpu_decode_leaves_the_host_decoder_idle_and_keeps_the_consumer_stream_o
     assert [s.item() for s in sums] == pytest.approx(expected, rel=0, abs=0)
     fetch = node.source.source.source  # type: ignore[attr-defined]
     assert fetch.stats.chunks_read > 0 and fetch.stats.fast_path_chunks == 0
+
+
+def _damage(path: Path, name: str, damage: str) -> tuple[str, tuple[int, ...]]:
+    """Damage chunk (5, 1, 0) of array `name` (written by `_write`); its key and coords."""
+    import numcodecs
+
+    chunk = path / name / "c" / "5" / "1" / "0"
+    stored = chunk.read_bytes()
+    rows = np.arange(2 * 4 * 5, dtype=np.float32).reshape(2, 4, 5)  # half a chunk
+    if damage == "fewer bytes":
+        forged = bytes(numcodecs.Zstd().encode(rows)) if name != "none" else rows.tobytes()
+    elif damage == "truncated":
+        forged = stored[: len(stored) // 2]
+    else:  # a second frame after the first
+        forged = stored + stored
+    chunk.write_bytes(forged)
+    return f"{name}/c/5/1/0", (5, 1, 0)
+
+
+@pytest.mark.parametrize("damage", ["fewer bytes", "truncated", "second frame"])
+def test_the_device_reader_verifies_each_chunk_before_the_device_sees_it(
+    tmp_path: Path, damage: str
+) -> None:
+    """On the CPU, uncompressed chunks take the device reader's own path: a chunk of the
+    wrong length never reaches the block (on CUDA the same check guards nvCOMP)."""
+    url = _write(tmp_path, {"none": "none"})
+    key, coords = _damage(tmp_path, "none", damage)
+    node = build_stage(url, "device", batch_size=6, decode_on=torch.device("cpu"))
+    with pytest.raises(CorruptChunkError) as raised:
+        list(Loader(node))
+    assert raised.value.key == key and raised.value.coords == coords
+    assert raised.value.expected_nbytes == 4 * 4 * 5 * 4
+
+
+def test_zstd_frames_with_checksums_are_decoded_on_the_cpu(tmp_path: Path) -> None:
+    group = zarr.open_group(str(tmp_path), mode="w")
+    group.create_array(
+        "x", shape=(8, 4), dtype="f4", compressors=zarr.codecs.ZstdCodec(checksum=True)
+    )
+    chosen = _codec_of(tmp_path, "x", nvcomp=True)
+    assert "content checksums, which nvCOMP does not verify" in str(chosen)
+
+
+@needs_nvcomp
+@pytest.mark.parametrize("damage", ["fewer bytes", "truncated", "second frame"])
+def test_gpu_decode_refuses_a_damaged_zstd_chunk(tmp_path: Path, damage: str) -> None:
+    url = _write(tmp_path, {"zstd": "zstd"})
+    key, coords = _damage(tmp_path, "zstd", damage)
+    with pytest.raises(CorruptChunkError) as raised:
+        list(build_loader(url, split="all", batch_size=6, device="cuda", decode="gpu"))
+    assert raised.value.key == key and raised.value.coords == coords
