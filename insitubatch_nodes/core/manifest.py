@@ -17,6 +17,20 @@ from typing import Any
 import numpy as np
 
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
+from insitubatch_nodes.core.manifest_checks import (
+    FIELDS,
+    FIX_HINT,
+    REQUIRED_FIELDS,
+    check_disjoint,
+    checked_layout,
+    checked_ranges,
+    is_int,
+    layout_from_json,
+    no_duplicate_keys,
+    plain_data,
+    positive_int,
+    shown,
+)
 from insitubatch_nodes.core.seeding import rng_for
 
 MANIFEST_FORMAT = 1
@@ -30,7 +44,11 @@ ANCHOR_RULE = (
 
 
 def units_to_ranges(units: np.ndarray) -> list[list[int]]:
-    """Run-length encode sorted unit ids as [start, stop) pairs: a contiguous split is one pair."""
+    """Run-length encode sorted unit ids as [start, stop) pairs: a contiguous split is one pair.
+
+    Args:
+        units: unit ids, each once, in any order.
+    """
     units = np.sort(np.asarray(units, dtype=np.int64))
     if units.size == 0:
         return []
@@ -48,7 +66,13 @@ def _ranges_to_units(ranges: Sequence[Sequence[int]]) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SplitManifest:
-    """Unit ranges per split plus the store layout they were computed for."""
+    """Unit ranges per split plus the store layout they were computed for.
+
+    Every way of making one (`make_manifest`, `from_json`, `loads`, the constructor) is
+    checked here, because a wrong manifest does not fail later: it silently feeds the model
+    the wrong samples (a unit in two splits, units past the store's end, a range read
+    backwards). Values are stored as plain Python data, so `to_json()` is plain too.
+    """
 
     num_samples: int
     unit_length: int
@@ -56,20 +80,65 @@ class SplitManifest:
     splits: Mapping[str, list[list[int]]]
     rule: Mapping[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        num_samples = positive_int(self.num_samples, "num_samples")
+        unit_length = positive_int(self.unit_length, "unit_length")
+        object.__setattr__(self, "num_samples", num_samples)
+        object.__setattr__(self, "unit_length", unit_length)
+        if not isinstance(self.layouts, Mapping):
+            raise ValueError(
+                f"manifest field 'layouts' must map variable names to layouts, got "
+                f"{shown(self.layouts)}{FIX_HINT}"
+            )
+        layouts = {
+            name: checked_layout(name, layout, num_samples, unit_length)
+            for name, layout in self.layouts.items()
+        }
+        if not isinstance(self.splits, Mapping):
+            raise ValueError(
+                f"manifest field 'splits' must map split names to lists of [start, stop) unit "
+                f"ranges, got {shown(self.splits)}{FIX_HINT}"
+            )
+        where = f"the store ({num_samples} samples in units of {unit_length})"
+        splits: dict[str, list[list[int]]] = {}
+        for name, ranges in self.splits.items():
+            if not isinstance(name, str) or not name:
+                raise ValueError(
+                    f"manifest split name {shown(name)} is not a non-empty str{FIX_HINT}"
+                )
+            if name == ALL_SPLIT:
+                raise ValueError(
+                    f"manifest split name {ALL_SPLIT!r} is reserved: it always means every unit "
+                    f"of the store; rename that split in the manifest"
+                )
+            splits[name] = checked_ranges(name, ranges, self.num_units, where)
+        check_disjoint(splits)
+        if not isinstance(self.rule, Mapping):
+            raise ValueError(
+                f"manifest field 'rule' must be an object, got {shown(self.rule)}{FIX_HINT}"
+            )
+        object.__setattr__(self, "layouts", layouts)
+        object.__setattr__(self, "splits", splits)
+        object.__setattr__(self, "rule", plain_data(self.rule, "'rule'"))
+
     @property
     def num_units(self) -> int:
         return math.ceil(self.num_samples / self.unit_length)
 
     def split_names(self) -> list[str]:
-        return [*self.splits, ALL_SPLIT] if ALL_SPLIT not in self.splits else list(self.splits)
+        return [*self.splits, ALL_SPLIT]
 
     def units(self, split: str) -> np.ndarray:
-        """Sorted unit ids of `split`; `"all"` is every unit unless the manifest defines it."""
-        if split == ALL_SPLIT and ALL_SPLIT not in self.splits:
+        """Sorted unit ids of `split`; `"all"` is every unit (no split may take that name).
+
+        Args:
+            split: a split name of this manifest, or "all".
+        """
+        if split == ALL_SPLIT:
             return np.arange(self.num_units, dtype=np.int64)
         if split not in self.splits:
             raise ValueError(f"unknown split {split!r}: this manifest has {self.split_names()}")
-        units = _ranges_to_units(self.splits[split])
+        units = np.sort(_ranges_to_units(self.splits[split]))
         if units.size == 0:
             raise ValueError(
                 f"split {split!r} is empty: the store has {self.num_units} chunk-aligned units "
@@ -78,13 +147,14 @@ class SplitManifest:
         return units
 
     def to_json(self) -> dict[str, Any]:
+        """The manifest as plain JSON data (ints, strs, lists, dicts: never numpy scalars)."""
         return {
             "format": MANIFEST_FORMAT,
             "num_samples": self.num_samples,
             "unit_length": self.unit_length,
             "layouts": {name: layout.to_json() for name, layout in self.layouts.items()},
             "splits": {name: [list(r) for r in ranges] for name, ranges in self.splits.items()},
-            "rule": dict(self.rule),
+            "rule": plain_data(self.rule, "'rule'"),
         }
 
     def dumps(self) -> str:
@@ -92,28 +162,85 @@ class SplitManifest:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SplitManifest:
-        if data.get("format") != MANIFEST_FORMAT:
+        """Parse the JSON form (`to_json()`), refusing anything it could not have written.
+
+        Args:
+            data: the decoded JSON object: format, num_samples, unit_length, layouts,
+                splits and (optionally) rule.
+        """
+        if not isinstance(data, Mapping):
             raise ValueError(
-                f"manifest format {data.get('format')!r} is not supported (expected "
+                f"a manifest must be a JSON object with the fields {list(FIELDS)}, got "
+                f"{shown(data)}{FIX_HINT}"
+            )
+        if "format" not in data:
+            raise ValueError(
+                f"manifest has no 'format' field (expected {MANIFEST_FORMAT}): is it a split "
+                f"manifest?{FIX_HINT}"
+            )
+        fmt = data["format"]
+        if not is_int(fmt) or fmt != MANIFEST_FORMAT:
+            raise ValueError(
+                f"manifest format {fmt!r} is not supported (expected "
                 f"{MANIFEST_FORMAT}); recreate it with make_manifest()"
             )
+        unknown = [key for key in data if key not in FIELDS]
+        if unknown:
+            raise ValueError(
+                f"manifest has unknown field(s) {unknown!r}: a manifest has only "
+                f"{list(FIELDS)}{FIX_HINT}"
+            )
+        missing = [key for key in REQUIRED_FIELDS if key not in data]
+        if missing:
+            raise ValueError(f"manifest has no {', '.join(map(repr, missing))} field{FIX_HINT}")
+        layouts = data["layouts"]
+        if not isinstance(layouts, Mapping):
+            raise ValueError(
+                f"manifest field 'layouts' must map variable names to layouts, got "
+                f"{shown(layouts)}{FIX_HINT}"
+            )
         return cls(
-            num_samples=int(data["num_samples"]),
-            unit_length=int(data["unit_length"]),
-            layouts={n: VariableLayout.from_json(v) for n, v in data["layouts"].items()},
-            splits={n: [[int(a), int(b)] for a, b in r] for n, r in data["splits"].items()},
-            rule=dict(data.get("rule", {})),
+            num_samples=data["num_samples"],
+            unit_length=data["unit_length"],
+            layouts={name: layout_from_json(name, v) for name, v in layouts.items()},
+            splits=data["splits"],
+            rule=data.get("rule", {}),
         )
 
     @classmethod
-    def loads(cls, text: str) -> SplitManifest:
-        return cls.from_json(json.loads(text))
+    def loads(cls, text: str, *, source: str | None = None) -> SplitManifest:
+        """Parse a manifest's JSON text (what `dumps()` writes).
+
+        Args:
+            text: the JSON text.
+            source: what the text came from, e.g. "manifest file '/data/splits.json'",
+                named in every error (without it, errors say "manifest text").
+        """
+        try:
+            data = json.loads(text, object_pairs_hook=no_duplicate_keys)
+        except json.JSONDecodeError as err:
+            raise ValueError(
+                f"{source or 'manifest text'} is not valid JSON: {err.msg} at line "
+                f"{err.lineno}, column {err.colno}; fix it, or write it again with "
+                f"SplitManifest.dumps()"
+            ) from None
+        except ValueError as err:
+            raise ValueError(f"{source or 'manifest text'}: {err}{FIX_HINT}") from None
+        if source is None:
+            return cls.from_json(data)
+        try:
+            return cls.from_json(data)
+        except ValueError as err:
+            raise ValueError(f"{source}: {err}") from None
 
     def geometry_for(self, layouts: Mapping[str, VariableLayout]) -> SampleGeometry:
         """Check this manifest fits the store's current `layouts`; return the loader geometry.
 
         Variables recorded in the manifest must be unchanged; variables it does not record
         must still share its sample axis and chunk evenly into its units.
+
+        Args:
+            layouts: the selected variables' layouts as the store has them now.
         """
         problems = []
         for name, layout in layouts.items():
@@ -158,6 +285,13 @@ def make_manifest(
     `shuffle=True` units are dealt out in a seeded random order instead (no leakage
     guard: only for data whose samples are independent). A split too small to get a unit
     is an error unless `allow_empty` (then asking for that split is the error).
+
+    Args:
+        geometry: the store's variables and unit grid.
+        fractions: split name -> share of the units, each > 0, summing to 1.
+        shuffle: deal units to splits in a seeded random order instead of in stretches.
+        seed: the seed of that order (unused without `shuffle`).
+        allow_empty: let a split too small for one unit be empty instead of refusing.
     """
     if not fractions:
         raise ValueError("fractions is empty: give at least one split, e.g. {'train': 1.0}")
