@@ -22,6 +22,12 @@ from insitubatch_nodes.core.memory_bound import (
 )
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.sample_spec import SampleSpec
+from insitubatch_nodes.core.settings import (
+    as_bool,
+    as_int,
+    as_optional_int,
+    int_from_environment,
+)
 from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
 from insitubatch_nodes.loader import Loader
@@ -40,13 +46,22 @@ from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
 
 
 def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """Explicit values first, then an initialised torch.distributed, then RANK/WORLD_SIZE."""
+    """Explicit values first, then an initialised torch.distributed, then RANK/WORLD_SIZE
+    (an error names a variable that is set to something other than an int).
+
+    Args:
+        rank: this process's rank, or None to find it.
+        world_size: the number of ranks, or None to find it.
+    """
     if rank is not None and world_size is not None:
         return rank, world_size
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         found = torch.distributed.get_rank(), torch.distributed.get_world_size()
     else:
-        found = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+        found = (
+            int_from_environment(os.environ, "RANK", 0),
+            int_from_environment(os.environ, "WORLD_SIZE", 1),
+        )
     return (found[0] if rank is None else rank), (found[1] if world_size is None else world_size)
 
 
@@ -149,12 +164,15 @@ def build_loader(
     between epochs, until the next epoch, `loader.close()` (or `with loader:`), or garbage
     collection.
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if block_chunks is not None and block_chunks < 1:
-        raise ValueError(f"block_chunks must be >= 1, got {block_chunks}")
-    if device_prefetch is not None and device_prefetch < 0:
-        raise ValueError(f"device_prefetch must be >= 0 batches, got {device_prefetch}")
+    # Settings used here before the node that owns them exists (the node checks the rest).
+    batch_size = as_int("batch_size", batch_size, minimum=1)
+    block_chunks = as_optional_int("block_chunks", block_chunks, minimum=1)
+    max_inflight = as_int("max_inflight", max_inflight, minimum=1)
+    memory_budget = as_int("memory_budget", memory_budget, minimum=1)
+    drop_last = as_bool("drop_last", drop_last)
+    device_prefetch = as_optional_int("device_prefetch", device_prefetch, minimum=0)
+    spatial_dims = as_int("spatial_dims", spatial_dims, minimum=0)
+    stack = as_bool("stack", stack)
     target = resolve_device(device)
     prefetch = default_prefetch(target) if device_prefetch is None else device_prefetch
     if decode not in ("cpu", "gpu"):
@@ -171,7 +189,14 @@ def build_loader(
         variables = spec.variables()
     opened = ZarrSource.open(source, variables, manifest=manifest, storage_options=storage_options)
     anchors = split_anchors(opened, split, spec, patches)
-    permute = ChunkPermuteNode(anchors, anchors.units, seed=seed, rank=rank, world_size=world_size)
+    permute = ChunkPermuteNode(
+        anchors,
+        anchors.units,
+        seed=seed,
+        rank=rank,
+        world_size=world_size,
+        fingerprint=opened.fingerprint(split),
+    )
     if permute.samples_per_rank(batch_size, drop_last) == 0:
         raise ValueError(
             f"batch_size={batch_size} with drop_last=True leaves no full batch: the smallest "

@@ -22,6 +22,8 @@ from typing import Any, TypeVar
 import torchdata.nodes
 from torchdata.nodes import BaseNode
 
+from insitubatch_nodes.nodes.state_checks import check_cursor, check_node_state
+
 T = TypeVar("T")
 
 
@@ -155,7 +157,15 @@ class Loader(torchdata.nodes.Loader[T]):
         close_graph(self.root, epoch_ended=True)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Resume from `state_dict` at the next `iter()`."""
+        """Resume from `state_dict` at the next `iter()`. Its own layout is checked now;
+        each node checks its part when it takes it up, at that `iter()`.
+
+        Args:
+            state_dict: what `state_dict()` returned (through a checkpoint file or not).
+        """
+        keys = (PeekingIterator.ROOT_KEY, PeekingIterator.NUM_YIELDED_KEY)
+        state = check_node_state(self, state_dict, keys, named=False)
+        check_cursor(self, state, PeekingIterator.NUM_YIELDED_KEY, 0)
         self._state_to_load = state_dict
 
     def state_dict(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from insitubatch_nodes.channel_stats import ChannelStats
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS, channel_names
 from insitubatch_nodes.core.manifest import units_to_ranges
 from insitubatch_nodes.core.moments import RunningMoments
+from insitubatch_nodes.core.settings import as_int
 from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
 
 
@@ -37,6 +38,7 @@ def compute_stats(
 
     The batch and block sizes only set how much is held at once (`memory_budget`), not the
     result beyond float64 rounding."""
+    spatial_dims = as_int("spatial_dims", spatial_dims, minimum=0)
     opened = ZarrSource.open(source, variables, manifest=manifest, storage_options=storage_options)
     channels = {v: channel_names(v, layout, spatial_dims) for v, layout in opened.layouts.items()}
     moments = {v: RunningMoments(len(names)) for v, names in channels.items()}

@@ -27,6 +27,7 @@ import torch.distributed as dist
 import insitubatch_nodes as ib
 from insitubatch_nodes import SAMPLE_INDEX_KEY, AsyncFetchNode, Loader
 from insitubatch_nodes.core.manifest import DEFAULT_FRACTIONS
+from insitubatch_nodes.core.settings import int_from_environment
 from insitubatch_nodes.loader import graph_nodes
 
 Options = dict[str, object] | None  # storage_options of the store, None for local files
@@ -90,7 +91,7 @@ def _device(choice: str) -> torch.device:
         return torch.device("cpu")
     if not torch.cuda.is_available():
         raise SystemExit("--device cuda: torch sees no CUDA device here; pass --device cpu")
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_rank = int_from_environment(os.environ, "LOCAL_RANK", 0)
     torch.cuda.set_device(local_rank)
     return torch.device("cuda", local_rank)
 
@@ -102,7 +103,7 @@ def distributed(args: argparse.Namespace) -> Iterator[Distributed]:
     down however the block ends, so a rank that raises does not leave the others waiting
     on a group nobody will destroy."""
     device = _device(args.device)
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    world_size = int_from_environment(os.environ, "WORLD_SIZE", 1)
     if world_size > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     try:

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from insitubatch_nodes.core.settings import as_int_tuple
+
 RANDOM = "random"
 TILES = "tiles"
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -28,14 +30,23 @@ _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 @dataclass(frozen=True)
 class PatchSpec:
-    """Crop the last `len(size)` axes of every variable to `size`."""
+    """Crop the last `len(size)` axes of every variable to `size`.
+
+    Args:
+        size: the patch's length along each cropped axis (ints >= 1; numpy integers are
+            taken as Python ints).
+        mode: "random" (a crop per sample, for training) or "tiles" (every tile, for
+            evaluation).
+    """
 
     size: tuple[int, ...]
     mode: str = RANDOM
 
     def __post_init__(self) -> None:
-        if not self.size or any(s < 1 for s in self.size):
-            raise ValueError(f"patch size must be positive lengths, got {self.size}")
+        size = as_int_tuple("patch size", self.size)
+        if not size or any(s < 1 for s in size):
+            raise ValueError(f"patch size must be positive lengths, got {size}")
+        object.__setattr__(self, "size", size)
         if self.mode not in (RANDOM, TILES):
             raise ValueError(f"patch mode must be {RANDOM!r} or {TILES!r}, got {self.mode!r}")
 

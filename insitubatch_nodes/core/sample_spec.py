@@ -14,12 +14,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from insitubatch_nodes.core.settings import as_int, as_int_tuple
+
 KEY_SEPARATOR = "/"
 
 
 @dataclass(frozen=True)
 class VariableGroup:
-    """Variables that share the same time offsets relative to the anchor."""
+    """Variables that share the same time offsets relative to the anchor.
+
+    Args:
+        variables: the variables' names.
+        offsets: the time steps each sample carries, relative to its anchor (ints; numpy
+            integers are taken as Python ints, so a spec stays plain data in states).
+    """
 
     variables: tuple[str, ...]
     offsets: tuple[int, ...]
@@ -29,6 +37,8 @@ class VariableGroup:
             raise TypeError(
                 f"variables must be a sequence of names, got the string {self.variables!r}"
             )
+        object.__setattr__(self, "variables", tuple(self.variables))
+        object.__setattr__(self, "offsets", as_int_tuple("time offsets", self.offsets))
         if not self.variables:
             raise ValueError("a variable group needs at least one variable")
         if len(set(self.variables)) != len(self.variables):
@@ -47,18 +57,27 @@ class VariableGroup:
 
 
 def window(variables: Sequence[str], steps: int, stride: int = 1) -> VariableGroup:
-    """Input window ending at the anchor: offsets -(steps-1)*stride, ..., -stride, 0."""
-    if steps < 1:
-        raise ValueError(f"a window needs steps >= 1, got {steps}")
-    if stride < 1:
-        raise ValueError(f"a window needs stride >= 1, got {stride}")
+    """Input window ending at the anchor: offsets -(steps-1)*stride, ..., -stride, 0.
+
+    Args:
+        variables: the variables the window carries.
+        steps: how many time steps (an int >= 1).
+        stride: the steps between two of them (an int >= 1).
+    """
+    steps = as_int("window steps", steps, minimum=1)
+    stride = as_int("window stride", stride, minimum=1)
     offsets = tuple(-(steps - 1 - i) * stride for i in range(steps))
     return VariableGroup(tuple(variables), offsets)
 
 
 def leads(variables: Sequence[str], lead_steps: Iterable[int]) -> VariableGroup:
-    """Targets after the anchor: offsets t+l for each lead l (in time steps, l >= 1)."""
-    chosen = tuple(int(lead) for lead in lead_steps)
+    """Targets after the anchor: offsets t+l for each lead l (in time steps, l >= 1).
+
+    Args:
+        variables: the variables the targets carry.
+        lead_steps: the leads, in time steps after the anchor (ints >= 1).
+    """
+    chosen = as_int_tuple("leads", lead_steps)
     bad = [lead for lead in chosen if lead < 1]
     if bad:
         raise ValueError(f"leads are steps after the anchor and must be >= 1, got {bad}")
@@ -114,7 +133,7 @@ class SampleSpec:
     def from_json(cls, data: Mapping[str, Any]) -> SampleSpec:
         return cls(
             {
-                name: VariableGroup(tuple(g["variables"]), tuple(int(o) for o in g["offsets"]))
+                name: VariableGroup(tuple(g["variables"]), tuple(g["offsets"]))
                 for name, g in data.items()
             }
         )

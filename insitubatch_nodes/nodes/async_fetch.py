@@ -37,6 +37,7 @@ from zarr.abc.store import Store
 
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.read_plan import ReadPlan
+from insitubatch_nodes.core.settings import as_bool, as_int, as_optional_int
 from insitubatch_nodes.device.device_block_reader import DeviceBlockReader
 from insitubatch_nodes.io.block_buffers import BlockBuffers
 from insitubatch_nodes.io.chunk_reader import ChunkReader, FetchStats
@@ -48,6 +49,7 @@ from insitubatch_nodes.io.shard_reader import ShardIndexes
 from insitubatch_nodes.io.stores import local_root
 from insitubatch_nodes.io.zarr_compat import resolve_pipeline
 from insitubatch_nodes.items import FetchedBlock
+from insitubatch_nodes.nodes.state_checks import named_state, source_part
 
 IDLE_BUFFER_SHARE = 4  # memory of dropped blocks kept for reuse: this part of the budget
 
@@ -73,7 +75,24 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
     `stats.retries` counts the retries. With `decode_on` a device, blocks are decoded into
     tensors there (`device.device_block_reader`). `read_across_epochs`: see the module's
     docstring; the loop then stays up between epochs (`Loader` leaves it running when an
-    epoch ends), until the next epoch, `close()`, or garbage collection."""
+    epoch ends), until the next epoch, `close()`, or garbage collection.
+
+    Args:
+        source: the read plans (`ReadPlanNode`).
+        store: the zarr store to read.
+        layouts: the variables to read, by name.
+        max_inflight: chunk reads under way at once (an int >= 1).
+        prefetch_blocks: blocks read ahead at least (an int >= 1).
+        memory_budget: bytes of pending blocks at most (an int >= 1).
+        decode_threads: threads decoding chunks (an int >= 1), None for the default.
+        where: the store's description, for error messages.
+        fast_path: read common layouts with the library's own decoder (True or False).
+        zarr_pipeline: the codec pipeline for arrays zarr decodes ("zarrs"), or None.
+        retry: how transient read errors are retried, None for `RetryPolicy()`.
+        decode_on: a device to decode blocks on, None for the host.
+        read_across_epochs: read the next epoch's first blocks at an epoch's end (True or
+            False).
+    """
 
     SOURCE_KEY = "source"
 
@@ -95,10 +114,10 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         read_across_epochs: bool = False,
     ) -> None:
         super().__init__()
-        if max_inflight < 1:
-            raise ValueError(f"max_inflight must be >= 1, got {max_inflight}")
-        if prefetch_blocks < 1:
-            raise ValueError(f"prefetch_blocks must be >= 1, got {prefetch_blocks}")
+        max_inflight = as_int("max_inflight", max_inflight, minimum=1)
+        prefetch_blocks = as_int("prefetch_blocks", prefetch_blocks, minimum=1)
+        memory_budget = as_int("memory_budget", memory_budget, minimum=1)
+        decode_threads = as_optional_int("decode_threads", decode_threads, minimum=1)
         self.source = source
         self.store = store
         self.layouts = dict(layouts)
@@ -110,13 +129,13 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             * np.dtype(layout.dtype).itemsize
             for name, layout in self.layouts.items()
         }
-        self.decode_threads = decode_threads or default_decode_threads()
+        self.decode_threads = default_decode_threads() if decode_threads is None else decode_threads
         self.where = where
-        self.fast_path = fast_path
+        self.fast_path = as_bool("fast_path", fast_path)
         self.zarr_pipeline = resolve_pipeline(zarr_pipeline)
         self.retry = retry or RetryPolicy()
         self.decode_on = decode_on
-        self.read_across_epochs = read_across_epochs
+        self.read_across_epochs = as_bool("read_across_epochs", read_across_epochs)
         self.stats = FetchStats()
         self._shard_indexes = ShardIndexes()  # shard indexes outlive each epoch's reader,
         self._opened_arrays = OpenedArrays(store)  # and so do the opened arrays
@@ -146,7 +165,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         self.close()
         if initial_state is None and self._source_ahead:
             self._rewind_source()  # the source may have been reset into the next epoch
-        self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])
+        self.source.reset(source_part(self, initial_state, self.SOURCE_KEY))
         self._delivered_source_state = self.source.state_dict()
         self._source_done = False
         self._source_ahead = False
@@ -307,4 +326,4 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         return block
 
     def get_state(self) -> dict[str, Any]:
-        return {self.SOURCE_KEY: copy.deepcopy(self._delivered_source_state)}
+        return named_state(self, {self.SOURCE_KEY: copy.deepcopy(self._delivered_source_state)})

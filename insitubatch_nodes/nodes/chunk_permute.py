@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -15,8 +17,17 @@ from insitubatch_nodes.core.partition import (
     rank_sample_counts,
     samples_per_rank,
 )
+from insitubatch_nodes.core.settings import as_int
 from insitubatch_nodes.items import UnitTicket
-from insitubatch_nodes.nodes.state_checks import CONFIG_KEY, check_saved_config
+from insitubatch_nodes.nodes.state_checks import (
+    CONFIG_KEY,
+    FINGERPRINT_KEY,
+    check_cursor,
+    check_fingerprint,
+    check_node_state,
+    check_saved_config,
+    named_state,
+)
 
 
 class ChunkPermuteNode(BaseNode[UnitTicket]):
@@ -27,7 +38,20 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
     `split_units=anchors.units`).
 
     `reset(None)` after iteration began moves to the next epoch, so a `Loader` sees a fresh
-    order every `iter()`. State is (epoch, position) plus the settings it is only valid for.
+    order every `iter()`. State is (epoch, position) plus the settings it is only valid for,
+    and, given `fingerprint`, the data it was counted on.
+
+    Args:
+        geometry: how many samples each unit holds.
+        split_units: the split's units (with a sample spec, `AnchorSet.units`).
+        seed: the seed of every random order (an int >= 0).
+        rank: this process's rank, in [0, world_size).
+        world_size: how many ranks share the split.
+        initial_epoch: the epoch the first iteration is.
+        fingerprint: what the graph reads (`ZarrSource.fingerprint(split)`), recorded in
+            the state, so that a graph over other data (another store, variables, split or
+            snapshot, or the store edited since) refuses the state instead of resuming it
+            into other batches; None records and checks nothing.
     """
 
     EPOCH_KEY = "epoch"
@@ -42,8 +66,13 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         rank: int = 0,
         world_size: int = 1,
         initial_epoch: int = 0,
+        fingerprint: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        seed = as_int("seed", seed, minimum=0)
+        rank = as_int("rank", rank)
+        world_size = as_int("world_size", world_size)
+        initial_epoch = as_int("initial_epoch", initial_epoch, minimum=0)
         check_rank(rank, world_size)
         self.geometry = geometry
         self.split_units = np.sort(np.asarray(split_units, dtype=np.int64))
@@ -62,6 +91,7 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         self.seed = seed
         self.rank = rank
         self.world_size = world_size
+        self.fingerprint = None if fingerprint is None else copy.deepcopy(dict(fingerprint))
         self._epoch = initial_epoch
         self._position = 0
         self._started = False
@@ -69,30 +99,31 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
-        if initial_state is not None:
-            check_saved_config(type(self).__name__, initial_state, self._config())
-            self._epoch = int(initial_state[self.EPOCH_KEY])
-            self._position = int(initial_state[self.POSITION_KEY])
-            self._started = True  # a restored run is under way, even at position 0
-        else:
+        if initial_state is None:
             if self._started:
                 self._epoch += 1
             self._position = 0
             self._started = False
-        self._assignment = assign_epoch(
+            self._assignment = self._assign(self._epoch)
+            return
+        state = check_node_state(self, initial_state, (self.EPOCH_KEY, self.POSITION_KEY))
+        check_fingerprint(state, self.fingerprint)
+        check_saved_config(self, state, self._config())
+        epoch = check_cursor(self, state, self.EPOCH_KEY, 0)
+        assignment = self._assign(epoch)
+        self._position = check_cursor(self, state, self.POSITION_KEY, 0, assignment.units.size)
+        self._epoch, self._assignment = epoch, assignment
+        self._started = True  # a restored run is under way, even at position 0
+
+    def _assign(self, epoch: int) -> EpochAssignment:
+        return assign_epoch(
             self.geometry,
             self.split_units,
             seed=self.seed,
-            epoch=self._epoch,
+            epoch=epoch,
             rank=self.rank,
             world_size=self.world_size,
         )
-        if not 0 <= self._position <= self._assignment.units.size:
-            raise ValueError(
-                f"state position {self._position} is outside this rank's epoch of "
-                f"{self._assignment.units.size} units: the state is from another split or "
-                f"world size"
-            )
 
     @property
     def assignment(self) -> EpochAssignment:
@@ -125,8 +156,11 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         }
 
     def get_state(self) -> dict[str, Any]:
-        return {
+        entries: dict[str, Any] = {
             self.EPOCH_KEY: self._epoch,
             self.POSITION_KEY: self._position,
             CONFIG_KEY: self._config(),
         }
+        if self.fingerprint is not None:
+            entries[FINGERPRINT_KEY] = copy.deepcopy(self.fingerprint)
+        return named_state(self, entries)

@@ -14,6 +14,7 @@ from torchdata.nodes import BaseNode
 from insitubatch_nodes.core.read_plan import ReadPlan
 from insitubatch_nodes.io.block_buffers import BlockBuffers
 from insitubatch_nodes.items import PATCH_ORIGIN_KEY, SAMPLE_INDEX_KEY, BatchDraw
+from insitubatch_nodes.nodes.state_checks import named_state, source_part
 
 IDLE_BATCHES = 2  # dropped batches whose memory is kept for the next ones
 
@@ -46,7 +47,7 @@ class GatherNode(BaseNode[dict[str, np.ndarray]]):
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
-        self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])
+        self.source.reset(source_part(self, initial_state, self.SOURCE_KEY))
 
     def next(self) -> dict[str, Any]:
         draw = next(self.source)
@@ -70,7 +71,7 @@ class GatherNode(BaseNode[dict[str, np.ndarray]]):
         }
 
     def get_state(self) -> dict[str, Any]:
-        return {self.SOURCE_KEY: self.source.state_dict()}
+        return named_state(self, {self.SOURCE_KEY: self.source.state_dict()})
 
 
 def _fields(plan: ReadPlan) -> list[tuple[str, str, np.ndarray | None]]:

@@ -16,9 +16,21 @@ from torchdata.nodes import BaseNode
 
 from insitubatch_nodes.channel_stats import StatsLike, load_stats
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
+from insitubatch_nodes.core.settings import as_int
+from insitubatch_nodes.nodes.state_checks import named_state, source_part
 
 
 class NormaliseNode(BaseNode[dict[str, torch.Tensor]]):
+    """`(x - mean) / std` per channel (see the module).
+
+    Args:
+        source: the batches on their device (`PinToDeviceNode`).
+        stats: the statistics (`ChannelStats` or its JSON file).
+        channel_order: batch key -> its channel names (`core.channels.batch_channels`, or
+            `StackChannelsNode.channel_order`); keys not listed pass through.
+        spatial_dims: the trailing grid axes of each variable (an int >= 0).
+    """
+
     SOURCE_KEY = "source"
 
     def __init__(
@@ -29,10 +41,9 @@ class NormaliseNode(BaseNode[dict[str, torch.Tensor]]):
         *,
         spatial_dims: int = DEFAULT_SPATIAL_DIMS,
     ) -> None:
-        """`channel_order`: batch key -> its channel names (`core.channels.batch_channels`,
-        or `StackChannelsNode.channel_order`); keys not listed pass through."""
         super().__init__()
         self.source = source
+        spatial_dims = as_int("spatial_dims", spatial_dims, minimum=0)
         loaded = load_stats(stats)
         self._host: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         for key, names in channel_order.items():
@@ -47,7 +58,7 @@ class NormaliseNode(BaseNode[dict[str, torch.Tensor]]):
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
-        self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])
+        self.source.reset(source_part(self, initial_state, self.SOURCE_KEY))
 
     def _vectors(self, key: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         cached = self._on_device.get((key, device))
@@ -67,4 +78,4 @@ class NormaliseNode(BaseNode[dict[str, torch.Tensor]]):
         return out
 
     def get_state(self) -> dict[str, Any]:
-        return {self.SOURCE_KEY: self.source.state_dict()}
+        return named_state(self, {self.SOURCE_KEY: self.source.state_dict()})

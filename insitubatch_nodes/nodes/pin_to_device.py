@@ -35,8 +35,10 @@ import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
+from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.device.batch_copy import BatchCopier
 from insitubatch_nodes.items import SAMPLE_INDEX_KEY
+from insitubatch_nodes.nodes.state_checks import named_state, source_part
 from insitubatch_nodes.producer_thread import ProducerThread
 
 
@@ -100,8 +102,16 @@ class _Ahead:
 
 
 class PinToDeviceNode(BaseNode[dict[str, torch.Tensor]]):
-    """`prefetch`: batches copied ahead of the one handed out (default 2 on CUDA, else 0);
-    `background`: pull them on a producer thread (default: whenever `prefetch` > 0)."""
+    """Batches as tensors on `device`, copied ahead of the one handed out.
+
+    Args:
+        source: the gathered batches (`GatherNode`, or `StackChannelsNode`).
+        device: where batches go; None for the current CUDA device, else the CPU.
+        prefetch: batches copied ahead of the one handed out (an int >= 0; None for 2 on
+            CUDA, else 0).
+        background: pull them on a producer thread (True or False; None for whenever
+            `prefetch` > 0).
+    """
 
     SOURCE_KEY = "source"
 
@@ -118,10 +128,8 @@ class PinToDeviceNode(BaseNode[dict[str, torch.Tensor]]):
         self.device = resolve_device(device)
         if prefetch is None:
             prefetch = default_prefetch(self.device)
-        if prefetch < 0:
-            raise ValueError(f"prefetch must be >= 0 batches, got {prefetch}")
-        if background is None:
-            background = prefetch > 0
+        prefetch = as_int("prefetch", prefetch, minimum=0)
+        background = prefetch > 0 if background is None else as_bool("background", background)
         if background and prefetch < 1:
             raise ValueError(
                 "background=True pulls batches ahead on a thread and needs prefetch >= 1; "
@@ -154,7 +162,7 @@ class PinToDeviceNode(BaseNode[dict[str, torch.Tensor]]):
         self._stop_producer()
         self._ahead.clear()
         self._source_done = False
-        self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])
+        self.source.reset(source_part(self, initial_state, self.SOURCE_KEY))
         self._delivered_source_state = self.source.state_dict()
 
     def close(self) -> None:
@@ -247,4 +255,4 @@ class PinToDeviceNode(BaseNode[dict[str, torch.Tensor]]):
         return {**copied, **ahead.ready}
 
     def get_state(self) -> dict[str, Any]:
-        return {self.SOURCE_KEY: copy.deepcopy(self._delivered_source_state)}
+        return named_state(self, {self.SOURCE_KEY: copy.deepcopy(self._delivered_source_state)})

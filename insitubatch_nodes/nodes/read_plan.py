@@ -10,8 +10,14 @@ from torchdata.nodes import BaseNode
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.geometry import SampleGeometry
 from insitubatch_nodes.core.read_plan import ReadPlan, plan_block
+from insitubatch_nodes.core.settings import as_int
 from insitubatch_nodes.items import UnitTicket
-from insitubatch_nodes.nodes.state_checks import CONFIG_KEY, check_saved_config
+from insitubatch_nodes.nodes.state_checks import (
+    CONFIG_KEY,
+    check_node_state,
+    check_saved_config,
+    named_state,
+)
 
 
 class ReadPlanNode(BaseNode[ReadPlan]):
@@ -21,6 +27,11 @@ class ReadPlanNode(BaseNode[ReadPlan]):
     of a sample spec, planned with their windows' halo chunks). Holds no position of its
     own: the block index follows from the ticket positions, and its source is always
     checkpointed at a block boundary.
+
+    Args:
+        source: the unit tickets (`ChunkPermuteNode`).
+        geometry: the samples' geometry, or the anchors of a sample spec.
+        block_chunks: units per block (an int >= 1).
     """
 
     SOURCE_KEY = "source"
@@ -33,8 +44,7 @@ class ReadPlanNode(BaseNode[ReadPlan]):
         block_chunks: int,
     ) -> None:
         super().__init__()
-        if block_chunks < 1:
-            raise ValueError(f"block_chunks must be >= 1, got {block_chunks}")
+        block_chunks = as_int("block_chunks", block_chunks, minimum=1)
         self.source = source
         self.geometry = geometry
         self.anchors = (
@@ -44,9 +54,12 @@ class ReadPlanNode(BaseNode[ReadPlan]):
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
-        if initial_state is not None:
-            check_saved_config(type(self).__name__, initial_state, self._config())
-        self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])
+        if initial_state is None:
+            self.source.reset(None)
+            return
+        state = check_node_state(self, initial_state, (self.SOURCE_KEY,))
+        self.source.reset(state[self.SOURCE_KEY])  # other data upstream is named first
+        check_saved_config(self, state, self._config())
 
     def next(self) -> ReadPlan:
         tickets: list[UnitTicket] = []
@@ -80,4 +93,6 @@ class ReadPlanNode(BaseNode[ReadPlan]):
         }
 
     def get_state(self) -> dict[str, Any]:
-        return {self.SOURCE_KEY: self.source.state_dict(), CONFIG_KEY: self._config()}
+        return named_state(
+            self, {self.SOURCE_KEY: self.source.state_dict(), CONFIG_KEY: self._config()}
+        )

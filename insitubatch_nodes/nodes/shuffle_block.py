@@ -22,8 +22,16 @@ import numpy as np
 from torchdata.nodes import BaseNode
 
 from insitubatch_nodes.core.draw_order import block_draw, padding_positions
+from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.items import BatchDraw, FetchedBlock
-from insitubatch_nodes.nodes.state_checks import CONFIG_KEY, check_saved_config
+from insitubatch_nodes.nodes.state_checks import (
+    CONFIG_KEY,
+    check_cursor,
+    check_node_state,
+    check_saved_config,
+    cursor_out_of_range,
+    named_state,
+)
 
 
 @dataclass
@@ -39,6 +47,14 @@ class _Resident:
 
 
 class ShuffleBlockNode(BaseNode[BatchDraw]):
+    """Batches of `batch_size` samples drawn from the resident blocks (see the module).
+
+    Args:
+        source: the fetched blocks (`AsyncFetchNode`).
+        batch_size: samples per batch (an int >= 1).
+        drop_last: yield only full batches, the same number on every rank (True or False).
+    """
+
     SOURCE_KEY = "source"
     DRAWN_KEY = "drawn_in_oldest_block"
     YIELDED_KEY = "samples_yielded"
@@ -48,11 +64,9 @@ class ShuffleBlockNode(BaseNode[BatchDraw]):
         self, source: BaseNode[FetchedBlock], *, batch_size: int, drop_last: bool = False
     ) -> None:
         super().__init__()
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.source = source
-        self.batch_size = batch_size
-        self.drop_last = drop_last
+        self.batch_size = as_int("batch_size", batch_size, minimum=1)
+        self.drop_last = as_bool("drop_last", drop_last)
         self._window: deque[_Resident] = deque()
         self._yielded = 0
         self._target: int | None = None
@@ -68,13 +82,28 @@ class ShuffleBlockNode(BaseNode[BatchDraw]):
             self.source.reset(None)
             self._yielded, self._target, self._restore_drawn = 0, None, None
         else:
-            check_saved_config(type(self).__name__, initial_state, self._config())
-            self.source.reset(initial_state[self.SOURCE_KEY])
-            self._yielded = int(initial_state[self.YIELDED_KEY])
-            target = initial_state[self.TARGET_KEY]
-            self._target = None if target is None else int(target)
-            self._restore_drawn = int(initial_state[self.DRAWN_KEY])
+            self._restore(initial_state)
         self._oldest_state = self.source.state_dict()
+
+    def _restore(self, initial_state: dict[str, Any]) -> None:
+        """Take up a saved cursor, each part checked against what it can be: the epoch's
+        target is checked against the epoch once its first block is here (`_pull`), and
+        the samples drawn against the size of the block they were drawn from. The source
+        is restored first, so that a state from other data or settings upstream is refused
+        for that, the more basic difference."""
+        keys = (self.SOURCE_KEY, self.DRAWN_KEY, self.YIELDED_KEY, self.TARGET_KEY)
+        state = check_node_state(self, initial_state, keys)
+        self.source.reset(state[self.SOURCE_KEY])
+        check_saved_config(self, state, self._config())
+        target = None
+        if state[self.TARGET_KEY] is not None:
+            target = check_cursor(self, state, self.TARGET_KEY, 0)
+        # Saved before the epoch's first block was pulled (no target yet): nothing drawn.
+        self._yielded = check_cursor(self, state, self.YIELDED_KEY, 0, target or 0)
+        self._restore_drawn = check_cursor(
+            self, state, self.DRAWN_KEY, 0, None if target is not None else 0
+        )
+        self._target = target
 
     def _pull(self) -> bool:
         """Fetch the next block into the window; False once the epoch has no more blocks."""
@@ -85,8 +114,12 @@ class ShuffleBlockNode(BaseNode[BatchDraw]):
             self._source_done = True
             return False
         a = block.plan.assignment
+        epoch_target = a.samples_per_rank(self.batch_size, self.drop_last)
+        if self._target is not None and self._target != epoch_target:
+            allowed = f"{epoch_target} .. {epoch_target} (the samples this rank's epoch yields)"
+            raise cursor_out_of_range(self, self.TARGET_KEY, self._target, allowed)
         if self._target is None:
-            self._target = a.samples_per_rank(self.batch_size, self.drop_last)
+            self._target = epoch_target
             if self._target == 0:
                 raise ValueError(
                     f"batch_size={self.batch_size} with drop_last=True leaves no full batch: "
@@ -97,6 +130,9 @@ class ShuffleBlockNode(BaseNode[BatchDraw]):
         drawn = 0
         if self._restore_drawn is not None:
             drawn, self._restore_drawn = self._restore_drawn, None
+            if drawn > draw.size:
+                allowed = f"0 .. {draw.size} (the samples of the block it counts)"
+                raise cursor_out_of_range(self, self.DRAWN_KEY, drawn, allowed)
         self._window.append(_Resident(block, draw, drawn, before))
         return True
 
@@ -140,10 +176,13 @@ class ShuffleBlockNode(BaseNode[BatchDraw]):
 
     def get_state(self) -> dict[str, Any]:
         drawn = self._window[0].drawn if self._window else (self._restore_drawn or 0)
-        return {
-            self.SOURCE_KEY: copy.deepcopy(self._oldest_state),
-            self.DRAWN_KEY: drawn,
-            self.YIELDED_KEY: self._yielded,
-            self.TARGET_KEY: self._target,
-            CONFIG_KEY: self._config(),
-        }
+        return named_state(
+            self,
+            {
+                self.SOURCE_KEY: copy.deepcopy(self._oldest_state),
+                self.DRAWN_KEY: drawn,
+                self.YIELDED_KEY: self._yielded,
+                self.TARGET_KEY: self._target,
+                CONFIG_KEY: self._config(),
+            },
+        )

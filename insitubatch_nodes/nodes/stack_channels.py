@@ -23,9 +23,20 @@ from insitubatch_nodes.core.channels import (
 )
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.sample_spec import SampleSpec, batch_key
+from insitubatch_nodes.core.settings import as_int
+from insitubatch_nodes.nodes.state_checks import named_state, source_part
 
 
 class StackChannelsNode(BaseNode[dict[str, np.ndarray]]):
+    """Each group's variables concatenated into one channel axis (see the module).
+
+    Args:
+        source: the gathered batches (`GatherNode`).
+        layouts: the variables, by name.
+        spec: the sample spec, or None for one group of all the variables.
+        spatial_dims: the trailing grid axes of each variable (an int >= 0).
+    """
+
     SOURCE_KEY = "source"
 
     def __init__(
@@ -38,6 +49,7 @@ class StackChannelsNode(BaseNode[dict[str, np.ndarray]]):
     ) -> None:
         super().__init__()
         self.source = source
+        spatial_dims = as_int("spatial_dims", spatial_dims, minimum=0)
         self.spatial_dims = spatial_dims
         self.channel_order = batch_channels(layouts, spec, stacked=True, spatial_dims=spatial_dims)
         self._parts = {
@@ -54,7 +66,7 @@ class StackChannelsNode(BaseNode[dict[str, np.ndarray]]):
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
-        self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])
+        self.source.reset(source_part(self, initial_state, self.SOURCE_KEY))
 
     def next(self) -> dict[str, np.ndarray]:
         batch = next(self.source)
@@ -74,4 +86,4 @@ class StackChannelsNode(BaseNode[dict[str, np.ndarray]]):
         return out
 
     def get_state(self) -> dict[str, Any]:
-        return {self.SOURCE_KEY: self.source.state_dict()}
+        return named_state(self, {self.SOURCE_KEY: self.source.state_dict()})

@@ -1,25 +1,200 @@
-"""Refuse a state saved under a different configuration, instead of resuming wrongly.
+"""Refuse a state that does not belong to this graph, instead of resuming wrongly.
 
-Resume is exact only for the same seed, world size, block size and batch size; nodes keep
-those few integers in their state and compare them on `reset(state)`.
+A state is loaded into a graph built anew, maybe with other settings, on other data, with
+a stage more or less, or after it went through a file someone edited. Each node checks
+the part of the state that is its own on `reset(state)`, with the helpers here:
+
+- its shape: a dict, with the keys the node writes, and written by the same kind of node
+  (every state names its node, `NODE_KEY`: a state saved with `stack=True` holds a
+  `StackChannelsNode` where a graph without it has a `GatherNode`);
+- its cursors: ints (not floats, strings or bools) in the range the node can be at;
+- its settings (`CONFIG_KEY`): resume is exact only for the same seed, world size, block
+  size and batch size;
+- the data it was counted on (`FINGERPRINT_KEY`, see `core.fingerprint`).
+
+Every refusal says what differs or is wrong, where (the node, the key), and what to do.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from insitubatch_nodes.core.fingerprint import fingerprint_differences
+
 CONFIG_KEY = "config"
+NODE_KEY = "node"
+FINGERPRINT_KEY = "fingerprint"
+
+_SAVED_AS_IS = "pass the dict loader.state_dict() returned, as it was saved"
 
 
-def check_saved_config(node: str, state: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+def node_name(node: object) -> str:
+    """The name a node's state is saved under, and refusals name it by: its class's."""
+    return type(node).__name__
+
+
+def named_state(node: object, entries: Mapping[str, Any]) -> dict[str, Any]:
+    """`entries` with the node's name, for `get_state`.
+
+    Args:
+        node: the node whose state this is.
+        entries: the node's own state entries.
+    """
+    return {NODE_KEY: node_name(node), **entries}
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def check_node_state(
+    node: object, state: Any, keys: Sequence[str], *, named: bool = True
+) -> Mapping[str, Any]:
+    """`state` if it is a dict saved by this kind of node with all of `keys`; else an
+    error naming the node and what is wrong. A state without a node name (saved before
+    states carried one) is taken on its keys.
+
+    Args:
+        node: the node the state is loaded into.
+        state: the node's part of a loaded state.
+        keys: the keys the node reads from it.
+        named: whether the node names its states (`named_state`); the `Loader`'s own
+            layout is torchdata's, which does not.
+
+    Raises:
+        TypeError: `state` is not a dict.
+        ValueError: it was saved by another kind of node, or lacks some of `keys`.
+    """
+    name = node_name(node)
+    if not isinstance(state, Mapping):
+        raise TypeError(
+            f"the {name} state must be a dict, got {type(state).__name__} {_shown(state)}; "
+            f"{_SAVED_AS_IS}"
+        )
+    saved = state.get(NODE_KEY, name) if named else name
+    if saved != name:
+        raise ValueError(
+            f"the state holds a {saved} where this graph has a {name}: it was saved from a "
+            f"graph with a stage more or less (build_loader's stack= or normalise=, or a node "
+            f"added by hand); build the loader with the stages it had when the state was saved"
+        )
+    missing = [key for key in keys if key not in state]
+    if missing:
+        raise ValueError(
+            f"the {name} state lacks {missing} (it has {sorted(map(str, state))}): it was "
+            f"not saved by a {name}; {_SAVED_AS_IS}"
+        )
+    return state
+
+
+def source_part(node: object, state: Any, key: str = "source") -> Any:
+    """The part of a node's state that its source takes up, for the nodes that hold
+    nothing else; None (a fresh start) for no state.
+
+    Args:
+        node: the node the state is loaded into.
+        state: the node's part of a loaded state, or None.
+        key: the key of its source's part.
+    """
+    return None if state is None else check_node_state(node, state, (key,))[key]
+
+
+def check_cursor(
+    node: object, state: Mapping[str, Any], key: str, minimum: int, maximum: int | None = None
+) -> int:
+    """The int at `state[key]`, refused unless it is an int in [minimum, maximum].
+
+    Args:
+        node: the node the state is loaded into.
+        state: the node's part of a loaded state (already through `check_node_state`).
+        key: the cursor's key.
+        minimum: the smallest value the node can be at.
+        maximum: the largest, or None for no bound.
+
+    Raises:
+        TypeError: the value is not an int (a float, a string, a bool, ...).
+        ValueError: the value is out of range.
+    """
+    value = state[key]
+    allowed = f">= {minimum}" if maximum is None else f"{minimum} .. {maximum}"
+    if type(value) is not int:
+        raise TypeError(
+            f"the {node_name(node)} state's {key!r} must be an int {allowed}, got "
+            f"{_shown(value)} ({type(value).__name__}): the state is damaged; {_SAVED_AS_IS}"
+        )
+    if value < minimum or (maximum is not None and value > maximum):
+        raise cursor_out_of_range(node, key, value, allowed)
+    return value
+
+
+def cursor_out_of_range(node: object, key: str, value: int, allowed: str) -> ValueError:
+    """The error for a cursor outside what the node can be at, for checks that can only
+    be made once the data it counts is known (e.g. a block's size).
+
+    Args:
+        node: the node the state is loaded into.
+        key: the cursor's key.
+        value: the cursor's value.
+        allowed: the values it may take, in words (e.g. "0 .. 12").
+    """
+    return ValueError(
+        f"the {node_name(node)} state's {key!r} is {value}, outside the allowed range "
+        f"{allowed}: the state is damaged or was saved by another loader; {_SAVED_AS_IS}, "
+        f"into a loader built like the one that saved it"
+    )
+
+
+def check_saved_config(node: object, state: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+    """Refuse a state saved under other settings than `current`, naming each difference.
+
+    Args:
+        node: the node the state is loaded into.
+        state: the node's part of a loaded state.
+        current: the settings of this graph's node, as the node saves them.
+
+    Raises:
+        ValueError: a setting differs.
+    """
     saved = state.get(CONFIG_KEY, {})
+    if not isinstance(saved, Mapping):
+        raise TypeError(
+            f"the {node_name(node)} state's {CONFIG_KEY!r} must be a dict, got "
+            f"{_shown(saved)}: the state is damaged; {_SAVED_AS_IS}"
+        )
     changed = {k: (saved[k], v) for k, v in current.items() if k in saved and saved[k] != v}
     if changed:
         raise ValueError(
-            f"{node} state was saved with "
+            f"{node_name(node)} state was saved with "
             + ", ".join(f"{k}={old!r}" for k, (old, _) in changed.items())
             + " but this graph has "
             + ", ".join(f"{k}={new!r}" for k, (_, new) in changed.items())
             + "; rebuild the loader with the saved settings to resume"
+        )
+
+
+def check_fingerprint(state: Mapping[str, Any], current: Mapping[str, Any] | None) -> None:
+    """Refuse a state saved on other data than `current` (`ZarrSource.fingerprint`),
+    naming each difference. A state saved without a fingerprint (before states had one,
+    or by a graph built without one), or a graph without one, is not checked.
+
+    Args:
+        state: the node's part of a loaded state.
+        current: the fingerprint of the data this graph reads, or None.
+
+    Raises:
+        ValueError: the data differ.
+    """
+    saved = state.get(FINGERPRINT_KEY)
+    if saved is None or current is None:
+        return
+    differences = fingerprint_differences(saved, current)
+    if differences:
+        raise ValueError(
+            "this state was saved on other data than this loader reads: "
+            + "; ".join(differences)
+            + ". Resume with the store, variables, split and manifest the state was saved on "
+            "(for Icechunk, open_icechunk(..., snapshot_id=...) at the saved snapshot), or "
+            "start this loader without the state"
         )

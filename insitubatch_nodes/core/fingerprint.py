@@ -1,0 +1,177 @@
+"""What a loader state was taken on, so that a state is never resumed on other data.
+
+A state is a cursor (epoch, position, samples drawn): it means something only on the
+arrays and the split it was counted on. Loaded into a loader over another store, another
+selection of variables, another split or a store edited since, it would resume "exactly"
+into other batches without a word. The fingerprint records, as plain data: each array's
+shape, chunking, dtype and codecs, the split's name and units (a count and a digest), and
+the Icechunk snapshot when there is one. It holds no URL and no storage options (those
+may carry secrets, and a store copied to another bucket is still the same data).
+`fingerprint_differences` says in words how two fingerprints differ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from insitubatch_nodes.core.geometry import VariableLayout
+
+READABLE_LENGTH = 80  # longer codec descriptions keep this many characters and a digest
+DIGEST_LENGTH = 16
+
+
+def digest(text: str | bytes) -> str:
+    """A short hex digest: enough to tell two descriptions apart, short enough for a state.
+
+    Args:
+        text: what to digest.
+    """
+    data = text.encode() if isinstance(text, str) else text
+    return hashlib.sha256(data).hexdigest()[:DIGEST_LENGTH]
+
+
+def short_form(text: str) -> str:
+    """`text` if it is short, else its start and a digest of all of it: a sharded array's
+    codec chain runs to hundreds of characters, and a state must stay small.
+
+    Args:
+        text: a readable description (e.g. of an array's codecs).
+    """
+    if len(text) <= READABLE_LENGTH:
+        return text
+    suffix = f"... sha256:{digest(text)}"
+    return text[: READABLE_LENGTH - len(suffix)] + suffix
+
+
+def source_fingerprint(
+    layouts: Mapping[str, VariableLayout],
+    codecs: Mapping[str, str],
+    split: str,
+    split_units: np.ndarray,
+    snapshot_id: str | None,
+) -> dict[str, Any]:
+    """The fingerprint of a loader over `layouts` and split `split`, as plain data.
+
+    Args:
+        layouts: the selected arrays' shapes, chunks and dtypes, by name.
+        codecs: each selected array's codecs in a short readable form (`short_form`).
+        split: the split's name.
+        split_units: the split's unit indices.
+        snapshot_id: the Icechunk snapshot the store reads, or None for other stores.
+    """
+    units = np.sort(np.asarray(split_units, dtype=np.int64))
+    return {
+        "arrays": {
+            name: {
+                "shape": list(layout.shape),
+                "chunks": list(layout.chunks),
+                "dtype": layout.dtype,
+                "codecs": codecs.get(name, ""),
+            }
+            for name, layout in sorted(layouts.items())
+        },
+        "split": {
+            "name": split,
+            "units": int(units.size),
+            "digest": digest(units.astype("<i8").tobytes()),
+        },
+        "snapshot_id": snapshot_id,
+    }
+
+
+def _shown(value: Any) -> str:
+    return str(tuple(value)) if isinstance(value, list) else str(value)
+
+
+# (key, how a difference reads, how a value is shown) for each array's entries
+_ARRAY_FIELDS = (
+    ("shape", "shape was", _shown),
+    ("chunks", "chunks were", _shown),
+    ("dtype", "dtype was", str),
+    ("codecs", "codecs were", repr),
+)
+
+
+def _array_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    if sorted(saved) != sorted(current):
+        return [
+            f"the state was saved on arrays {sorted(saved)}, this loader reads {sorted(current)}"
+        ]
+    found = []
+    for name in sorted(current):
+        before, now = saved[name], current[name]
+        for key, noun, shown in _ARRAY_FIELDS:
+            if before.get(key) != now.get(key):
+                found.append(
+                    f"array {name!r} {noun} {shown(before.get(key))} when the state was "
+                    f"saved, now {shown(now.get(key))}"
+                )
+    return found
+
+
+def _split_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    if saved.get("name") != current.get("name"):
+        return [
+            f"the state was saved on split {saved.get('name')!r}, this loader reads split "
+            f"{current.get('name')!r}"
+        ]
+    name = current.get("name")
+    if saved.get("units") != current.get("units"):
+        return [f"split {name!r} had {saved.get('units')} units, now {current.get('units')}"]
+    if saved.get("digest") != current.get("digest"):
+        return [
+            f"split {name!r} holds other units than when the state was saved (the same "
+            f"count, {current.get('units')}: the manifest was cut differently)"
+        ]
+    return []
+
+
+def _well_formed(fingerprint: Any) -> bool:
+    """True if `fingerprint` has the layout `source_fingerprint` gives (a state's may have
+    been edited or damaged)."""
+    if not isinstance(fingerprint, Mapping):
+        return False
+    arrays, split = fingerprint.get("arrays"), fingerprint.get("split")
+    return (
+        isinstance(arrays, Mapping)
+        and all(isinstance(entry, Mapping) for entry in arrays.values())
+        and isinstance(split, Mapping)
+    )
+
+
+def fingerprint_differences(saved: Any, current: Mapping[str, Any]) -> list[str]:
+    """How the data a state was saved on (`saved`) differs from this loader's (`current`),
+    one sentence per difference; empty when they match.
+
+    Args:
+        saved: the fingerprint recorded in the state (checked: a state may be damaged).
+        current: the fingerprint of the loader the state is loaded into.
+    """
+    if not _well_formed(saved):
+        return [
+            "the state's record of the data it was saved on is damaged (not the fingerprint "
+            "a loader writes)"
+        ]
+    found = _array_differences(saved["arrays"], current["arrays"])
+    found += _split_differences(saved["split"], current["split"])
+    before, now = saved.get("snapshot_id"), current.get("snapshot_id")
+    if before != now:
+        if before is None:
+            found.append(
+                f"the state was saved on a store that is not an Icechunk snapshot, this "
+                f"loader reads snapshot {now!r}"
+            )
+        elif now is None:
+            found.append(
+                f"the state was saved on Icechunk snapshot {before!r}, this loader reads a "
+                f"store that is not one"
+            )
+        else:
+            found.append(
+                f"the Icechunk snapshot was {before!r} when the state was saved, now {now!r}"
+            )
+    return found
