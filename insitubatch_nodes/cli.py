@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from insitubatch_nodes.channel_stats import stats_path
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
@@ -57,6 +58,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0 if summary["resume_matches"] else 1
 
 
+def default_stats_file(url: str) -> Path:
+    """`NAME.stats.json` in the working directory, NAME from the store's last path part: a
+    URL's query (a signature) and userinfo never make it into a file name that is printed.
+
+    Args:
+        url: the store's URL or path, as given on the command line.
+    """
+    parts = urlsplit(url)
+    name = Path(parts.path.rstrip("/")).name or parts.hostname or "store"
+    return Path(name).with_suffix(".stats.json")
+
+
 def _stats(args: argparse.Namespace) -> int:
     computed = compute_stats(
         args.url,
@@ -71,7 +84,7 @@ def _stats(args: argparse.Namespace) -> int:
     elif args.manifest is not None:
         out = stats_path(args.manifest)
     else:
-        out = Path(Path(args.url.rstrip("/")).name).with_suffix(".stats.json")
+        out = default_stats_file(args.url)
     computed.save(out)
     width = max(len(c) for names in computed.channels.values() for c in names)
     for variable, names in computed.channels.items():

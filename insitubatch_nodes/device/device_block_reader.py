@@ -44,6 +44,7 @@ from insitubatch_nodes.io.chunk_reader import (
     check_stored_size,
     read_file,
 )
+from insitubatch_nodes.io.redact import scrubbed
 from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.shard_reader import ShardIndexes
 from insitubatch_nodes.io.stores import local_root
@@ -220,7 +221,9 @@ class DeviceBlockReader:
                             self._count_retry,
                         )
                     except Exception as err:
-                        raise chunk_read_error(name, read.coords, key, self._where, err) from err
+                        raise chunk_read_error(
+                            name, read.coords, key, self._where, err
+                        ) from scrubbed(err)
                     out.append(_Payload(name, read, None if data is None else bytes(data)))
                 self._stats.add("local_file_reads", len(batch))
                 return out
@@ -247,7 +250,7 @@ class DeviceBlockReader:
                 )
                 check_stored_size(found, self._codec(name).decoder.stored_bound)
             except Exception as err:
-                raise chunk_read_error(name, read.coords, key, self._where, err) from err
+                raise chunk_read_error(name, read.coords, key, self._where, err) from scrubbed(err)
             return _Payload(name, read, None if found is None else found.to_bytes())
 
         return list(await asyncio.gather(*(get(n, r) for n, batch in reads.items() for r in batch)))
@@ -344,7 +347,7 @@ class DeviceBlockReader:
             else:
                 check_single_zstd_frame(stream, expected)
         except ChunkBytesError as err:
-            raise self._error(payload, err) from err
+            raise self._error(payload, err) from scrubbed(err)
         return stream
 
     def _block_tensors(self, block: BlockBytes) -> dict[str, torch.Tensor]:

@@ -35,9 +35,11 @@ from insitubatch_nodes.io.block_buffers import BlockBuffers
 from insitubatch_nodes.io.chunk_codec import ChunkDecoder, fast_decoder
 from insitubatch_nodes.io.chunk_errors import ChunkReadError, chunk_read_error
 from insitubatch_nodes.io.opened_arrays import OpenedArrays
+from insitubatch_nodes.io.redact import scrubbed
 from insitubatch_nodes.io.retry import ReadGaveUp, RetryPolicy
 from insitubatch_nodes.io.shard_index import shard_layout
 from insitubatch_nodes.io.shard_reader import Loaded, ShardIndexes, ShardReader
+from insitubatch_nodes.io.store_errors import first_line
 from insitubatch_nodes.io.stores import local_root
 from insitubatch_nodes.io.verified_decode import ChunkBytesError
 from insitubatch_nodes.io.zarr_compat import chunk_key, pipeline_can_read, stored_object_key
@@ -172,10 +174,11 @@ class ChunkReader:
                     )
                 except ReadGaveUp as gave_up:
                     cause = gave_up.__cause__
+                    assert cause is not None
                     raise OSError(
                         f"opening the arrays of {self._where} failed {gave_up}: "
-                        f"{type(cause).__name__}: {cause}"
-                    ) from cause
+                        f"{type(cause).__name__}: {first_line(cause)}"
+                    ) from scrubbed(cause)
         return self._arrays
 
     async def _open_arrays(self) -> dict[str, _OpenArray]:
@@ -279,7 +282,7 @@ class ChunkReader:
             decoder.decode_into(data, destination, valid)
         except Exception as err:
             key = self._object_key(name, read)
-            raise self._error(name, read.coords, key, err) from err
+            raise self._error(name, read.coords, key, err) from scrubbed(err)
         return int(destination.nbytes)
 
     def _decoding(
@@ -323,7 +326,7 @@ class ChunkReader:
                     lambda: self._store.get(key, prototype=default_buffer_prototype()), key
                 )
             except Exception as err:
-                raise self._error(name, read.coords, key, err) from err
+                raise self._error(name, read.coords, key, err) from scrubbed(err)
             fetched.append((read, None if found is None else found.as_numpy_array()))
             if len(fetched) >= per_hop:
                 batch = fetched[:]
@@ -375,7 +378,7 @@ class ChunkReader:
                         self._count_retry,
                     )
                 except Exception as err:
-                    raise self._error(name, read.coords, key, err) from err
+                    raise self._error(name, read.coords, key, err) from scrubbed(err)
                 decoded += self._decode_one(name, decoder, buffers[name], read, data)
             self._stats.add("local_file_reads", len(items))
             self._stats.add("bytes_decoded", decoded)
@@ -401,7 +404,7 @@ class ChunkReader:
         try:
             data = await self._with_retries(lambda: array.getitem(selection), key)
         except Exception as err:
-            raise self._error(name, read.coords, key, err) from err
+            raise self._error(name, read.coords, key, err) from scrubbed(err)
         buffer[target] = data
         self._stats.add("chunks_read", 1)
         self._stats.add("bytes_decoded", int(np.asarray(data).nbytes))

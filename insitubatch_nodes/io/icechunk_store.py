@@ -16,6 +16,7 @@ from typing import Any
 from zarr.abc.store import Store
 from zarr.storage import WrapperStore
 
+from insitubatch_nodes.io.redact import redact, scrubbed, secrets_in
 from insitubatch_nodes.io.store_errors import first_line
 
 
@@ -24,7 +25,7 @@ class NamedStore(WrapperStore[Store]):
 
     def __init__(self, store: Store, name: str) -> None:
         super().__init__(store)
-        self.name = name
+        self.name = redact(name)  # a repository's path or URL may carry credentials
 
     def _with_store(self, store: Store) -> NamedStore:
         return NamedStore(store, self.name)
@@ -47,6 +48,14 @@ def open_icechunk(
     `repository` is a local path, an `icechunk.Storage` (`icechunk.s3_storage(...)`,
     `gcs_storage`, `azure_storage`, ...) or an open `icechunk.Repository`. Give at most one
     of `branch`, `tag` and `snapshot_id`; pass the result to `build_loader` or `ZarrSource`.
+    Its errors and the store's name keep credentials in a path or URL out (`redact`).
+
+    Args:
+        repository: where the repository is: a local path, an `icechunk.Storage`, or an
+            open `icechunk.Repository`.
+        branch: read the tip of this branch.
+        tag: read the snapshot this tag names.
+        snapshot_id: read this snapshot.
     """
     try:
         import icechunk
@@ -66,7 +75,10 @@ def open_icechunk(
             f"a loader reads exactly one version of the repository"
         )
     version = version or {"branch": "main"}
-    where = str(repository) if isinstance(repository, str | Path) else type(repository).__name__
+    # Of a Storage, only its type: its repr may show the credentials it was made with.
+    named = isinstance(repository, str | Path)
+    secrets = secrets_in(url=str(repository)) if named else frozenset()
+    where = redact(str(repository), secrets) if named else type(repository).__name__
     try:
         if isinstance(repository, icechunk.Repository):
             repo = repository
@@ -78,11 +90,34 @@ def open_icechunk(
             repo = icechunk.Repository.open(storage)
         session = repo.readonly_session(**version)
     except icechunk.IcechunkError as err:
-        reason = re.sub(r"^x\s+", "", first_line(err))  # without the report's bullet
+        reason = re.sub(r"^x\s+", "", first_line(err, secrets))  # without the report's bullet
         raise ValueError(
-            f"cannot open Icechunk repository {where} at "
-            + ", ".join(f"{k}={v!r}" for k, v in version.items())
-            + f": {reason}"
-        ) from err
+            redact(
+                f"cannot open Icechunk repository {where} at "
+                + ", ".join(f"{k}={v!r}" for k, v in version.items())
+                + f": {reason}",
+                secrets,
+            )
+        ) from scrubbed(err, secrets)
     label = ",".join(f"{k}={v}" for k, v in version.items())
-    return NamedStore(session.store, f"icechunk:{where}@{label}")
+    return NamedStore(session.store, redact(f"icechunk:{where}@{label}", secrets))
+
+
+def snapshot_id_of(store: Store) -> str | None:
+    """The snapshot id an Icechunk store reads (one from `open_icechunk`, or an icechunk
+    session's own store), None for any other store or without the icechunk package.
+
+    A loader's state records it: a state saved on one snapshot is refused on another,
+    since a branch's new commits change what a resume would read.
+
+    Args:
+        store: the store a loader reads.
+    """
+    try:
+        import icechunk
+    except ImportError:
+        return None
+    inner = store._store if isinstance(store, NamedStore) else store
+    if not isinstance(inner, icechunk.IcechunkStore):
+        return None
+    return str(inner.session.snapshot_id)

@@ -23,6 +23,7 @@ from zarr.core.buffer import default_buffer_prototype
 
 from insitubatch_nodes.core.byte_ranges import MergedRange, coalesce
 from insitubatch_nodes.core.read_plan import ChunkRead
+from insitubatch_nodes.io.redact import scrubbed
 from insitubatch_nodes.io.retry import ReadGaveUp, RetryPolicy, range_refused
 from insitubatch_nodes.io.shard_index import ShardLayout, chunk_span
 from insitubatch_nodes.io.verified_decode import ChunkBytesError
@@ -228,7 +229,7 @@ class ShardReader:
             found = await self._get(key, where)
             index = None if found is None else self._layout.parse_index(found.to_bytes())
         except Exception as err:
-            raise self._on_error(first, key, err) from err
+            raise self._on_error(first, key, err) from scrubbed(err)
         self._count("shard_index_reads", 1)
         self._indexes.put(key, index)
         return index
@@ -256,7 +257,7 @@ class ShardReader:
             except Exception as err:
                 if range_refused(err):
                     err = _past_the_end(request)
-                raise self._on_error(chunks[0][0].coords, key, err) from err
+                raise self._on_error(chunks[0][0].coords, key, err) from scrubbed(err)
             self._count("range_requests", 1)
             loaded = _slice(found.as_numpy_array(), request, chunks)
             await loop.run_in_executor(None, decode, loaded)
@@ -279,7 +280,7 @@ class ShardReader:
         try:
             opened = self._retry.call_sync(lambda: _open_or_none(path), key, self._count_retry)
         except ReadGaveUp as err:
-            raise self._on_error(first, key, err) from err
+            raise self._on_error(first, key, err) from scrubbed(err)
         if opened is None:
             decode([(read, None) for read, _ in members])
             return
@@ -309,7 +310,7 @@ class ShardReader:
                 loaded.extend(_slice(data, request, chunks))
             self._count("range_requests", len(requests))
         except (OSError, ValueError, ReadGaveUp) as err:
-            raise self._on_error(first, key, err) from err
+            raise self._on_error(first, key, err) from scrubbed(err)
         finally:
             os.close(descriptor)
         decode(loaded)

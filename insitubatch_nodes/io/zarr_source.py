@@ -3,38 +3,85 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from zarr.abc.store import Store
 
+from insitubatch_nodes.core.fingerprint import source_fingerprint
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.manifest import SplitManifest, make_manifest
+from insitubatch_nodes.io.array_metadata import codec_summary
+from insitubatch_nodes.io.icechunk_store import snapshot_id_of
+from insitubatch_nodes.io.redact import secrets_in
 from insitubatch_nodes.io.stores import describe, open_store
-from insitubatch_nodes.io.zarr_layout import open_root_group, select_variables
+from insitubatch_nodes.io.zarr_layout import arrays_of, open_root_group, select_variables
 from insitubatch_nodes.items import SAMPLE_INDEX_KEY
 
 ManifestLike = SplitManifest | Mapping[str, Any] | str | Path
 
 
 def load_manifest(manifest: ManifestLike) -> SplitManifest:
-    """A manifest object, its JSON dict, or the path of a JSON file."""
+    """A split manifest from any of the forms a user has one in, checked.
+
+    Every form ends in `SplitManifest`'s checks, so a hand-edited or foreign manifest is
+    refused before it can mis-split the store. A str is JSON text when its first non-blank
+    character is "{" (no file name starts that way in practice) and a path otherwise.
+
+    Args:
+        manifest: a `SplitManifest`; its JSON form as a dict (`SplitManifest.to_json()`);
+            its JSON text (`SplitManifest.dumps()`); or the path (str or `pathlib.Path`)
+            of a file holding that text.
+    """
     if isinstance(manifest, SplitManifest):
         return manifest
+    if isinstance(manifest, Mapping):
+        return SplitManifest.from_json(manifest)
+    if isinstance(manifest, str) and manifest.lstrip().startswith("{"):
+        return SplitManifest.loads(manifest)
     if isinstance(manifest, str | Path):
-        return SplitManifest.loads(Path(manifest).read_text())
-    return SplitManifest.from_json(manifest)
+        if not str(manifest).strip():
+            raise ValueError(
+                "manifest is an empty string; give a SplitManifest, its dict, its JSON text or "
+                "the path of its JSON file"
+            )
+        path = Path(manifest)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"manifest file {str(path)!r} does not exist; check the path (a manifest file "
+                f"is what SplitManifest.dumps() writes)"
+            ) from None
+        except IsADirectoryError:
+            raise ValueError(
+                f"manifest path {str(path)!r} is a directory; give the path of the manifest's "
+                f"JSON file"
+            ) from None
+        except UnicodeDecodeError as err:
+            raise ValueError(
+                f"manifest file {str(path)!r} is not UTF-8 text ({err.reason} at byte "
+                f"{err.start}): is it a manifest? A manifest file is what SplitManifest.dumps() "
+                f"writes"
+            ) from None
+        return SplitManifest.loads(text, source=f"manifest file {str(path)!r}")
+    raise TypeError(
+        f"manifest must be a SplitManifest, its JSON dict, its JSON text, or the path (str or "
+        f"pathlib.Path) of its JSON file; got {type(manifest).__name__}"
+    )
 
 
 @dataclass(frozen=True)
 class ZarrSource:
-    store: Store
+    store: Store = field(repr=False)  # `where` says which, without its credentials
     where: str
     layouts: Mapping[str, VariableLayout]
     geometry: SampleGeometry
     manifest: SplitManifest
+    codecs: Mapping[str, str] = field(default_factory=dict)  # per variable, short form
+    snapshot_id: str | None = None  # the Icechunk snapshot the store reads
 
     @classmethod
     def open(
@@ -50,10 +97,12 @@ class ZarrSource:
         Without a manifest the default one is cut: contiguous train/val/test at 0.8/0.1/0.1
         (on a store too short for three splits, asking for an empty one is the error).
         """
-        where = describe(source)
+        secrets = secrets_in(storage_options, source if isinstance(source, str) else None)
+        where = describe(source, secrets)
         store = open_store(source, storage_options)
-        group = open_root_group(store, where)
-        layouts = select_variables(group, variables, where)
+        group = open_root_group(store, where, secrets)
+        arrays = arrays_of(group, where, secrets)
+        layouts = select_variables(arrays, variables, where)
         if SAMPLE_INDEX_KEY in layouts:
             raise ValueError(
                 f"a variable is named {SAMPLE_INDEX_KEY!r}, which batches use for the sample "
@@ -65,7 +114,20 @@ class ZarrSource:
         else:
             split_manifest = load_manifest(manifest)
             geometry = split_manifest.geometry_for(layouts)
-        return cls(store, where, layouts, geometry, split_manifest)
+        codecs = {name: codec_summary(arrays[name]) for name in layouts}
+        return cls(store, where, layouts, geometry, split_manifest, codecs, snapshot_id_of(store))
 
     def split_units(self, split: str) -> np.ndarray:
         return self.manifest.units(split)
+
+    def fingerprint(self, split: str) -> dict[str, Any]:
+        """What a loader over `split` of this source reads (arrays, codecs, the split's
+        units, the Icechunk snapshot), as plain data for `ChunkPermuteNode(fingerprint=...)`:
+        a state saved on other data is then refused instead of resumed into other batches.
+
+        Args:
+            split: the split the loader reads.
+        """
+        return source_fingerprint(
+            self.layouts, self.codecs, split, self.split_units(split), self.snapshot_id
+        )
