@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
+import numcodecs
 import numpy as np
 import pytest
 import zarr
@@ -235,6 +239,153 @@ def _unknown_icechunk_tag(ctx: Context) -> None:
     open_icechunk(path, tag="v9")
 
 
+def _overlapping_splits(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    manifest = ZarrSource.open(url).manifest.to_json()
+    manifest["splits"] = {"train": [[0, 12]], "val": [[10, 15]]}
+    build_loader(url, manifest=manifest)
+
+
+def _manifest_range_past_the_end(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    manifest = ZarrSource.open(url).manifest.to_json()
+    manifest["splits"] = {"train": [[0, 20]]}
+    build_loader(url, manifest=manifest)
+
+
+def _manifest_file_not_json(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    lines = ZarrSource.open(url).manifest.dumps().splitlines()
+    lines[2] = lines[2].rstrip(",")  # a comma lost in a hand edit
+    path = ctx.tmp_path / "splits.json"
+    path.write_text("\n".join(lines))
+    build_loader(url, manifest=path)
+
+
+def _missing_manifest_file(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    build_loader(url, manifest=str(ctx.tmp_path / "splits.json"))
+
+
+def _manifest_of_the_wrong_type(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    build_loader(url, manifest=[[0, 12]])  # type: ignore[arg-type]
+
+
+def _state_from_another_store(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    other, _ = ctx.memory_url({"t2m": ((96, 3, 4), (3, 3, 2), "float32")})
+    saved = build_loader(url, ["t2m"])
+    next(iter(saved))
+    loader = build_loader(other, ["t2m"])
+    loader.load_state_dict(saved.state_dict())
+    next(iter(loader))
+
+
+def _state_from_a_graph_with_a_stage_more(ctx: Context) -> None:
+    url, _ = ctx.memory_url({"t2m": ((88, 3, 4), (3, 3, 2), "float32")})
+    saved = build_loader(url, stack=True)
+    next(iter(saved))
+    loader = build_loader(url)
+    loader.load_state_dict(saved.state_dict())
+    next(iter(loader))
+
+
+def _state_cursor_out_of_range(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    loader = build_loader(url, device="cpu")
+    next(iter(loader))
+    state = loader.state_dict()
+    state["root"]["source"]["source"]["samples_yielded"] = 1000000  # the ShuffleBlockNode's
+    loader.load_state_dict(state)
+    next(iter(loader))
+
+
+def _state_not_a_dict(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    build_loader(url).load_state_dict([0, 1])  # type: ignore[arg-type]
+
+
+def _batch_size_not_an_int(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    build_loader(url, batch_size=32.0)  # type: ignore[arg-type]
+
+
+def _seed_not_an_int(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    build_loader(url, seed="42")  # type: ignore[arg-type]
+
+
+def _rank_not_an_int(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    with mock.patch.dict(os.environ, {"RANK": "abc"}):
+        build_loader(url)
+
+
+def _dtype_torch_cannot_hold(ctx: Context) -> None:
+    url, _ = ctx.memory_url(extra_arrays={"when": np.zeros((88, 2), dtype="datetime64[ns]")})
+    build_loader(url, ["t2m", "when"])
+
+
+def _chunk_cut_short(ctx: Context) -> None:
+    url, _ = write_store(ctx.tmp_path / "era5.zarr")
+    chunk = ctx.tmp_path / "era5.zarr" / "t2m" / "c" / "2" / "0" / "0"
+    one_step = np.zeros((1, 3, 2), dtype="float32")  # of the chunk's 3 steps
+    chunk.write_bytes(bytes(numcodecs.Zstd().encode(one_step)))
+    list(build_loader(url, split="all"))
+
+
+def _dtype_edited_in_the_metadata(ctx: Context) -> None:
+    url, _ = write_store(ctx.tmp_path / "era5.zarr")
+    metadata_file = ctx.tmp_path / "era5.zarr" / "t2m" / "zarr.json"
+    metadata = json.loads(metadata_file.read_text())
+    metadata["data_type"] = "float64"
+    metadata_file.write_text(json.dumps(metadata))
+    list(build_loader(url, ["t2m"], split="all"))
+
+
+def _metadata_not_json(ctx: Context) -> None:
+    url, _ = write_store(ctx.tmp_path / "era5.zarr")
+    metadata_file = ctx.tmp_path / "era5.zarr" / "t2m" / "zarr.json"
+    metadata_file.write_text(metadata_file.read_text().replace('"shape"', '"shape",', 1))
+    build_loader(url)
+
+
+def _shard_index_past_its_shard(ctx: Context) -> None:
+    path = ctx.tmp_path / "sharded.zarr"
+    sharding = zarr.codecs.ShardingCodec(
+        chunk_shape=(2, 4), index_codecs=[zarr.codecs.BytesCodec()]
+    )
+    zarr.open_group(str(path), mode="w").create_array(
+        "x", shape=(16, 4), chunks=(8, 4), dtype="float32", serializer=sharding, compressors=None
+    )[...] = 1.0
+    shard = path / "x" / "c" / "0" / "0"
+    stored = bytearray(shard.read_bytes())
+    stored[-16:-8] = struct.pack("<Q", len(stored) + 100)  # the last entry's offset
+    shard.write_bytes(bytes(stored))
+    list(build_loader(str(path), split="all"))
+
+
+def _credentials_in_a_url(ctx: Context) -> None:
+    url = "s3://AKIAIOSFODNN7EXAMPLE:wJalrXUtnFEMI@no-such-bucket/era5.zarr"
+    build_loader(url, storage_options=ctx.s3.options())
+
+
+def _signed_url_with_no_group(ctx: Context) -> None:
+    host = ctx.s3.endpoint.removeprefix("http://")
+    url = (
+        f"http://{host}/{ctx.s3.new_bucket()}/nothing-here.zarr"
+        f"?X-Amz-Credential=AKIAIOSFODNN7EXAMPLE&X-Amz-Signature=0a1b2c3d4e5f"
+    )
+    build_loader(url, storage_options={"client_options": {"allow_http": True}})
+
+
+def _unreachable_url_with_a_password(ctx: Context) -> None:
+    url = f"http://reader:hunter2-s3cret@127.0.0.1:{_free_port()}/era5.zarr?sig=c2lnbmF0dXJl"
+    options = {"client_options": {"allow_http": True}, "retry_config": {"max_retries": 0}}
+    build_loader(url, storage_options=options)
+
+
 CASES = {
     "a URL with a scheme we do not read": _unsupported_scheme,
     "a local path that does not exist": _missing_local_path,
@@ -249,6 +400,26 @@ CASES = {
     "a manifest made for another store": _manifest_from_another_store,
     "a store changed since its manifest was made": _store_changed_since_the_manifest,
     "an Icechunk tag that does not exist": _unknown_icechunk_tag,
+    "a manifest whose splits overlap": _overlapping_splits,
+    "a manifest range past the store's end": _manifest_range_past_the_end,
+    "a manifest file that is not valid JSON": _manifest_file_not_json,
+    "a manifest file that does not exist": _missing_manifest_file,
+    "a manifest of another type": _manifest_of_the_wrong_type,
+    "a loader state saved on another store": _state_from_another_store,
+    "a loader state from a graph with a stage more or less": _state_from_a_graph_with_a_stage_more,
+    "a loader state with a cursor out of range": _state_cursor_out_of_range,
+    "a loader state that is not a dict": _state_not_a_dict,
+    "a batch_size that is not an int": _batch_size_not_an_int,
+    "a seed that is not an int": _seed_not_an_int,
+    "a RANK that is not an int": _rank_not_an_int,
+    "a variable whose dtype torch cannot hold": _dtype_torch_cannot_hold,
+    "a chunk cut short in the store": _chunk_cut_short,
+    "a dtype edited in an array's metadata": _dtype_edited_in_the_metadata,
+    "an array's metadata file that is not valid JSON": _metadata_not_json,
+    "a shard index that points past its shard": _shard_index_past_its_shard,
+    "a URL with credentials in it": _credentials_in_a_url,
+    "a signed URL with no Zarr group": _signed_url_with_no_group,
+    "a URL with a password whose server does not answer": _unreachable_url_with_a_password,
 }
 
 

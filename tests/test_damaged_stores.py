@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -416,3 +417,14 @@ def test_a_decompression_bomb_stays_within_the_memory_budget(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr[-3000:]
     growth = float(done.stdout.split("growth_mib")[-1])
     assert growth < (budget >> 20) + 32, done.stdout
+
+
+@pytest.mark.parametrize(
+    ("fmt", "key"),
+    [(3, "zarr.json"), (3, "x/zarr.json"), (2, ".zgroup"), (2, "x/.zarray"), (2, "x/.zattrs")],
+)
+def test_metadata_that_is_not_json_is_named(place: Place, fmt: int, key: str) -> None:
+    _write(place, fmt, "zstd")
+    place.write(key, place.read(key) + b"{,")  # a hand edit gone wrong
+    with pytest.raises(ValueError, match=rf"^'{re.escape(key)}' in .* is not valid JSON \("):
+        place.loader()

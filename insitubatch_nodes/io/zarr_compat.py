@@ -8,13 +8,15 @@ hand on 3.4 (Python 3.12).
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import google_crc32c
 import numpy as np
 import zarr
+
+T = TypeVar("T")
 
 
 def plain_value(value: Any) -> Any:
@@ -89,3 +91,11 @@ def pipeline_can_read(path: str, metadata: Any) -> bool:
     if path.startswith("zarrs.") and metadata.zarr_format == 2:
         return str(metadata.order) == "C"
     return True
+
+
+def run_on_zarr_loop(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run `coroutine` on zarr's own IO loop, as zarr's synchronous API does (its module
+    path is internal, so it is imported here only)."""
+    from zarr.core.sync import sync
+
+    return sync(coroutine)
