@@ -11,6 +11,7 @@ whose inner chunks qualify are read by `shard_reader`, the rest through zarr.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,12 +43,12 @@ class ChunkDecoder:
     fill_value: Any
     checksum: bool = False
 
-    @property
+    @functools.cached_property
     def chunk_nbytes(self) -> int:
-        """The bytes one stored chunk decodes to."""
+        """The bytes one stored chunk decodes to (asked for every chunk read: computed once)."""
         return int(np.prod(self.chunk_shape, dtype=np.int64)) * self.dtype.itemsize
 
-    @property
+    @functools.cached_property
     def stored_bound(self) -> int:
         """More bytes than any valid stored chunk takes: compressors store data they cannot
         shrink as raw blocks, a few bytes of framing per block and header on top."""
