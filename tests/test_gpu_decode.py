@@ -36,7 +36,7 @@ from insitubatch_nodes.device.device_block_reader import DeviceBlockReader
 from insitubatch_nodes.device.gpu_codecs import DeviceCodec, device_codec, load_nvcomp
 from insitubatch_nodes.io.chunk_codec import fast_decoder
 from insitubatch_nodes.io.chunk_errors import ChunkReadError, CorruptChunkError
-from insitubatch_nodes.io.chunk_reader import FetchStats
+from insitubatch_nodes.io.fetch_stats import FetchStats
 from insitubatch_nodes.loader import graph_nodes
 from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
 

@@ -40,10 +40,10 @@ from insitubatch_nodes.io.chunk_codec import ChunkDecoder, fast_decoder
 from insitubatch_nodes.io.chunk_errors import ChunkReadError, chunk_read_error
 from insitubatch_nodes.io.chunk_reader import (
     ChunkReader,
-    FetchStats,
     check_stored_size,
     read_file,
 )
+from insitubatch_nodes.io.fetch_stats import FetchStats
 from insitubatch_nodes.io.redact import scrubbed
 from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.shard_reader import ShardIndexes
@@ -181,9 +181,6 @@ class DeviceBlockReader:
         key = chunk_key(metadata, prefix, payload.read.coords)
         return chunk_read_error(payload.name, payload.read.coords, key, self._where, err)
 
-    def _count_retry(self) -> None:
-        self._stats.add("retries", 1)
-
     async def read_block(self, plan: ReadPlan) -> dict[str, torch.Tensor]:
         return await self._grouped.submit(await self.read_bytes(plan))
 
@@ -194,7 +191,7 @@ class DeviceBlockReader:
         on_host = {name: reads for name, reads in plan.reads.items() if name not in codecs}
         if not on_host:
             payloads = await self._fetch(on_device)
-            self._stats.add("blocks_fetched", 1)  # else the CPU reader counts it
+            self._stats.add(blocks_fetched=1)  # else the CPU reader counts it
             return BlockBytes(plan.buffer_rows, payloads, {})
         assert self._cpu_reader is not None
         payloads, host_arrays = await asyncio.gather(
@@ -218,14 +215,14 @@ class DeviceBlockReader:
                         data = self._retry.call_sync(
                             lambda key=key: read_file(f"{root}/{key}", limit=limit),
                             key,
-                            self._count_retry,
+                            self._stats.count_retry,
                         )
                     except Exception as err:
                         raise chunk_read_error(
                             name, read.coords, key, self._where, err
                         ) from scrubbed(err)
                     out.append(_Payload(name, read, None if data is None else bytes(data)))
-                self._stats.add("local_file_reads", len(batch))
+                self._stats.add(local_file_reads=len(batch))
                 return out
 
             per_hop = max(1, sum(len(r) for r in reads.values()) // (2 * self._decode_threads))
@@ -245,7 +242,7 @@ class DeviceBlockReader:
                 found = await self._retry.call(
                     lambda: self._store.get(key, prototype=default_buffer_prototype()),
                     key,
-                    self._count_retry,
+                    self._stats.count_retry,
                     limit=self._inflight,
                 )
                 check_stored_size(found, self._codec(name).decoder.stored_bound)
@@ -283,7 +280,7 @@ class DeviceBlockReader:
         return outcomes
 
     def _decode_together(self, blocks: Sequence[BlockBytes]) -> list[dict[str, torch.Tensor]]:
-        self._stats.add("device_decode_calls", 1)
+        self._stats.add(device_decode_calls=1)
         on_stream = (
             torch.cuda.stream(self._stream)
             if self._stream is not None
@@ -296,9 +293,9 @@ class DeviceBlockReader:
                 if self._stream is not None:  # the blocks are complete when their futures
                     self._stream.synchronize()  # are; after a failure, the staging is free
         for block, out in zip(blocks, outs, strict=True):
-            self._stats.add("chunks_read", len(block.payloads))
+            self._stats.add(chunks_read=len(block.payloads))
             names = {p.name for p in block.payloads}
-            self._stats.add("bytes_decoded", sum(out[name].nbytes for name in names))
+            self._stats.add(bytes_decoded=sum(out[name].nbytes for name in names))
         return outs
 
     def _decode_on_stream(self, blocks: Sequence[BlockBytes]) -> list[dict[str, torch.Tensor]]:

@@ -21,7 +21,7 @@ import asyncio
 import os
 import threading
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
@@ -34,6 +34,7 @@ from insitubatch_nodes.core.read_plan import ChunkRead, ReadPlan, chunk_regions
 from insitubatch_nodes.io.block_buffers import BlockBuffers
 from insitubatch_nodes.io.chunk_codec import ChunkDecoder, fast_decoder
 from insitubatch_nodes.io.chunk_errors import ChunkReadError, chunk_read_error
+from insitubatch_nodes.io.fetch_stats import FetchStats
 from insitubatch_nodes.io.opened_arrays import OpenedArrays
 from insitubatch_nodes.io.redact import scrubbed
 from insitubatch_nodes.io.retry import ReadGaveUp, RetryPolicy
@@ -98,26 +99,6 @@ def _first_failure(failures: BaseExceptionGroup[BaseException]) -> BaseException
     return _first_failure(first) if isinstance(first, BaseExceptionGroup) else first
 
 
-@dataclass
-class FetchStats:
-    """Running totals, updated from the loop and decode threads, read from anywhere."""
-
-    chunks_read: int = 0
-    bytes_decoded: int = 0
-    blocks_fetched: int = 0
-    fast_path_chunks: int = 0
-    local_file_reads: int = 0
-    shard_index_reads: int = 0
-    range_requests: int = 0
-    retries: int = 0
-    device_decode_calls: int = 0  # GPU decode: fewer than blocks_fetched when grouped
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(self, name: str, amount: int) -> None:
-        with self._lock:
-            setattr(self, name, getattr(self, name) + amount)
-
-
 @dataclass(frozen=True)
 class _OpenArray:
     array: zarr.AsyncArray  # type: ignore[type-arg]
@@ -170,7 +151,7 @@ class ChunkReader:
             if self._arrays is None:
                 try:
                     self._arrays = await self._retry.call(
-                        self._open_arrays, "zarr metadata", self._count_retry
+                        self._open_arrays, "zarr metadata", self._stats.count_retry
                     )
                 except ReadGaveUp as gave_up:
                     cause = gave_up.__cause__
@@ -215,7 +196,7 @@ class ChunkReader:
             inflight=self._inflight,
             indexes=self._shard_indexes.of(name),
             on_error=lambda coords, key, err: self._error(name, coords, key, err),
-            counters=self._stats.add,
+            stats=self._stats,
             retry=self._retry,
         )
         return _OpenArray(array, layout.inner, shards)
@@ -225,12 +206,9 @@ class ChunkReader:
     ) -> ChunkReadError:
         return chunk_read_error(name, coords, key, self._where, err)
 
-    def _count_retry(self) -> None:
-        self._stats.add("retries", 1)
-
     async def _with_retries(self, attempt: Callable[[], Awaitable[T]], key: str) -> T:
         """`attempt()` under the retry policy, each try counted against `max_inflight`."""
-        return await self._retry.call(attempt, key, self._count_retry, limit=self._inflight)
+        return await self._retry.call(attempt, key, self._stats.count_retry, limit=self._inflight)
 
     async def read_block(self, plan: ReadPlan) -> dict[str, np.ndarray]:
         arrays = await self._ready()
@@ -262,7 +240,7 @@ class ChunkReader:
                     group.create_task(self._read_local(local, arrays, buffers))
         except BaseExceptionGroup as failures:
             raise _first_failure(failures) from None  # the error itself, not a wrapper
-        self._stats.add("blocks_fetched", 1)
+        self._stats.add(blocks_fetched=1)
         return buffers
 
     def _object_key(self, name: str, read: ChunkRead) -> str:
@@ -295,9 +273,9 @@ class ChunkReader:
             decoded = sum(
                 self._decode_one(name, decoder, buffer, read, data) for read, data in items
             )
-            self._stats.add("bytes_decoded", decoded)
-            self._stats.add("chunks_read", len(items))
-            self._stats.add("fast_path_chunks", len(items))
+            self._stats.add(
+                bytes_decoded=decoded, chunks_read=len(items), fast_path_chunks=len(items)
+            )
 
         return decode
 
@@ -375,15 +353,17 @@ class ChunkReader:
                             f"{root}/{key}", scratch, limit=limit
                         ),
                         key,
-                        self._count_retry,
+                        self._stats.count_retry,
                     )
                 except Exception as err:
                     raise self._error(name, read.coords, key, err) from scrubbed(err)
                 decoded += self._decode_one(name, decoder, buffers[name], read, data)
-            self._stats.add("local_file_reads", len(items))
-            self._stats.add("bytes_decoded", decoded)
-            self._stats.add("chunks_read", len(items))
-            self._stats.add("fast_path_chunks", len(items))
+            self._stats.add(
+                local_file_reads=len(items),
+                bytes_decoded=decoded,
+                chunks_read=len(items),
+                fast_path_chunks=len(items),
+            )
 
         hops = min(len(work), self._decode_threads)
         loop = asyncio.get_running_loop()
@@ -406,5 +386,4 @@ class ChunkReader:
         except Exception as err:
             raise self._error(name, read.coords, key, err) from scrubbed(err)
         buffer[target] = data
-        self._stats.add("chunks_read", 1)
-        self._stats.add("bytes_decoded", int(np.asarray(data).nbytes))
+        self._stats.add(chunks_read=1, bytes_decoded=int(np.asarray(data).nbytes))

@@ -23,6 +23,7 @@ from zarr.core.buffer import default_buffer_prototype
 
 from insitubatch_nodes.core.byte_ranges import MergedRange, coalesce
 from insitubatch_nodes.core.read_plan import ChunkRead
+from insitubatch_nodes.io.fetch_stats import FetchStats
 from insitubatch_nodes.io.redact import scrubbed
 from insitubatch_nodes.io.retry import ReadGaveUp, RetryPolicy, range_refused
 from insitubatch_nodes.io.shard_index import ShardLayout, chunk_span
@@ -162,7 +163,7 @@ class ShardReader:
         inflight: asyncio.Semaphore,
         indexes: ShardIndexCache,
         on_error: Callable[[tuple[int, ...], str, BaseException], BaseException],
-        counters: Callable[[str, int], None],
+        stats: FetchStats,
         retry: RetryPolicy | None = None,
     ) -> None:
         self._retry = retry or RetryPolicy()
@@ -173,15 +174,12 @@ class ShardReader:
         self._local_root = local_root
         self._inflight = inflight
         self._on_error = on_error
-        self._count = counters
+        self._stats = stats
         self._indexes = indexes
         self._index_reads: dict[str, asyncio.Future[np.ndarray | None]] = {}  # on the loop
 
     def _key(self, shard: tuple[int, ...]) -> str:
         return chunk_key(self._metadata, self._prefix, shard)
-
-    def _count_retry(self) -> None:
-        self._count("retries", 1)
 
     async def _get(self, key: str, byte_range: Any) -> Any:
         """A ranged get under the retry policy, each try counted against `max_inflight`."""
@@ -190,7 +188,7 @@ class ShardReader:
                 key, prototype=default_buffer_prototype(), byte_range=byte_range
             ),
             key,
-            self._count_retry,
+            self._stats.count_retry,
             limit=self._inflight,
         )
 
@@ -230,7 +228,7 @@ class ShardReader:
             index = None if found is None else self._layout.parse_index(found.to_bytes())
         except Exception as err:
             raise self._on_error(first, key, err) from scrubbed(err)
-        self._count("shard_index_reads", 1)
+        self._stats.add(shard_index_reads=1)
         self._indexes.put(key, index)
         return index
 
@@ -258,7 +256,7 @@ class ShardReader:
                 if range_refused(err):
                     err = _past_the_end(request)
                 raise self._on_error(chunks[0][0].coords, key, err) from scrubbed(err)
-            self._count("range_requests", 1)
+            self._stats.add(range_requests=1)
             loaded = _slice(found.as_numpy_array(), request, chunks)
             await loop.run_in_executor(None, decode, loaded)
 
@@ -278,7 +276,9 @@ class ShardReader:
         first = members[0][0].coords
         path = self._local_root / key
         try:
-            opened = self._retry.call_sync(lambda: _open_or_none(path), key, self._count_retry)
+            opened = self._retry.call_sync(
+                lambda: _open_or_none(path), key, self._stats.count_retry
+            )
         except ReadGaveUp as err:
             raise self._on_error(first, key, err) from scrubbed(err)
         if opened is None:
@@ -288,7 +288,7 @@ class ShardReader:
 
         def pread(size: int, start: int) -> bytes:
             return self._retry.call_sync(
-                lambda: os.pread(descriptor, size, start), key, self._count_retry
+                lambda: os.pread(descriptor, size, start), key, self._stats.count_retry
             )
 
         try:
@@ -297,7 +297,7 @@ class ShardReader:
                 size = self._layout.index_nbytes
                 shard_nbytes = os.fstat(descriptor).st_size
                 start = max(0, shard_nbytes - size) if self._layout.index_at_end else 0
-                self._count("shard_index_reads", 1)
+                self._stats.add(shard_index_reads=1)
                 return self._layout.parse_index(pread(size, start), shard_nbytes)
 
             index = self._indexes.load(key, read_index)
@@ -308,7 +308,7 @@ class ShardReader:
                 data = pread(request.stop - request.start, request.start)
                 _check_range(len(data), request)
                 loaded.extend(_slice(data, request, chunks))
-            self._count("range_requests", len(requests))
+            self._stats.add(range_requests=len(requests))
         except (OSError, ValueError, ReadGaveUp) as err:
             raise self._on_error(first, key, err) from scrubbed(err)
         finally:

@@ -40,8 +40,9 @@ from insitubatch_nodes.core.read_plan import ReadPlan
 from insitubatch_nodes.core.settings import as_bool, as_int, as_optional_int
 from insitubatch_nodes.device.device_block_reader import DeviceBlockReader
 from insitubatch_nodes.io.block_buffers import BlockBuffers
-from insitubatch_nodes.io.chunk_reader import ChunkReader, FetchStats
+from insitubatch_nodes.io.chunk_reader import ChunkReader
 from insitubatch_nodes.io.event_loop import EventLoopThread, default_decode_threads
+from insitubatch_nodes.io.fetch_stats import FetchStats
 from insitubatch_nodes.io.fork_guard import check_same_process
 from insitubatch_nodes.io.opened_arrays import OpenedArrays
 from insitubatch_nodes.io.retry import RetryPolicy
