@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -138,16 +138,3 @@ class SampleGeometry:
             np.cumsum(sizes) - sizes, sizes
         )
         return starts + offsets
-
-    def sample_chunks_of_unit(self, name: str, unit: int) -> range:
-        """Sample-axis chunk indices of variable `name` that make up `unit`."""
-        c = self.variables[name].sample_chunk
-        start, stop = self.unit_range(unit)
-        return range(start // c, math.ceil(stop / c))
-
-    def iter_unit_chunks(self, name: str, unit: int) -> Iterator[tuple[int, ...]]:
-        """Full chunk coordinates of variable `name` covering `unit`."""
-        inner = self.variables[name].inner_chunk_grid()
-        for i in self.sample_chunks_of_unit(name, unit):
-            for rest in inner:
-                yield (i, *rest)

@@ -135,11 +135,6 @@ class DeviceBlockReader:
         self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self._nvcomp_codecs: dict[str, Any] = {}
 
-    @property
-    def device_arrays(self) -> list[str]:
-        """The arrays decoded on the device (known after the first block)."""
-        return sorted(self._codecs or {})
-
     async def _ready(self) -> dict[str, DeviceCodec]:
         if self._opening is None:
             self._opening = asyncio.Lock()
