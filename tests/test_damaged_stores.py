@@ -428,3 +428,28 @@ def test_metadata_that_is_not_json_is_named(place: Place, fmt: int, key: str) ->
     place.write(key, place.read(key) + b"{,")  # a hand edit gone wrong
     with pytest.raises(ValueError, match=rf"^'{re.escape(key)}' in .* is not valid JSON \("):
         place.loader()
+
+
+def test_a_shard_index_whose_entries_share_a_chunk_is_read_as_zarr_reads_it(
+    place: Place,
+) -> None:
+    """A writer may store two identical inner chunks once and point both entries at it:
+    entries equal to each other are not an overlap."""
+    from insitubatch_nodes.io.zarr_compat import crc32c
+
+    array = _sharded(place, index_checksum=True)
+    key = f"x/{array.metadata.encode_chunk_key((1, 0, 0))}"  # inner chunks of rows 4..7
+    shard = bytearray(place.read(key))
+    entries = 16 * 2
+    start = len(shard) - entries - 4
+    table = np.frombuffer(bytes(shard[start : start + entries]), dtype="<u8").copy()
+    table.reshape(2, 2)[1] = table.reshape(2, 2)[0]  # rows 6, 7 now read rows 4, 5
+    shard[start : start + entries] = table.tobytes()
+    shard[-4:] = struct.pack("<I", crc32c(table.tobytes()))
+    place.write(key, bytes(shard))
+    expected = zarr.open_group(place.writable, mode="r")["x"][...]
+    np.testing.assert_array_equal(expected[6:8], expected[4:6])
+    batches = list(place.loader())
+    indices = np.concatenate([as_numpy(b["sample_index"]) for b in batches])
+    rows = np.concatenate([as_numpy(b["x"]) for b in batches])
+    np.testing.assert_array_equal(rows, expected[indices])

@@ -329,3 +329,23 @@ def test_gpu_decode_refuses_a_damaged_zstd_chunk(tmp_path: Path, damage: str) ->
     with pytest.raises(CorruptChunkError) as raised:
         list(build_loader(url, split="all", batch_size=6, device="cuda", decode="gpu"))
     assert raised.value.key == key and raised.value.coords == coords
+
+
+@needs_nvcomp
+def test_valid_zstd_chunks_nvcomp_cannot_be_given_checked_are_decoded_on_the_host(
+    tmp_path: Path,
+) -> None:
+    """A chunk of two zstd frames (as seekable or parallel writers make) is valid zarr,
+    but nvCOMP would decode only a checked single frame: the host decodes that chunk."""
+    import numcodecs
+
+    url = _write(tmp_path, {"zstd": "zstd"})
+    chunk = tmp_path / "zstd" / "c" / "5" / "1" / "0"
+    stored = np.frombuffer(numcodecs.Zstd().decode(chunk.read_bytes()), np.float32)
+    whole = stored.reshape(4, 4, 5)  # an edge chunk, stored padded
+    halves = [bytes(numcodecs.Zstd().encode(whole[i : i + 2].copy())) for i in (0, 2)]
+    chunk.write_bytes(halves[0] + halves[1])
+    on_cpu = [batch_key(b) for b in build_loader(url, split="all", batch_size=6, device="cuda")]
+    loader = build_loader(url, split="all", batch_size=6, device="cuda", decode="gpu")
+    assert [batch_key(b) for b in loader] == on_cpu
+    assert _fetch_node(loader.root).stats.host_decoded_chunks == 1

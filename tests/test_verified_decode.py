@@ -3,22 +3,25 @@ decodes, whatever the sizes; the zstd frame reader agrees with libzstd's own fra
 
 from __future__ import annotations
 
+import gzip
+import struct
+import zlib
+
 import numcodecs
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from insitubatch_nodes.io.verified_decode import (
-    CHECKED_CODECS,
-    ChunkBytesError,
-    check_single_zstd_frame,
-    decode_exact,
-    strip_crc32c,
-    zstd_content_size,
-    zstd_frame,
-)
+from insitubatch_nodes.io.chunk_errors import ChunkBytesError
+from insitubatch_nodes.io.verified_decode import CHECKED_CODECS, decode_exact, strip_crc32c
 from insitubatch_nodes.io.zarr_compat import crc32c
+from insitubatch_nodes.io.zstd_frames import (
+    first_frame_content_size,
+    frame_at,
+    frames,
+    total_content_size,
+)
 
 CODECS = {
     "zstd": numcodecs.Zstd(),
@@ -92,14 +95,76 @@ def test_the_zstd_frame_reader_agrees_with_libzstd(
 ) -> None:
     values = np.random.default_rng(seed).integers(0, 8, size, dtype=np.uint8)
     data = bytes(numcodecs.Zstd(level=level, checksum=checksum).encode(values))
-    frame = zstd_frame(data)
-    assert frame.content_size == size == zstd_content_size(data)
+    frame = frame_at(data)
+    assert frame.content_size == size == first_frame_content_size(data, len(data))
     assert frame.end == len(data) and frame.has_checksum == checksum
-    check_single_zstd_frame(data, size)
+    assert total_content_size(data + data) == 2 * size and len(frames(data + data)) == 2
     with pytest.raises(ChunkBytesError):
-        check_single_zstd_frame(data + data, size)  # a second frame after the first
+        frame_at(data[:-1])
+
+
+def _frame(payload: bytes, *, declare: bool = True) -> bytes:
+    """A zstd frame of raw blocks, declaring its size or not (what other writers make)."""
+    header = bytearray(struct.pack("<I", 0xFD2FB528))
+    if declare:
+        header += bytes([0x80 | 0x20]) + struct.pack("<I", len(payload))  # single segment
+    else:
+        header += bytes([0x00, 0x58])  # window descriptor, no size
+    blocks = [payload[i : i + 100_000] for i in range(0, len(payload), 100_000)] or [b""]
+    for i, block in enumerate(blocks):
+        last = int(i == len(blocks) - 1)
+        header += (len(block) << 3 | last).to_bytes(3, "little") + block
+    return bytes(header)
+
+
+PAYLOAD = np.random.default_rng(1).integers(0, 255, 1000, dtype=np.uint8).tobytes()
+SKIPPABLE = struct.pack("<II", 0x184D2A53, 4) + b"note"
+
+
+@pytest.mark.parametrize(
+    ("codec", "data"),
+    [
+        ("zstd", _frame(PAYLOAD[:500]) + _frame(PAYLOAD[500:])),
+        ("zstd", _frame(PAYLOAD[:500], declare=False) + _frame(PAYLOAD[500:])),
+        ("zstd", SKIPPABLE + _frame(PAYLOAD)),
+        ("zstd", _frame(PAYLOAD) + SKIPPABLE),
+        ("zstd", _frame(PAYLOAD) + _frame(b"")),
+        ("gzip", gzip.compress(PAYLOAD[:300]) + gzip.compress(PAYLOAD[300:])),
+        ("gzip", gzip.compress(PAYLOAD) + bytes(8)),
+        ("zlib", zlib.compress(PAYLOAD) + b"junk"),
+    ],
+    ids=[
+        "zstd-two-frames",
+        "zstd-undeclared-then-declared",
+        "zstd-skippable-first",
+        "zstd-skippable-last",
+        "zstd-empty-second-frame",
+        "gzip-two-members",
+        "gzip-zero-padding",
+        "zlib-trailing-bytes",
+    ],
+)
+def test_valid_streams_zarr_reads_are_read(codec: str, data: bytes) -> None:
+    compressor = CODECS[codec]
+    assert bytes(compressor.decode(data)) == PAYLOAD  # what zarr's read gives
+    out = np.empty(len(PAYLOAD), np.uint8)
+    decode_exact(compressor, data, out)
+    assert out.tobytes() == PAYLOAD
+
+
+@pytest.mark.parametrize(
+    ("codec", "data"),
+    [
+        ("zstd", _frame(PAYLOAD[:500]) + _frame(PAYLOAD[500:750])),  # numcodecs fills 750
+        ("zstd", _frame(PAYLOAD) + b"xyz"),
+        ("gzip", gzip.compress(PAYLOAD[:500]) + b"junk"),
+        ("gzip", gzip.compress(PAYLOAD[:500]) + gzip.compress(PAYLOAD[:300])),
+    ],
+    ids=["zstd-frames-short", "zstd-trailing-bytes", "gzip-trailing-bytes", "gzip-short"],
+)
+def test_streams_that_are_not_the_chunk_are_refused(codec: str, data: bytes) -> None:
     with pytest.raises(ChunkBytesError):
-        check_single_zstd_frame(data[:-1], size)
+        decode_exact(CODECS[codec], data, np.empty(len(PAYLOAD), np.uint8))
 
 
 def test_crc32c_is_checked_and_stripped() -> None:

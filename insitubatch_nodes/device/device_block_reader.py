@@ -37,24 +37,21 @@ from insitubatch_nodes.device.batch_layout import ALIGNMENT
 from insitubatch_nodes.device.gpu_codecs import DeviceCodec, device_codec, load_nvcomp
 from insitubatch_nodes.device.grouped_calls import GroupedCalls
 from insitubatch_nodes.io.chunk_codec import ChunkDecoder, fast_decoder
-from insitubatch_nodes.io.chunk_errors import ChunkReadError, chunk_read_error
-from insitubatch_nodes.io.chunk_reader import (
-    ChunkReader,
-    check_stored_size,
-    read_file,
+from insitubatch_nodes.io.chunk_errors import (
+    ChunkBytesError,
+    ChunkReadError,
+    chunk_read_error,
+    size_mismatch,
 )
+from insitubatch_nodes.io.chunk_reader import ChunkReader, read_file
 from insitubatch_nodes.io.fetch_stats import FetchStats
 from insitubatch_nodes.io.redact import scrubbed
 from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.shard_reader import ShardIndexes
 from insitubatch_nodes.io.stores import local_root
-from insitubatch_nodes.io.verified_decode import (
-    ChunkBytesError,
-    check_single_zstd_frame,
-    size_mismatch,
-    strip_crc32c,
-)
+from insitubatch_nodes.io.verified_decode import check_stored_length, strip_crc32c
 from insitubatch_nodes.io.zarr_compat import chunk_key
+from insitubatch_nodes.io.zstd_frames import frame_at
 
 log = logging.getLogger(__name__)
 _told: set[tuple[str, str]] = set()  # (store, variable) fallbacks already logged
@@ -240,7 +237,7 @@ class DeviceBlockReader:
                     self._stats.count_retry,
                     limit=self._inflight,
                 )
-                check_stored_size(found, self._codec(name).decoder.stored_bound)
+                check_stored_length(found, self._codec(name).decoder.stored_bound)
             except Exception as err:
                 raise chunk_read_error(name, read.coords, key, self._where, err) from scrubbed(err)
             return _Payload(name, read, None if found is None else found.to_bytes())
@@ -300,22 +297,30 @@ class DeviceBlockReader:
             for block, out in zip(blocks, outs, strict=True)
             for payload in block.payloads
         ]
-        present = [(p, out) for p, out in targets if p.data is not None]
-        streams = [self._verified_stream(payload) for payload, _ in present]
+        on_device = []
+        for payload, out in targets:
+            if payload.data is None:
+                continue
+            stream = self._device_stream(payload)
+            if stream is None:
+                self._decode_on_host(payload, out)
+            else:
+                on_device.append((payload, out, stream))
         offsets = []
         total = 0
-        for stream in streams:
+        for _, _, stream in on_device:
             offsets.append(total)
             total += -(-len(stream) // ALIGNMENT) * ALIGNMENT
         host = self._staging_buffer(total)
         staged = host.numpy()
-        for stream, offset in zip(streams, offsets, strict=True):
+        for (_, _, stream), offset in zip(on_device, offsets, strict=True):
             staged[offset : offset + len(stream)] = np.frombuffer(stream, dtype=np.uint8)
         device_bytes = host.to(self._device, non_blocking=True)
         chunks = [
             device_bytes[offset : offset + len(stream)]
-            for stream, offset in zip(streams, offsets, strict=True)
+            for (_, _, stream), offset in zip(on_device, offsets, strict=True)
         ]
+        present = [(payload, out) for payload, out, _ in on_device]
         self._decode_chunks(present, chunks)
         for payload, out in targets:
             if payload.data is None:
@@ -323,11 +328,14 @@ class DeviceBlockReader:
                 out[payload.name][target] = self._codec(payload.name).decoder.fill_value
         return outs
 
-    def _verified_stream(self, payload: _Payload) -> memoryview:
-        """The chunk's stream once the host has checked it: its crc32c, and that it holds
-        exactly one chunk (uncompressed: its length; zstd: one well-formed frame declaring
-        the chunk's size). nvCOMP decodes only well-formed input and reports no sizes, so
-        nothing reaches it unchecked."""
+    def _device_stream(self, payload: _Payload) -> memoryview | None:
+        """The chunk's stream, checked on the host, if the device may decode it; `None`
+        if the host must. nvCOMP decodes only well-formed input, reports no sizes and checks
+        no checksums, so it gets a stream only when the host has checked its crc32c and
+        its length (uncompressed) or that it is one well-formed zstd frame declaring the
+        chunk's size with no content checksum. Anything else valid (several frames, no
+        declared size, a checksum in the frame) is decoded by libzstd on the host, which
+        checks it all; anything invalid is a `CorruptChunkError`."""
         decoder = self._codec(payload.name).decoder
         assert payload.data is not None
         try:
@@ -336,11 +344,28 @@ class DeviceBlockReader:
             if decoder.compressor is None:
                 if len(stream) != expected:
                     raise size_mismatch(expected, len(stream), "is")
-            else:
-                check_single_zstd_frame(stream, expected)
+                return stream
+            frame = frame_at(stream)
+            one_frame = frame.end == len(stream)
+            if one_frame and frame.content_size not in (None, expected):
+                raise size_mismatch(expected, frame.content_size, "declares")
+            if one_frame and frame.content_size == expected and not frame.has_checksum:
+                return stream
         except ChunkBytesError as err:
             raise self._error(payload, err) from scrubbed(err)
-        return stream
+        return None
+
+    def _decode_on_host(self, payload: _Payload, out: dict[str, torch.Tensor]) -> None:
+        """Decode one chunk on the host (verified there) and copy its rows to the device."""
+        decoder = self._codec(payload.name).decoder
+        target, valid = chunk_regions(self._layouts[payload.name], payload.read)
+        chunk = np.empty(decoder.chunk_shape, dtype=decoder.dtype)
+        try:
+            decoder.decode_into(payload.data, chunk, tuple(slice(None) for _ in chunk.shape))
+        except ChunkBytesError as err:
+            raise self._error(payload, err) from scrubbed(err)
+        out[payload.name][target].copy_(torch.from_numpy(chunk[valid]))
+        self._stats.add(host_decoded_chunks=1)
 
     def _block_tensors(self, block: BlockBytes) -> dict[str, torch.Tensor]:
         """The block's arrays on the device, the CPU-decoded ones already copied in."""
@@ -378,11 +403,10 @@ class DeviceBlockReader:
                 target, valid = chunk_regions(self._layouts[payload.name], payload.read)
                 region = out[payload.name][target]
                 whole = tuple(region.shape) == decoder.chunk_shape and region.is_contiguous()
-                chunk_nbytes = int(np.prod(decoder.chunk_shape)) * decoder.dtype.itemsize
                 scratch = (
                     region.view(-1).view(torch.uint8)
                     if whole
-                    else torch.empty(chunk_nbytes, dtype=torch.uint8, device=self._device)
+                    else torch.empty(decoder.chunk_nbytes, dtype=torch.uint8, device=self._device)
                 )
                 places.append(_Place(payload, decoder, region, valid, whole, scratch))
             if algorithm is None:  # sizes checked by _verified_stream

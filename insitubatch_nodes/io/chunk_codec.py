@@ -59,7 +59,13 @@ class ChunkDecoder:
         self, data: bytes | memoryview | None, destination: np.ndarray, valid: tuple[slice, ...]
     ) -> None:
         """Write the chunk's `valid` region (edge chunks are padded in storage), or raise
-        `ChunkBytesError` if the stored bytes are not exactly one chunk."""
+        `ChunkBytesError` if the stored bytes are not exactly one chunk.
+
+        Args:
+            data: the stored bytes, or `None` for a chunk never written (the fill value).
+            destination: where the region goes (the chunk's rows of a block buffer).
+            valid: the region of the stored chunk that lies inside the array.
+        """
         if data is None:
             destination[...] = self.fill_value
             return
@@ -95,7 +101,14 @@ def decoder_for_v3_codecs(
     codecs: tuple[Any, ...], dtype: np.dtype[Any], chunk_shape: tuple[int, ...], fill: Any
 ) -> ChunkDecoder | None:
     """A decoder for a v3 codec chain `BytesCodec` [+ one compressor] [+ `Crc32cCodec`],
-    else `None`."""
+    else `None`.
+
+    Args:
+        codecs: the array's (or a shard's inner) codec chain.
+        dtype: the stored element type.
+        chunk_shape: the stored chunk shape.
+        fill: the fill value.
+    """
     serializer, *rest = codecs or (None,)
     checksum = bool(rest) and type(rest[-1]).__name__ == "Crc32cCodec"
     if checksum:

@@ -10,7 +10,39 @@ from typing import Any
 
 from insitubatch_nodes.io.retry import ReadGaveUp
 from insitubatch_nodes.io.store_errors import first_line
-from insitubatch_nodes.io.verified_decode import ChunkBytesError
+
+
+class ChunkBytesError(ValueError):
+    """Stored bytes that do not decode to their chunk.
+
+    Args:
+        reason: what is wrong, in words a user can act on.
+        expected_nbytes: the decoded size the array's metadata needs, when it applies.
+        actual_nbytes: the size the stored bytes declare or decode to, when known.
+    """
+
+    def __init__(
+        self, reason: str, *, expected_nbytes: int | None = None, actual_nbytes: int | None = None
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.expected_nbytes = expected_nbytes
+        self.actual_nbytes = actual_nbytes
+
+
+def size_mismatch(expected: int, actual: int, what: str = "decodes to") -> ChunkBytesError:
+    """The error for a chunk whose bytes give `actual` bytes where `expected` are needed.
+
+    Args:
+        expected: the decoded bytes the array's metadata needs.
+        actual: the bytes the stream gives (declares, holds or decodes to).
+        what: the verb for `actual` ("decodes to", "declares", "is").
+    """
+    return ChunkBytesError(
+        f"it {what} {actual} bytes where its array's metadata needs {expected}",
+        expected_nbytes=expected,
+        actual_nbytes=actual,
+    )
 
 
 class ChunkReadError(OSError):
@@ -76,7 +108,15 @@ def chunk_read_error(
     variable: str, coords: tuple[int, ...], key: str, where: str, err: BaseException
 ) -> ChunkReadError:
     """The error for a chunk whose read failed with `err` (after retries, if `ReadGaveUp`);
-    a `CorruptChunkError` when the bytes arrived but are not the chunk (`ChunkBytesError`)."""
+    a `CorruptChunkError` when the bytes arrived but are not the chunk (`ChunkBytesError`).
+
+    Args:
+        variable: the array's name.
+        coords: the chunk's coordinates.
+        key: the store key of the object read (the chunk, or its shard).
+        where: the store, as shown to users (credentials redacted).
+        err: what the read or the decode raised.
+    """
     attempts = 1
     if isinstance(err, ReadGaveUp) and err.__cause__ is not None:
         attempts, err = err.attempts, err.__cause__

@@ -33,7 +33,7 @@ from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.read_plan import ChunkRead, ReadPlan, chunk_regions
 from insitubatch_nodes.io.block_buffers import BlockBuffers
 from insitubatch_nodes.io.chunk_codec import ChunkDecoder, fast_decoder
-from insitubatch_nodes.io.chunk_errors import ChunkReadError, chunk_read_error
+from insitubatch_nodes.io.chunk_errors import ChunkBytesError, ChunkReadError, chunk_read_error
 from insitubatch_nodes.io.fetch_stats import FetchStats
 from insitubatch_nodes.io.opened_arrays import OpenedArrays
 from insitubatch_nodes.io.redact import scrubbed
@@ -42,7 +42,7 @@ from insitubatch_nodes.io.shard_index import shard_layout
 from insitubatch_nodes.io.shard_reader import Loaded, ShardIndexes, ShardReader
 from insitubatch_nodes.io.store_errors import first_line
 from insitubatch_nodes.io.stores import local_root
-from insitubatch_nodes.io.verified_decode import ChunkBytesError
+from insitubatch_nodes.io.verified_decode import check_stored_length
 from insitubatch_nodes.io.zarr_compat import chunk_key, pipeline_can_read, stored_object_key
 
 T = TypeVar("T")
@@ -57,7 +57,13 @@ def read_file(
     the next read into the same scratch): one syscall fewer than sizing the file first,
     and no fresh allocation, whose first-touch page faults cost as much as the copy. A
     file larger than `limit` bytes (more than any valid chunk takes) is refused unread, so
-    a hostile file cannot take memory beyond the budget."""
+    a hostile file cannot take memory beyond the budget.
+
+    Args:
+        path: the chunk file's path.
+        scratch: a reusable buffer to read into, or `None` to allocate.
+        limit: the most bytes a valid chunk file of the array holds, or `None`.
+    """
     try:
         descriptor = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
@@ -82,16 +88,6 @@ def read_file(
         return parts[0] if len(parts) == 1 else b"".join(parts)
     finally:
         os.close(descriptor)
-
-
-def check_stored_size(data: Any, limit: int) -> None:
-    """Refuse stored bytes longer than any valid chunk (`limit`) before decoding them."""
-    if data is not None and len(data) > limit:
-        raise ChunkBytesError(
-            f"it is {len(data)} bytes stored, more than any valid chunk of its array takes "
-            f"({limit})",
-            actual_nbytes=len(data),
-        )
 
 
 def _first_failure(failures: BaseExceptionGroup[BaseException]) -> BaseException:
@@ -256,7 +252,7 @@ class ChunkReader:
         target, valid = chunk_regions(self._layouts[name], read)
         destination = buffer[target]
         try:
-            check_stored_size(data, decoder.stored_bound)
+            check_stored_length(data, decoder.stored_bound)
             decoder.decode_into(data, destination, valid)
         except Exception as err:
             key = self._object_key(name, read)

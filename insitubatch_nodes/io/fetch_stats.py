@@ -26,6 +26,9 @@ class FetchStats:
         range_requests: ranged requests for inner chunks of shards.
         retries: reads tried again after a transient error.
         device_decode_calls: GPU decode calls (fewer than blocks when grouped).
+        host_decoded_chunks: chunks of GPU-decoded arrays that the host decoded instead,
+            because nvCOMP could not be given them checked (several zstd frames, no
+            declared size, a content checksum in the frame).
     """
 
     chunks_read: int = 0
@@ -37,6 +40,7 @@ class FetchStats:
     range_requests: int = 0
     retries: int = 0
     device_decode_calls: int = 0
+    host_decoded_chunks: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(
@@ -51,6 +55,7 @@ class FetchStats:
         range_requests: int = 0,
         retries: int = 0,
         device_decode_calls: int = 0,
+        host_decoded_chunks: int = 0,
     ) -> None:
         """Add to the named counters, atomically.
 
@@ -64,6 +69,7 @@ class FetchStats:
             range_requests: see the class.
             retries: see the class.
             device_decode_calls: see the class.
+            host_decoded_chunks: see the class.
         """
         with self._lock:
             self.chunks_read += chunks_read
@@ -75,6 +81,7 @@ class FetchStats:
             self.range_requests += range_requests
             self.retries += retries
             self.device_decode_calls += device_decode_calls
+            self.host_decoded_chunks += host_decoded_chunks
 
     def count_retry(self) -> None:
         """One more retry: the `on_retry` callback of `RetryPolicy.call`."""

@@ -49,7 +49,11 @@ _RANGE_REFUSED = "416 Range Not Satisfiable"
 
 def range_refused(err: BaseException) -> bool:
     """Whether `err` (or the error a `ReadGaveUp` wraps) is a store refusing a byte range
-    that lies past the object's end."""
+    that lies past the object's end.
+
+    Args:
+        err: a read's error.
+    """
     cause = err.__cause__ if isinstance(err, ReadGaveUp) else err
     return cause is not None and _RANGE_REFUSED in str(cause)
 

@@ -14,7 +14,8 @@ import numpy as np
 import zarr
 
 from insitubatch_nodes.io.chunk_codec import ChunkDecoder, decoder_for_v3_codecs
-from insitubatch_nodes.io.verified_decode import ChunkBytesError, strip_crc32c
+from insitubatch_nodes.io.chunk_errors import ChunkBytesError
+from insitubatch_nodes.io.verified_decode import strip_crc32c
 from insitubatch_nodes.io.zarr_compat import fill_scalar, native_dtype, plain_value
 
 EMPTY = np.uint64(2**64 - 1)
@@ -69,10 +70,16 @@ class ShardLayout:
 
     def check_entries(self, index: np.ndarray, shard_nbytes: int | None) -> None:
         """Refuse an index whose entries cannot describe this shard: half-empty entries,
-        inner chunks of no bytes or more than any valid one takes, overlapping ones (two
-        slots would read the same bytes), or bytes outside the shard's data. Without a
-        checksum on the index, entries swapped between two inner chunks of the same size
-        cannot be told from the real ones; zarr writes the checksum by default."""
+        inner chunks of no bytes or more than any valid one takes, entries that overlap
+        part of another's bytes (entries equal to another are allowed: a writer may store
+        identical chunks once), or bytes outside the shard's data. Without a checksum on
+        the index, entries swapped between two inner chunks of the same size cannot be told
+        from the real ones; zarr writes the checksum by default.
+
+        Args:
+            index: the parsed `(slots, 2)` table of (offset, nbytes).
+            shard_nbytes: the shard object's size where known, else `None`.
+        """
         offsets, sizes = index[:, 0], index[:, 1]
         empty = (offsets == EMPTY) & (sizes == EMPTY)
         half = (offsets == EMPTY) != (sizes == EMPTY)
@@ -94,8 +101,10 @@ class ShardLayout:
         if outside.size:
             where = "the shard" if shard_nbytes is None else f"the shard's data ({low}..{high})"
             raise self._bad_entry(int(outside[0]), index, f"points outside {where}")
-        order = present[np.argsort(starts, kind="stable")]
-        overlapping = order[1:][offsets[order[1:]] < offsets[order[:-1]] + sizes[order[:-1]]]
+        order = present[np.lexsort((sizes[present], starts))]
+        before, after = order[:-1], order[1:]
+        shared = (offsets[after] == offsets[before]) & (sizes[after] == sizes[before])
+        overlapping = after[(offsets[after] < offsets[before] + sizes[before]) & ~shared]
         if overlapping.size:
             raise self._bad_entry(int(overlapping[0]), index, "overlaps another entry's bytes")
 

@@ -23,11 +23,11 @@ from zarr.core.buffer import default_buffer_prototype
 
 from insitubatch_nodes.core.byte_ranges import MergedRange, coalesce
 from insitubatch_nodes.core.read_plan import ChunkRead
+from insitubatch_nodes.io.chunk_errors import ChunkBytesError
 from insitubatch_nodes.io.fetch_stats import FetchStats
 from insitubatch_nodes.io.redact import scrubbed
 from insitubatch_nodes.io.retry import ReadGaveUp, RetryPolicy, range_refused
 from insitubatch_nodes.io.shard_index import ShardLayout, chunk_span
-from insitubatch_nodes.io.verified_decode import ChunkBytesError
 from insitubatch_nodes.io.zarr_compat import chunk_key
 
 Loaded = list[tuple[ChunkRead, Any]]  # (read, stored bytes or None for the fill value)
