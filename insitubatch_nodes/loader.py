@@ -22,7 +22,12 @@ from typing import Any, TypeVar
 import torchdata.nodes
 from torchdata.nodes import BaseNode
 
-from insitubatch_nodes.nodes.state_checks import check_cursor, check_node_state
+from insitubatch_nodes.nodes.state_checks import (
+    check_cursor,
+    check_node_state,
+    check_state_digest,
+    with_digest,
+)
 
 T = TypeVar("T")
 
@@ -143,9 +148,13 @@ class Loader(torchdata.nodes.Loader[T]):
         if self._state_to_load is None:
             self._iterator.reset(None)
             return
-        self._iterator.reset(self._state_to_load)
-        self._state_to_load = None
-        if self.restart_on_stop_iteration and not self._iterator.has_next():
+        state, self._state_to_load = self._state_to_load, None
+        self._iterator.reset(state)
+        ended = self.restart_on_stop_iteration and not self._iterator.has_next()
+        # After the nodes took up their parts (so a cursor out of range is named as such):
+        # an edit that left every cursor in range still does not match the digest.
+        check_state_digest(state)
+        if ended:
             self._iterator.reset(None)  # the state was an epoch's end: begin the next one
 
     def _closing(self, iterator: Iterator[T]) -> Iterator[T]:
@@ -174,7 +183,7 @@ class Loader(torchdata.nodes.Loader[T]):
             self._start()
             self._started_for_state_dict = True
         assert self._iterator is not None
-        return self._iterator.state_dict()
+        return with_digest(self._iterator.state_dict())
 
     def close(self) -> None:
         """Stop all background IO now; iterating again picks up where it stopped."""

@@ -301,6 +301,18 @@ def _state_cursor_out_of_range(ctx: Context) -> None:
     next(iter(loader))
 
 
+def _state_edited_by_hand(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    loader = build_loader(url, device="cpu")
+    next(iter(loader))
+    state = loader.state_dict()
+    shuffle = state["root"]["source"]["source"]  # the ShuffleBlockNode's
+    assert shuffle["samples_yielded"] == 32
+    shuffle["samples_yielded"] = 24  # in range: 8 samples would be drawn twice
+    loader.load_state_dict(state)
+    next(iter(loader))
+
+
 def _state_not_a_dict(ctx: Context) -> None:
     url, _ = ctx.memory_url()
     build_loader(url).load_state_dict([0, 1])  # type: ignore[arg-type]
@@ -408,6 +420,7 @@ CASES = {
     "a loader state saved on another store": _state_from_another_store,
     "a loader state from a graph with a stage more or less": _state_from_a_graph_with_a_stage_more,
     "a loader state with a cursor out of range": _state_cursor_out_of_range,
+    "a loader state edited by hand": _state_edited_by_hand,
     "a loader state that is not a dict": _state_not_a_dict,
     "a batch_size that is not an int": _batch_size_not_an_int,
     "a seed that is not an int": _seed_not_an_int,

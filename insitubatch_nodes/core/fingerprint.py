@@ -4,9 +4,10 @@ A state is a cursor (epoch, position, samples drawn): it means something only on
 arrays and the split it was counted on. Loaded into a loader over another store, another
 selection of variables, another split or a store edited since, it would resume "exactly"
 into other batches without a word. The fingerprint records, as plain data: each array's
-shape, chunking, dtype and codecs, the split's name and units (a count and a digest), and
-the Icechunk snapshot when there is one. It holds no URL and no storage options (those
-may carry secrets, and a store copied to another bucket is still the same data).
+shape, chunking, dtype, codecs (by name) and fill value, the split's name and units (a
+count and a digest), and the Icechunk snapshot when there is one. It holds no URL and no
+storage options (those may carry secrets, and a store copied to another bucket is still
+the same data).
 `fingerprint_differences` says in words how two fingerprints differ.
 """
 
@@ -20,7 +21,6 @@ import numpy as np
 
 from insitubatch_nodes.core.geometry import VariableLayout
 
-READABLE_LENGTH = 80  # longer codec descriptions keep this many characters and a digest
 DIGEST_LENGTH = 16
 
 
@@ -34,22 +34,10 @@ def digest(text: str | bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:DIGEST_LENGTH]
 
 
-def short_form(text: str) -> str:
-    """`text` if it is short, else its start and a digest of all of it: a sharded array's
-    codec chain runs to hundreds of characters, and a state must stay small.
-
-    Args:
-        text: a readable description (e.g. of an array's codecs).
-    """
-    if len(text) <= READABLE_LENGTH:
-        return text
-    suffix = f"... sha256:{digest(text)}"
-    return text[: READABLE_LENGTH - len(suffix)] + suffix
-
-
 def source_fingerprint(
     layouts: Mapping[str, VariableLayout],
     codecs: Mapping[str, str],
+    fill_values: Mapping[str, str],
     split: str,
     split_units: np.ndarray,
     snapshot_id: str | None,
@@ -58,7 +46,8 @@ def source_fingerprint(
 
     Args:
         layouts: the selected arrays' shapes, chunks and dtypes, by name.
-        codecs: each selected array's codecs in a short readable form (`short_form`).
+        codecs: each selected array's codec chain by name (e.g. "bytes+zstd").
+        fill_values: what each selected array's never-written chunks read as, as text.
         split: the split's name.
         split_units: the split's unit indices.
         snapshot_id: the Icechunk snapshot the store reads, or None for other stores.
@@ -71,6 +60,7 @@ def source_fingerprint(
                 "chunks": list(layout.chunks),
                 "dtype": layout.dtype,
                 "codecs": codecs.get(name, ""),
+                "fill_value": fill_values.get(name, ""),
             }
             for name, layout in sorted(layouts.items())
         },
@@ -93,6 +83,7 @@ _ARRAY_FIELDS = (
     ("chunks", "chunks were", _shown),
     ("dtype", "dtype was", str),
     ("codecs", "codecs were", repr),
+    ("fill_value", "fill value was", str),
 )
 
 
@@ -105,7 +96,8 @@ def _array_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> 
     for name in sorted(current):
         before, now = saved[name], current[name]
         for key, noun, shown in _ARRAY_FIELDS:
-            if before.get(key) != now.get(key):
+            # A field the state does not record (saved before it was added) is not checked.
+            if key in before and before[key] != now.get(key):
                 found.append(
                     f"array {name!r} {noun} {shown(before.get(key))} when the state was "
                     f"saved, now {shown(now.get(key))}"

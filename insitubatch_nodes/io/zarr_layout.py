@@ -166,7 +166,7 @@ def select_variables(
         where: the store's description for messages (`stores.describe`).
     """
     chosen = _chosen_arrays(arrays, variables, where)
-    check_torch_dtypes(chosen, list(chosen))
+    check_torch_dtypes(chosen)
     return {name: layout_of(array) for name, array in chosen.items()}
 
 

@@ -13,7 +13,7 @@ from zarr.abc.store import Store
 from insitubatch_nodes.core.fingerprint import source_fingerprint
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.manifest import SplitManifest, make_manifest
-from insitubatch_nodes.io.array_metadata import codec_summary
+from insitubatch_nodes.io.array_metadata import codec_summary, fill_value_text
 from insitubatch_nodes.io.icechunk_store import snapshot_id_of
 from insitubatch_nodes.io.redact import secrets_in
 from insitubatch_nodes.io.stores import describe, open_store
@@ -80,7 +80,8 @@ class ZarrSource:
     layouts: Mapping[str, VariableLayout]
     geometry: SampleGeometry
     manifest: SplitManifest
-    codecs: Mapping[str, str] = field(default_factory=dict)  # per variable, short form
+    codecs: Mapping[str, str] = field(default_factory=dict)  # per variable, by name
+    fill_values: Mapping[str, str] = field(default_factory=dict)  # per variable, as text
     snapshot_id: str | None = None  # the Icechunk snapshot the store reads
 
     @classmethod
@@ -115,7 +116,9 @@ class ZarrSource:
             split_manifest = load_manifest(manifest)
             geometry = split_manifest.geometry_for(layouts)
         codecs = {name: codec_summary(arrays[name]) for name in layouts}
-        return cls(store, where, layouts, geometry, split_manifest, codecs, snapshot_id_of(store))
+        fills = {name: fill_value_text(arrays[name]) for name in layouts}
+        snapshot = snapshot_id_of(store)
+        return cls(store, where, layouts, geometry, split_manifest, codecs, fills, snapshot)
 
     def split_units(self, split: str) -> np.ndarray:
         return self.manifest.units(split)
@@ -129,5 +132,10 @@ class ZarrSource:
             split: the split the loader reads.
         """
         return source_fingerprint(
-            self.layouts, self.codecs, split, self.split_units(split), self.snapshot_id
+            self.layouts,
+            self.codecs,
+            self.fill_values,
+            split,
+            self.split_units(split),
+            self.snapshot_id,
         )

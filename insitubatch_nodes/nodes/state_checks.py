@@ -17,12 +17,15 @@ Every refusal says what differs or is wrong, where (the node, the key), and what
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from insitubatch_nodes.core.fingerprint import fingerprint_differences
 
 CONFIG_KEY = "config"
+DIGEST_KEY = "digest"
 NODE_KEY = "node"
 FINGERPRINT_KEY = "fingerprint"
 
@@ -197,4 +200,38 @@ def check_fingerprint(state: Mapping[str, Any], current: Mapping[str, Any] | Non
             + ". Resume with the store, variables, split and manifest the state was saved on "
             "(for Icechunk, open_icechunk(..., snapshot_id=...) at the saved snapshot), or "
             "start this loader without the state"
+        )
+
+
+def _digest_of(state: Mapping[str, Any]) -> str:
+    entries = {key: value for key, value in state.items() if key != DIGEST_KEY}
+    text = json.dumps(entries, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def with_digest(state: Mapping[str, Any]) -> dict[str, Any]:
+    """`state` with a digest of itself: a cursor edited to another value that is still in
+    range (samples skipped or drawn twice) cannot be told from a real one by range checks.
+
+    Args:
+        state: a whole loader state (plain data).
+    """
+    return {**state, DIGEST_KEY: _digest_of(state)}
+
+
+def check_state_digest(state: Mapping[str, Any]) -> None:
+    """Refuse a loader state that no longer matches the digest it was saved with (states
+    saved before digests existed have none, and are taken as they are).
+
+    Args:
+        state: a whole loader state, as loaded.
+
+    Raises:
+        ValueError: the state was changed after it was saved.
+    """
+    saved = state.get(DIGEST_KEY)
+    if saved is not None and saved != _digest_of(state):
+        raise ValueError(
+            "the loader state does not match the digest it was saved with: it was edited or "
+            f"damaged after loader.state_dict() made it; {_SAVED_AS_IS}"
         )
