@@ -121,48 +121,63 @@ def build_loader(
 ) -> Loader[dict[str, torch.Tensor]]:
     """Shuffled, split-aware, resumable batches from a Zarr group.
 
-    Each batch is `{variable: tensor (batch, *sample_shape), "sample_index": int64}`.
-    `block_chunks` units are read and shuffled together: larger blocks shuffle better and
-    hold more memory; by default a block holds at least 64 samples and 8 chunks, within an
-    eighth of `memory_budget` (`core.memory_bound.default_block_chunks`). `memory_budget`
-    (bytes) bounds all the loader holds at once: the shuffle window, the batch being
-    gathered and the reads in flight come first, and the rest caps the blocks read ahead
-    (`core.memory_bound`); reading runs until
-    `max_inflight` chunk reads are pending. Every rank yields the same number of
-    batches per epoch. `zarr_pipeline="zarrs"` speeds up arrays that zarr must decode
-    itself (filters, F order); common layouts are decoded by the library either way.
-    `retry` says how reads that fail transiently (HTTP 5xx, timeouts, dropped connections)
-    are retried; the default `RetryPolicy()` tries each read 5 times.
+    Each batch is `{variable: tensor (batch, *sample_shape), "sample_index": int64}`;
+    every rank yields the same number of batches per epoch, and `loader.state_dict()`
+    resumes exactly (refused, by name, on other data or another graph).
 
-    With a `spec` (`SampleSpec`) each sample is an anchor time step t carrying, per group,
-    the steps t+offset of its variables: batches hold `{"group/variable": (batch, steps,
-    *sample_shape)}` and `sample_index` holds the anchors. Anchors whose window would
-    leave the split are not used (`core.anchors`); `variables` defaults to the spec's.
-
-    `stack=True` puts each group's variables (a spec-less loader's variables: key
-    `"fields"`) into one `(batch, [steps,] channels, *grid)` tensor; the grid is the last
-    `spatial_dims` axes, anything between is flattened into channels. The channel order is
-    `batch_channels(...)` (`core.channels`). `normalise` (a `ChannelStats` or its JSON
-    file, see `insitubatch stats`) applies `(x - mean) / std` per channel after the device
-    copy, as float32.
-
-    `patches` (`PatchSpec(size)`) crops the last `len(size)` axes of every sample: a random
-    crop per sample, a pure function of (seed, epoch, anchor), or with `mode="tiles"` one
-    sample per fixed tile (evaluation). Only the grid chunks the crops touch are read;
-    batches also carry `"patch_origin"` (batch, axes).
-
-    `device_prefetch` batches are gathered (and on CUDA copied to the GPU) ahead of the one
-    handed out, by a producer thread, while the consumer's step runs (default 2 on CUDA, 0 on
-    the CPU, where the gather then runs in the consumer's thread). `decode="gpu"` decodes
-    chunks on the GPU (the `gpu` extra: nvCOMP for zstd; uncompressed chunks need nothing):
-    only compressed bytes cross to the device, and windows, patches and stacking run there
-    too. Arrays it cannot decode there are decoded on the CPU, and the log says why.
-
-    `read_across_epochs=True` reads the next epoch's first blocks while the last batches of
-    this one are drawn, so a new epoch does not begin with a wait for a whole block (for a
-    training loop over many epochs). The loader's threads and those blocks then stay
-    between epochs, until the next epoch, `loader.close()` (or `with loader:`), or garbage
-    collection.
+    Args:
+        source: the Zarr group: a URL (`file://`, a path, `memory://NAME`, `s3://`,
+            `gs://`, `az://`, `http(s)://`) or an open zarr `Store`.
+        variables: the arrays to load (default: every array of 2 or more dimensions, or
+            the spec's variables); they must share axis 0, the sample axis.
+        split: the split to read (`"train"`, `"val"`, `"test"`, a manifest's own, or
+            `"all"`).
+        batch_size: samples per batch.
+        block_chunks: units read and shuffled together: larger blocks shuffle better
+            and hold more memory; by default at least 64 samples and 8 chunks, within an
+            eighth of `memory_budget` (`core.memory_bound.default_block_chunks`).
+        max_inflight: chunk reads under way at once; reading ahead runs until this many
+            are pending.
+        prefetch_blocks: blocks read ahead at least.
+        memory_budget: bytes the loader holds at most: the shuffle window, the batches
+            being gathered and the reads in flight come first, the rest caps the blocks
+            read ahead (`core.memory_bound`); too small a budget is refused with the
+            numbers.
+        seed: the seed of every random order (with the epoch, it fixes every batch).
+        rank: this process's rank (default: torch.distributed, else `RANK`, else 0).
+        world_size: the number of ranks (default: torch.distributed, else `WORLD_SIZE`,
+            else 1).
+        device: where batches go (default: the current CUDA device if there is one, else
+            the CPU); `sample_index` stays on the host.
+        manifest: the split manifest (a `SplitManifest`, its dict, its JSON text or the
+            path of its file); default: contiguous train/val/test at 0.8/0.1/0.1.
+        drop_last: yield only full batches (no padding repeats).
+        storage_options: object-store client options (obstore's), e.g. credentials.
+        decode_threads: threads that decode chunks (default: from the host's cores).
+        zarr_pipeline: `"zarrs"` to let the Rust pipeline decode the arrays zarr must
+            decode itself (filters, F order); common layouts are decoded by the library.
+        retry: how reads that fail transiently (HTTP 5xx, timeouts, dropped connections)
+            are retried; the default `RetryPolicy()` tries each read 5 times.
+        spec: a `SampleSpec`: each sample is an anchor step t carrying, per group, the
+            steps t+offset of its variables (`{"group/variable": (batch, steps,
+            *sample_shape)}`); anchors whose window would leave the split are not used.
+        stack: put each group's variables (a spec-less loader's: key `"fields"`) into
+            one `(batch, [steps,] channels, *grid)` tensor, in the order of
+            `batch_channels(...)`.
+        normalise: a `ChannelStats` (or its JSON file, see `insitubatch stats`): `(x -
+            mean) / std` per channel after the device copy, as float32.
+        spatial_dims: how many trailing axes are the grid (the axes between the sample
+            axis and the grid become channels).
+        patches: a `PatchSpec`: random crops of the last axes (a pure function of seed,
+            epoch and anchor), or `mode="tiles"` for evaluation; only the grid chunks the
+            crops touch are read; batches carry `"patch_origin"`.
+        device_prefetch: batches gathered (and on CUDA copied) ahead by a producer
+            thread while the consumer's step runs (default 2 on CUDA, 0 on the CPU).
+        decode: `"gpu"` decodes zstd and uncompressed chunks on the GPU (the `gpu`
+            extra); arrays it cannot decode are decoded on the CPU, and the log says why.
+        read_across_epochs: read the next epoch's first blocks while the last batches of
+            this one are drawn; threads and those blocks stay between epochs until the
+            next one, `loader.close()` (or `with loader:`), or garbage collection.
     """
     # Settings used here before the node that owns them exists (the node checks the rest).
     batch_size = as_int("batch_size", batch_size, minimum=1)
