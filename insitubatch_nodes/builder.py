@@ -28,6 +28,7 @@ from insitubatch_nodes.core.settings import (
     as_optional_int,
     int_from_environment,
 )
+from insitubatch_nodes.io.block_reader import IDLE_BUFFER_SHARE
 from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
 from insitubatch_nodes.loader import Loader
@@ -233,17 +234,18 @@ def build_loader(
         batches_held=PinToDeviceNode.staging_slots(prefetch),
     )
     plans = ReadPlanNode(permute, anchors, block_chunks=block_chunks)
+    reading = opened.read_context(
+        retry=retry,
+        max_inflight=max_inflight,
+        decode_threads=decode_threads,
+        zarr_pipeline=zarr_pipeline,
+        idle_buffer_bytes=memory.read_ahead_bytes // IDLE_BUFFER_SHARE,
+    )
     blocks = AsyncFetchNode(
         plans,
-        opened.store,
-        opened.layouts,
-        max_inflight=max_inflight,
+        reading,
         prefetch_blocks=prefetch_blocks,
         memory_budget=memory.read_ahead_bytes,
-        decode_threads=decode_threads,
-        where=opened.where,
-        zarr_pipeline=zarr_pipeline,
-        retry=retry,
         decode_on=decode_on,
         read_across_epochs=read_across_epochs,
     )

@@ -24,6 +24,7 @@ from insitubatch_nodes import (
     ZarrSource,
 )
 from insitubatch_nodes.core.read_plan import ReadPlan
+from insitubatch_nodes.io.block_reader import ReadContext
 from insitubatch_nodes.items import BatchDraw, FetchedBlock, UnitTicket
 
 STAGES = ["permute", "plan", "fetch", "shuffle", "gather", "device"]
@@ -63,15 +64,17 @@ def build_stage(
             "fetch",
             lambda n: AsyncFetchNode(
                 n,
-                source.store,
-                source.layouts,
-                max_inflight=max_inflight,
+                ReadContext.create(
+                    source.store,
+                    source.layouts,
+                    max_inflight=max_inflight,
+                    where=str(url),
+                    fast_path=fast_path,
+                    zarr_pipeline=zarr_pipeline,
+                    retry=retry,
+                ),
                 prefetch_blocks=prefetch_blocks,
-                where=str(url),
-                fast_path=fast_path,
-                zarr_pipeline=zarr_pipeline,
                 decode_on=decode_on,
-                retry=retry,
                 read_across_epochs=read_across_epochs,
             ),
         ),

@@ -36,7 +36,6 @@ from insitubatch_nodes.device.device_block_reader import DeviceBlockReader
 from insitubatch_nodes.device.gpu_codecs import DeviceCodec, device_codec, load_nvcomp
 from insitubatch_nodes.io.chunk_codec import fast_decoder
 from insitubatch_nodes.io.chunk_errors import ChunkReadError, CorruptChunkError
-from insitubatch_nodes.io.fetch_stats import FetchStats
 from insitubatch_nodes.loader import graph_nodes
 from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
 
@@ -133,18 +132,11 @@ def test_a_damaged_chunk_fails_only_its_own_block_of_a_decode_call(tmp_path: Pat
     source = ZarrSource.open(str(tmp_path))
     plans = list(Loader(build_stage(str(tmp_path), "plan", block_chunks=2)))
 
-    stats = FetchStats()
+    context = source.read_context(max_inflight=4, decode_threads=2)
+    stats = context.stats
 
     async def decode_all() -> list[Any]:
-        reader = DeviceBlockReader(
-            source.store,
-            source.layouts,
-            device=torch.device("cpu"),
-            max_inflight=4,
-            decode_threads=2,
-            where="the test store",
-            stats=stats,
-        )
+        reader = DeviceBlockReader(context, torch.device("cpu"))
         blocks = [await reader.read_bytes(plan) for plan in plans]
         return reader.decode_blocks(blocks)
 

@@ -279,7 +279,7 @@ def _by_hand(url: str, with_fingerprint: bool) -> Loader[Any]:
         fingerprint=source.fingerprint("train") if with_fingerprint else None,
     )
     plans = ReadPlanNode(units, source.geometry, block_chunks=2)
-    blocks = AsyncFetchNode(plans, source.store, source.layouts, max_inflight=4)
+    blocks = AsyncFetchNode(plans, source.read_context(max_inflight=4))
     draws = ShuffleBlockNode(blocks, batch_size=4)
     return Loader(PinToDeviceNode(GatherNode(draws), device="cpu"))
 

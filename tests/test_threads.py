@@ -115,9 +115,7 @@ def _blocks_fetched_after_one(url: str, *, budget: int, max_inflight: int) -> tu
     source = ZarrSource.open(url)
     fetch = AsyncFetchNode(
         build_stage(url, "plan", block_chunks=1),
-        source.store,
-        source.layouts,
-        max_inflight=max_inflight,
+        source.read_context(max_inflight=max_inflight),
         prefetch_blocks=1,
         memory_budget=budget,
     )

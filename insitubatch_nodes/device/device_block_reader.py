@@ -27,15 +27,13 @@ from typing import Any
 
 import numpy as np
 import torch
-import zarr.api.asynchronous
-from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 
-from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.read_plan import ChunkRead, ReadPlan, chunk_regions
 from insitubatch_nodes.device.batch_layout import ALIGNMENT
 from insitubatch_nodes.device.gpu_codecs import DeviceCodec, device_codec, load_nvcomp
 from insitubatch_nodes.device.grouped_calls import GroupedCalls
+from insitubatch_nodes.io.block_reader import ReadContext
 from insitubatch_nodes.io.chunk_codec import ChunkDecoder, fast_decoder
 from insitubatch_nodes.io.chunk_errors import (
     ChunkBytesError,
@@ -44,10 +42,7 @@ from insitubatch_nodes.io.chunk_errors import (
     size_mismatch,
 )
 from insitubatch_nodes.io.chunk_reader import ChunkReader, read_file
-from insitubatch_nodes.io.fetch_stats import FetchStats
 from insitubatch_nodes.io.redact import scrubbed
-from insitubatch_nodes.io.retry import RetryPolicy
-from insitubatch_nodes.io.shard_reader import ShardIndexes
 from insitubatch_nodes.io.stores import local_root
 from insitubatch_nodes.io.verified_decode import check_stored_length, strip_crc32c
 from insitubatch_nodes.io.zarr_compat import chunk_key
@@ -91,35 +86,27 @@ def torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
 
 
 class DeviceBlockReader:
-    """Same contract as `ChunkReader.read_block`, but the arrays are tensors on `device`."""
+    """A `BlockReader` whose blocks are tensors on `device`, decoded there (see the module).
 
-    def __init__(
-        self,
-        store: Store,
-        layouts: Mapping[str, VariableLayout],
-        *,
-        device: torch.device,
-        max_inflight: int,
-        decode_threads: int,
-        where: str,
-        stats: FetchStats,
-        shard_indexes: ShardIndexes | None = None,
-        zarr_pipeline: str | None = None,
-        retry: RetryPolicy | None = None,
-    ) -> None:
-        """`shard_indexes` and `zarr_pipeline` go to the CPU reader of the fallback arrays;
-        `retry` governs every read, on either path."""
-        self._store = store
-        self._retry = retry or RetryPolicy()
-        self._shard_indexes = shard_indexes
-        self._zarr_pipeline = zarr_pipeline
-        self._layouts = dict(layouts)
+    Args:
+        context: what every reader of the fetch node shares (`block_reader.ReadContext`).
+        device: the device the blocks are decoded on and live on.
+    """
+
+    def __init__(self, context: ReadContext, device: torch.device) -> None:
+        """Every read goes through the context's retry policy and counters; the arrays
+        the device cannot decode are read by a `ChunkReader` over the same context (the
+        same opened arrays, shard indexes and block memory)."""
+        self._context = context
+        self._store = context.store
+        self._retry = context.retry
+        self._layouts = dict(context.layouts)
         self._device = device
-        self._max_inflight = max_inflight
-        self._decode_threads = decode_threads
-        self._where = where
-        self._stats = stats
-        self._local_root = local_root(store)
+        self._max_inflight = context.max_inflight
+        self._decode_threads = context.decode_threads
+        self._where = context.where
+        self._stats = context.stats
+        self._local_root = local_root(context.store)
         self._codecs: dict[str, DeviceCodec] | None = None
         self._metadata: dict[str, tuple[Any, str]] = {}
         self._cpu_reader: ChunkReader | None = None
@@ -138,13 +125,13 @@ class DeviceBlockReader:
             self._inflight = asyncio.Semaphore(self._max_inflight)
         async with self._opening:
             if self._codecs is None:
-                group = await zarr.api.asynchronous.open_group(store=self._store, mode="r")
+                names = list(self._layouts)
+                arrays = await self._context.opened_arrays.open(names)
                 nvcomp_ok = self._device.type == "cuda" and load_nvcomp() is not None
                 codecs: dict[str, DeviceCodec] = {}
                 fallback = {}
-                for name, layout in self._layouts.items():
-                    array = await group.getitem(name)
-                    chosen = device_codec(fast_decoder(array), nvcomp_available=nvcomp_ok)  # type: ignore[arg-type]
+                for name, array in zip(names, arrays, strict=True):
+                    chosen = device_codec(fast_decoder(array), nvcomp_available=nvcomp_ok)
                     if isinstance(chosen, DeviceCodec):
                         codecs[name] = chosen
                         self._metadata[name] = (array.metadata, array.store_path.path)
@@ -152,19 +139,9 @@ class DeviceBlockReader:
                         if (self._where, name) not in _told:
                             _told.add((self._where, name))
                             log.warning("variable %r is decoded on the CPU: %s", name, chosen)
-                        fallback[name] = layout
+                        fallback[name] = self._layouts[name]
                 if fallback:
-                    self._cpu_reader = ChunkReader(
-                        self._store,
-                        fallback,
-                        max_inflight=self._max_inflight,
-                        decode_threads=self._decode_threads,
-                        where=self._where,
-                        stats=self._stats,
-                        shard_indexes=self._shard_indexes,
-                        zarr_pipeline=self._zarr_pipeline,
-                        retry=self._retry,
-                    )
+                    self._cpu_reader = ChunkReader(self._context, fallback)
                 self._codecs = codecs
         return self._codecs
 

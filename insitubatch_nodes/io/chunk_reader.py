@@ -26,20 +26,17 @@ from typing import Any, TypeVar
 
 import numpy as np
 import zarr.api.asynchronous
-from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.read_plan import ChunkRead, ReadPlan, chunk_regions
-from insitubatch_nodes.io.block_buffers import BlockBuffers
+from insitubatch_nodes.io.block_reader import ReadContext
 from insitubatch_nodes.io.chunk_codec import ChunkDecoder, fast_decoder
 from insitubatch_nodes.io.chunk_errors import ChunkBytesError, ChunkReadError, chunk_read_error
-from insitubatch_nodes.io.fetch_stats import FetchStats
-from insitubatch_nodes.io.opened_arrays import OpenedArrays
 from insitubatch_nodes.io.redact import scrubbed
-from insitubatch_nodes.io.retry import ReadGaveUp, RetryPolicy
+from insitubatch_nodes.io.retry import ReadGaveUp
 from insitubatch_nodes.io.shard_index import shard_layout
-from insitubatch_nodes.io.shard_reader import Loaded, ShardIndexes, ShardReader
+from insitubatch_nodes.io.shard_reader import Loaded, ShardReader
 from insitubatch_nodes.io.store_errors import first_line
 from insitubatch_nodes.io.stores import local_root
 from insitubatch_nodes.io.verified_decode import check_stored_length
@@ -103,37 +100,30 @@ class _OpenArray:
 
 
 class ChunkReader:
+    """A `BlockReader` whose blocks are numpy arrays decoded on the CPU (see the module).
+
+    Args:
+        context: what every reader of the fetch node shares (`block_reader.ReadContext`).
+        layouts: the variables this reader reads, if not all of the context's (a device
+            reader's fallback reads those the device cannot decode).
+    """
+
     def __init__(
-        self,
-        store: Store,
-        layouts: Mapping[str, VariableLayout],
-        *,
-        max_inflight: int,
-        decode_threads: int,
-        where: str,
-        stats: FetchStats,
-        fast_path: bool = True,
-        shard_indexes: ShardIndexes | None = None,
-        zarr_pipeline: str | None = None,
-        retry: RetryPolicy | None = None,
-        opened_arrays: OpenedArrays | None = None,
-        block_buffers: BlockBuffers | None = None,
+        self, context: ReadContext, layouts: Mapping[str, VariableLayout] | None = None
     ) -> None:
-        """`shard_indexes`, `opened_arrays` and `block_buffers` may outlive this reader (one
-        per epoch); block buffers are used from the event loop's thread only."""
-        self._store = store
-        self._opened = opened_arrays or OpenedArrays(store)
-        self._buffers = block_buffers or BlockBuffers(max_idle_bytes=0)
-        self._retry = retry or RetryPolicy()
-        self._shard_indexes = shard_indexes or ShardIndexes()
-        self._zarr_pipeline = zarr_pipeline
-        self._layouts = dict(layouts)
-        self._max_inflight = max_inflight
-        self._decode_threads = decode_threads
-        self._where = where
-        self._stats = stats
-        self._fast_path = fast_path
-        self._local_root = local_root(store)
+        self._store = context.store
+        self._opened = context.opened_arrays
+        self._buffers = context.block_buffers  # used from the event loop's thread only
+        self._retry = context.retry
+        self._shard_indexes = context.shard_indexes
+        self._zarr_pipeline = context.zarr_pipeline
+        self._layouts = dict(context.layouts if layouts is None else layouts)
+        self._max_inflight = context.max_inflight
+        self._decode_threads = context.decode_threads
+        self._where = context.where
+        self._stats = context.stats
+        self._fast_path = context.fast_path
+        self._local_root = local_root(context.store)
         self._arrays: dict[str, _OpenArray] | None = None
         self._scratches = threading.local()
         self._inflight: asyncio.Semaphore | None = None

@@ -14,6 +14,7 @@ from insitubatch_nodes.core.fingerprint import source_fingerprint
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.manifest import SplitManifest, make_manifest
 from insitubatch_nodes.io.array_metadata import codec_summary, fill_value_text
+from insitubatch_nodes.io.block_reader import ReadContext
 from insitubatch_nodes.io.icechunk_store import snapshot_id_of
 from insitubatch_nodes.io.redact import secrets_in
 from insitubatch_nodes.io.stores import describe, open_store
@@ -119,6 +120,16 @@ class ZarrSource:
         fills = {name: fill_value_text(arrays[name]) for name in layouts}
         snapshot = snapshot_id_of(store)
         return cls(store, where, layouts, geometry, split_manifest, codecs, fills, snapshot)
+
+    def read_context(self, **settings: Any) -> ReadContext:
+        """How to read this source's arrays, for `AsyncFetchNode`: a `ReadContext` over its
+        store and variables, named in messages as `where` says (credentials redacted).
+
+        Args:
+            **settings: `ReadContext.create`'s settings (`max_inflight`, `retry`,
+                `decode_threads`, `fast_path`, `zarr_pipeline`, `idle_buffer_bytes`).
+        """
+        return ReadContext.create(self.store, self.layouts, where=self.where, **settings)
 
     def split_units(self, split: str) -> np.ndarray:
         return self.manifest.units(split)

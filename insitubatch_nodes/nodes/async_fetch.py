@@ -26,33 +26,21 @@ import dataclasses
 import os
 import weakref
 from collections import deque
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from torchdata.nodes import BaseNode
-from zarr.abc.store import Store
 
-from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.read_plan import ReadPlan
-from insitubatch_nodes.core.settings import as_bool, as_int, as_optional_int
+from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.device.device_block_reader import DeviceBlockReader
-from insitubatch_nodes.io.block_buffers import BlockBuffers
+from insitubatch_nodes.io.block_reader import BlockReader, ReadContext
 from insitubatch_nodes.io.chunk_reader import ChunkReader
-from insitubatch_nodes.io.event_loop import EventLoopThread, default_decode_threads
-from insitubatch_nodes.io.fetch_stats import FetchStats
+from insitubatch_nodes.io.event_loop import EventLoopThread
 from insitubatch_nodes.io.fork_guard import check_same_process
-from insitubatch_nodes.io.opened_arrays import OpenedArrays
-from insitubatch_nodes.io.retry import RetryPolicy
-from insitubatch_nodes.io.shard_reader import ShardIndexes
-from insitubatch_nodes.io.stores import local_root
-from insitubatch_nodes.io.zarr_compat import resolve_pipeline
 from insitubatch_nodes.items import FetchedBlock
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
-
-IDLE_BUFFER_SHARE = 4  # memory of dropped blocks kept for reuse: this part of the budget
 
 
 @dataclass(frozen=True)
@@ -65,31 +53,23 @@ class _Pending:
 
 
 class AsyncFetchNode(BaseNode[FetchedBlock]):
-    """Reads ahead until `max_inflight` chunk reads (and at least `prefetch_blocks` blocks)
-    are pending, enough to keep every request slot busy (more only adds contention and
-    memory: with 2.8 MB chunks, twice as much read-ahead cut throughput under 30 ms reads
-    by 40%), never holding more than `memory_budget` bytes of pending blocks
-    (one block is always allowed, however large). At most `max_inflight` reads are under
-    way at any moment. Arrays that zarr must decode (filters, F order, ...) can use another
-    codec pipeline: `zarr_pipeline="zarrs"` (a file or object store; not memory stores).
-    Reads that fail transiently are retried under `retry` (default: `RetryPolicy()`);
-    `stats.retries` counts the retries. With `decode_on` a device, blocks are decoded into
-    tensors there (`device.device_block_reader`). `read_across_epochs`: see the module's
-    docstring; the loop then stays up between epochs (`Loader` leaves it running when an
-    epoch ends), until the next epoch, `close()`, or garbage collection.
+    """Reads ahead until `context.max_inflight` chunk reads (and at least `prefetch_blocks`
+    blocks) are pending, enough to keep every request slot busy (more only adds contention
+    and memory: with 2.8 MB chunks, twice as much read-ahead cut throughput under 30 ms
+    reads by 40%), never holding more than `memory_budget` bytes of pending blocks (one
+    block is always allowed, however large). How blocks are read (store, retries, in-flight
+    limit, decode threads, codec pipeline) is the `ReadContext`'s, shared by every epoch's
+    reader; `context.stats` counts what was read and retried. With `decode_on` a device,
+    blocks are decoded into tensors there (`device.device_block_reader`).
+    `read_across_epochs`: see the module's docstring; the loop then stays up between
+    epochs (`Loader` leaves it running when an epoch ends), until the next epoch,
+    `close()`, or garbage collection.
 
     Args:
         source: the read plans (`ReadPlanNode`).
-        store: the zarr store to read.
-        layouts: the variables to read, by name.
-        max_inflight: chunk reads under way at once (an int >= 1).
+        context: how to read (`ReadContext.create(...)` or `ZarrSource.read_context(...)`).
         prefetch_blocks: blocks read ahead at least (an int >= 1).
         memory_budget: bytes of pending blocks at most (an int >= 1).
-        decode_threads: threads decoding chunks (an int >= 1), None for the default.
-        where: the store's description, for error messages.
-        fast_path: read common layouts with the library's own decoder (True or False).
-        zarr_pipeline: the codec pipeline for arrays zarr decodes ("zarrs"), or None.
-        retry: how transient read errors are retried, None for `RetryPolicy()`.
         decode_on: a device to decode blocks on, None for the host.
         read_across_epochs: read the next epoch's first blocks at an epoch's end (True or
             False).
@@ -100,51 +80,26 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
     def __init__(
         self,
         source: BaseNode[ReadPlan],
-        store: Store,
-        layouts: Mapping[str, VariableLayout],
+        context: ReadContext,
         *,
-        max_inflight: int = 64,
         prefetch_blocks: int = 2,
         memory_budget: int = 1 << 30,
-        decode_threads: int | None = None,
-        where: str = "the store",
-        fast_path: bool = True,
-        zarr_pipeline: str | None = None,
-        retry: RetryPolicy | None = None,
         decode_on: torch.device | None = None,
         read_across_epochs: bool = False,
     ) -> None:
         super().__init__()
-        max_inflight = as_int("max_inflight", max_inflight, minimum=1)
-        prefetch_blocks = as_int("prefetch_blocks", prefetch_blocks, minimum=1)
-        memory_budget = as_int("memory_budget", memory_budget, minimum=1)
-        decode_threads = as_optional_int("decode_threads", decode_threads, minimum=1)
         self.source = source
-        self.store = store
-        self.layouts = dict(layouts)
-        self.max_inflight = max_inflight
-        self.prefetch_blocks = prefetch_blocks
-        self.memory_budget = memory_budget
-        self._row_nbytes = {
-            name: int(np.prod(layout.sample_shape, dtype=np.int64))
-            * np.dtype(layout.dtype).itemsize
-            for name, layout in self.layouts.items()
-        }
-        self.decode_threads = default_decode_threads() if decode_threads is None else decode_threads
-        self.where = where
-        self.fast_path = as_bool("fast_path", fast_path)
-        self.zarr_pipeline = resolve_pipeline(zarr_pipeline)
-        self.retry = retry or RetryPolicy()
+        self.context = context
+        self.prefetch_blocks = as_int("prefetch_blocks", prefetch_blocks, minimum=1)
+        self.memory_budget = as_int("memory_budget", memory_budget, minimum=1)
         self.decode_on = decode_on
         self.read_across_epochs = as_bool("read_across_epochs", read_across_epochs)
-        self.stats = FetchStats()
-        self._shard_indexes = ShardIndexes()  # shard indexes outlive each epoch's reader,
-        self._opened_arrays = OpenedArrays(store)  # and so do the opened arrays
-        self._local = local_root(store) is not None
-        self._block_buffers = BlockBuffers(max_idle_bytes=memory_budget // IDLE_BUFFER_SHARE)
+        self.stats = context.stats
+        self._row_nbytes = {name: context.row_nbytes(name) for name in context.layouts}
+        self._local = context.is_local
         self._owner_pid = os.getpid()
         self._runtime: EventLoopThread | None = None
-        self._reader: ChunkReader | DeviceBlockReader | None = None
+        self._reader: BlockReader | None = None
         self._finalizer: weakref.finalize | None = None
         self._pending: deque[_Pending] = deque()
         self._held: tuple[ReadPlan, dict[str, Any]] | None = None  # pulled, over budget
@@ -214,50 +169,23 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             self._finalizer = None
         self._runtime = None
         self._reader = None
-        self._block_buffers.clear()  # idle memory goes back when no epoch runs
+        self.context.block_buffers.clear()  # idle memory goes back when no epoch runs
 
     def _start(self) -> None:
-        runtime = EventLoopThread("fetch", self.decode_threads)
+        runtime = EventLoopThread("fetch", self.context.decode_threads)
         self._runtime = runtime
-        self._reader = ChunkReader(
-            self.store,
-            self.layouts,
-            max_inflight=self.max_inflight,
-            decode_threads=self.decode_threads,
-            where=self.where,
-            fast_path=self.fast_path,
-            stats=self.stats,
-            shard_indexes=self._shard_indexes,
-            zarr_pipeline=self.zarr_pipeline,
-            retry=self.retry,
-            opened_arrays=self._opened_arrays,
-            block_buffers=self._block_buffers,
-        )
-        if self.decode_on is not None:
-            self._reader = self._device_reader()
+        if self.decode_on is None:
+            self._reader = ChunkReader(self.context)
+        else:
+            self._reader = DeviceBlockReader(self.context, self.decode_on)
         self._finalizer = weakref.finalize(self, runtime.close)
-
-    def _device_reader(self) -> DeviceBlockReader:
-        assert self.decode_on is not None
-        return DeviceBlockReader(
-            self.store,
-            self.layouts,
-            device=self.decode_on,
-            max_inflight=self.max_inflight,
-            decode_threads=self.decode_threads,
-            where=self.where,
-            stats=self.stats,
-            shard_indexes=self._shard_indexes,
-            zarr_pipeline=self.zarr_pipeline,
-            retry=self.retry,
-        )
 
     def _wants_more(self) -> bool:
         if len(self._pending) < self.prefetch_blocks:
             return True
         if self._local:  # no latency to hide: the decode threads are the parallelism
             return False
-        return sum(p.reads for p in self._pending) < self.max_inflight
+        return sum(p.reads for p in self._pending) < self.context.max_inflight
 
     def _rewind_source(self) -> None:
         """Put the source back where the last delivered block left it, after a close()
@@ -298,7 +226,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             )
 
     @staticmethod
-    async def _fetch(reader: ChunkReader | DeviceBlockReader, plan: ReadPlan) -> FetchedBlock:
+    async def _fetch(reader: BlockReader, plan: ReadPlan) -> FetchedBlock:
         return FetchedBlock(plan, await reader.read_block(plan))  # type: ignore[arg-type]
 
     def next(self) -> FetchedBlock:

@@ -1,0 +1,151 @@
+"""The fetch path's swap point: what reading a block means, and what every reader shares.
+
+A `BlockReader` turns one `ReadPlan` into one block: every chunk the plan lists, decoded
+and verified, in its rows of one buffer per variable. Two exist: `io.chunk_reader
+.ChunkReader` (numpy blocks, decoded on the CPU) and `device.device_block_reader
+.DeviceBlockReader` (tensors, decoded on a device, its fallback a `ChunkReader`).
+
+Lifecycle: the fetch node makes a reader in its event loop's thread at an epoch's first
+read (locks and semaphores belong to one loop), awaits `read_block` for each plan, several
+at once, and drops the reader with the loop at the epoch's end. Whatever must outlive an
+epoch lives in the `ReadContext`, built once per node and shared by every reader it makes,
+fallbacks included: opened arrays, shard indexes, reusable block memory, the counters.
+
+Errors: a read that fails for good is a `ChunkReadError` (a `CorruptChunkError` when the
+bytes arrived but are not the chunk) naming the variable, chunk, key and store; arrays
+that cannot be opened are an `OSError` naming the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+from zarr.abc.store import Store
+
+from insitubatch_nodes.core.geometry import VariableLayout
+from insitubatch_nodes.core.memory_bound import DEFAULT_MEMORY_BUDGET
+from insitubatch_nodes.core.read_plan import ReadPlan
+from insitubatch_nodes.core.settings import as_bool, as_int, as_optional_int
+from insitubatch_nodes.io.block_buffers import BlockBuffers
+from insitubatch_nodes.io.event_loop import default_decode_threads
+from insitubatch_nodes.io.fetch_stats import FetchStats
+from insitubatch_nodes.io.opened_arrays import OpenedArrays
+from insitubatch_nodes.io.retry import RetryPolicy
+from insitubatch_nodes.io.shard_reader import ShardIndexes
+from insitubatch_nodes.io.stores import local_root
+from insitubatch_nodes.io.zarr_compat import resolve_pipeline
+
+IDLE_BUFFER_SHARE = 4  # memory of dropped blocks kept for reuse: this part of the budget
+
+
+class BlockReader(Protocol):
+    """Reads one plan's chunks into one block (see the module for its lifecycle)."""
+
+    async def read_block(self, plan: ReadPlan) -> dict[str, Any]:
+        """The block of `plan`: per variable, an array of `plan.buffer_rows[variable]`
+        rows holding every chunk the plan lists, verified.
+
+        Args:
+            plan: what to read, and where each chunk's rows go.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class ReadContext:
+    """What every block reader of one fetch node shares, for the node's whole life.
+
+    Build it with `ReadContext.create` (or `ZarrSource.read_context`), which checks the
+    settings and makes the shared parts.
+
+    Args:
+        store: the zarr store to read.
+        layouts: the selected arrays' layouts, by name.
+        where: the store as shown in messages (credentials redacted).
+        retry: how transient read errors are retried.
+        max_inflight: chunk reads under way at once.
+        decode_threads: threads of the decode pool.
+        fast_path: whether common layouts are decoded by the library (else all by zarr).
+        zarr_pipeline: the codec pipeline class path for arrays zarr decodes, or None.
+        stats: the counters every reader updates.
+        opened_arrays: the arrays, opened once for every epoch's readers.
+        shard_indexes: shard indexes, read once for every epoch's readers.
+        block_buffers: memory of blocks nobody holds any more, handed out again.
+    """
+
+    store: Store
+    layouts: Mapping[str, VariableLayout]
+    where: str
+    retry: RetryPolicy
+    max_inflight: int
+    decode_threads: int
+    fast_path: bool
+    zarr_pipeline: str | None
+    stats: FetchStats
+    opened_arrays: OpenedArrays
+    shard_indexes: ShardIndexes
+    block_buffers: BlockBuffers
+
+    @classmethod
+    def create(
+        cls,
+        store: Store,
+        layouts: Mapping[str, VariableLayout],
+        *,
+        where: str = "the store",
+        retry: RetryPolicy | None = None,
+        max_inflight: int = 64,
+        decode_threads: int | None = None,
+        fast_path: bool = True,
+        zarr_pipeline: str | None = None,
+        idle_buffer_bytes: int = DEFAULT_MEMORY_BUDGET // IDLE_BUFFER_SHARE,
+    ) -> ReadContext:
+        """A context with fresh shared parts, its settings checked.
+
+        Args:
+            store: the zarr store to read.
+            layouts: the selected arrays' layouts, by name.
+            where: the store as shown in messages (credentials redacted).
+            retry: how transient read errors are retried (default `RetryPolicy()`).
+            max_inflight: chunk reads under way at once (an int >= 1).
+            decode_threads: threads of the decode pool (an int >= 1; default from the
+                host's cores).
+            fast_path: decode common layouts with the library's own decoder.
+            zarr_pipeline: `"zarrs"` or a codec pipeline class path for the arrays zarr
+                decodes itself, or None for zarr's own.
+            idle_buffer_bytes: memory of dropped blocks kept for reuse at most.
+        """
+        decode_threads = as_optional_int("decode_threads", decode_threads, minimum=1)
+        return cls(
+            store=store,
+            layouts=dict(layouts),
+            where=where,
+            retry=retry or RetryPolicy(),
+            max_inflight=as_int("max_inflight", max_inflight, minimum=1),
+            decode_threads=default_decode_threads() if decode_threads is None else decode_threads,
+            fast_path=as_bool("fast_path", fast_path),
+            zarr_pipeline=resolve_pipeline(zarr_pipeline),
+            stats=FetchStats(),
+            opened_arrays=OpenedArrays(store),
+            shard_indexes=ShardIndexes(),
+            block_buffers=BlockBuffers(
+                max_idle_bytes=as_int("idle_buffer_bytes", idle_buffer_bytes, minimum=0)
+            ),
+        )
+
+    @property
+    def is_local(self) -> bool:
+        """Whether the store is a local directory (no latency to hide by reading ahead)."""
+        return local_root(self.store) is not None
+
+    def row_nbytes(self, name: str) -> int:
+        """Bytes of one row (one step of the sample axis) of variable `name`.
+
+        Args:
+            name: a selected variable.
+        """
+        layout = self.layouts[name]
+        return int(np.prod(layout.sample_shape, dtype=np.int64)) * np.dtype(layout.dtype).itemsize
