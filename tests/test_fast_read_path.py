@@ -26,7 +26,7 @@ from insitubatch_nodes import (
     forget_memory_store,
     memory_store,
 )
-from insitubatch_nodes.io.chunk_reader import read_file
+from insitubatch_nodes.io.local_files import read_file
 from insitubatch_nodes.loader import graph_nodes
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 

@@ -57,13 +57,18 @@ def _write(path: Path, codecs: dict[str, str], *, shape: Any = (50, 6, 7)) -> st
     group = zarr.open_group(str(path), mode="w")
     rng = np.random.default_rng(1)
     for name, codec in codecs.items():
+        inner = CODECS[codec.removeprefix("sharded-")]()
+        sharded: dict[str, Any] = {}
+        if codec.startswith("sharded-"):  # (4, 4, 5) inner chunks in (8, 4, 10) shards
+            codecs_inside = [zarr.codecs.BytesCodec()] + ([] if inner is None else [inner])
+            serializer = zarr.codecs.ShardingCodec(chunk_shape=(4, 4, 5), codecs=codecs_inside)
+            sharded = dict(chunks=(8, 4, 10), serializer=serializer, compressors=None)
         array = group.create_array(
             name,
             shape=shape,
-            chunks=(4, 4, 5),
             dtype="float32",
-            compressors=CODECS[codec](),
             fill_value=0,
+            **(sharded or dict(chunks=(4, 4, 5), compressors=inner)),
         )
         array[...] = rng.standard_normal(shape).astype(np.float32).cumsum(axis=0)
     return f"file://{path}"
@@ -220,7 +225,7 @@ def test_gpu_decode_needs_a_cuda_device(tmp_path: Path) -> None:
 
 
 @needs_nvcomp
-@pytest.mark.parametrize("codec", ["zstd", "none", "blosc", "gzip"])
+@pytest.mark.parametrize("codec", ["zstd", "none", "blosc", "gzip", "sharded-zstd", "sharded-none"])
 def test_gpu_decode_yields_the_cpu_batches(
     tmp_path: Path, codec: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -233,7 +238,7 @@ def test_gpu_decode_yields_the_cpu_batches(
         assert batch["a"].device.type == "cuda" and batch["sample_index"].device.type == "cpu"
     assert [batch_key(b) for b in batches] == on_cpu
     fallbacks = [r for r in caplog.records if "decoded on the CPU" in r.getMessage()]
-    assert len(fallbacks) == (2 if codec in ("blosc", "gzip") else 0)
+    assert len(fallbacks) == (2 if codec in ("blosc", "gzip") else 0)  # sharded ones too
 
 
 @needs_nvcomp

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 import zarr
 from graphs import build_stage
 from zarr.abc.store import ByteRequest, Store
@@ -155,3 +156,31 @@ def test_nested_sharding_falls_back_to_zarr() -> None:
         forget_memory_store(name)
     assert sum(len(b[SAMPLE_INDEX_KEY]) for b in batches) == 12
     assert _fetch_node(node).stats.fast_path_chunks == 0
+
+
+@pytest.mark.parametrize("where", ["memory", "local"])
+def test_sharded_arrays_reach_the_device_decode_through_the_same_fetch(
+    where: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The device reader fetches inner chunks by range as the CPU reader does, and decodes
+    them itself: uncompressed inner chunks take its path on the CPU device too (compressed
+    ones need nvCOMP, checked against the CPU on CUDA in test_gpu_decode)."""
+    name = f"sharded-{next(_names)}"
+    store: Any = named_memory_store(name) if where == "memory" else str(tmp_path / "s.zarr")
+    url = f"memory://{name}" if where == "memory" else f"file://{tmp_path / 's.zarr'}"
+    try:
+        truth = _write_sharded(store, None)
+        with caplog.at_level("WARNING"):
+            node = build_stage(url, "gather", batch_size=4, decode_on=torch.device("cpu"))
+            batches = [(b[SAMPLE_INDEX_KEY], b["x"]) for b in Loader(node)]
+    finally:
+        forget_memory_store(name)
+    assert not [r for r in caplog.records if "decoded on the CPU" in r.getMessage()]
+    for index, values in batches:
+        assert isinstance(values, torch.Tensor)
+        assert np.array_equal(values.numpy(), truth[np.asarray(index)])
+    assert sum(len(index) for index, _ in batches) == 23
+    stats = _fetch_node(node).stats
+    assert stats.fast_path_chunks == 0  # no chunk went through the CPU reader
+    assert stats.device_decode_calls > 0 and stats.chunks_read > 0
+    assert 0 < stats.range_requests < stats.chunks_read

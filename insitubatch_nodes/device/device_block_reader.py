@@ -1,7 +1,8 @@
 """Read a block's chunks into device memory, decoding them there.
 
-For every array the GPU can decode (`gpu_codecs`), a block's compressed chunk bytes are
-read (plain file reads for local stores, `store.get` otherwise), packed into one
+For every array the GPU can decode (`gpu_codecs`; sharded arrays by their inner chunks),
+a block's stored chunk bytes are fetched as the CPU reader fetches them (`stored_chunks`:
+plain file reads, gets, shard ranges; the same retries and length checks), packed into one
 page-locked buffer, copied to the device in one transfer and decoded there by one batched
 nvCOMP call, whole chunks straight into the block buffer; uncompressed chunks are copied
 as they are. The host holds compressed bytes only, never decoded data. Arrays the GPU
@@ -27,25 +28,24 @@ from typing import Any
 
 import numpy as np
 import torch
-from zarr.core.buffer import default_buffer_prototype
 
 from insitubatch_nodes.core.read_plan import ChunkRead, ReadPlan, chunk_regions
 from insitubatch_nodes.device.batch_layout import ALIGNMENT
 from insitubatch_nodes.device.gpu_codecs import DeviceCodec, device_codec, load_nvcomp
 from insitubatch_nodes.device.grouped_calls import GroupedCalls
 from insitubatch_nodes.io.block_reader import ReadContext
-from insitubatch_nodes.io.chunk_codec import ChunkDecoder, fast_decoder
+from insitubatch_nodes.io.chunk_codec import ChunkDecoder
 from insitubatch_nodes.io.chunk_errors import (
     ChunkBytesError,
     ChunkReadError,
     chunk_read_error,
     size_mismatch,
 )
-from insitubatch_nodes.io.chunk_reader import ChunkReader, read_file
+from insitubatch_nodes.io.chunk_reader import ChunkReader
 from insitubatch_nodes.io.redact import scrubbed
-from insitubatch_nodes.io.stores import local_root
-from insitubatch_nodes.io.verified_decode import check_stored_length, strip_crc32c
-from insitubatch_nodes.io.zarr_compat import chunk_key
+from insitubatch_nodes.io.shard_reader import Loaded
+from insitubatch_nodes.io.stored_chunks import ChunkFetcher, StoredArray, stored_array
+from insitubatch_nodes.io.verified_decode import strip_crc32c
 from insitubatch_nodes.io.zstd_frames import frame_at
 
 log = logging.getLogger(__name__)
@@ -98,19 +98,14 @@ class DeviceBlockReader:
         the device cannot decode are read by a `ChunkReader` over the same context (the
         same opened arrays, shard indexes and block memory)."""
         self._context = context
-        self._store = context.store
-        self._retry = context.retry
         self._layouts = dict(context.layouts)
         self._device = device
-        self._max_inflight = context.max_inflight
-        self._decode_threads = context.decode_threads
         self._where = context.where
         self._stats = context.stats
-        self._local_root = local_root(context.store)
         self._codecs: dict[str, DeviceCodec] | None = None
-        self._metadata: dict[str, tuple[Any, str]] = {}
+        self._stored: dict[str, StoredArray] = {}
+        self._fetcher: ChunkFetcher | None = None  # made in the loop, shared with the fallback
         self._cpu_reader: ChunkReader | None = None
-        self._inflight: asyncio.Semaphore | None = None
         self._opening: asyncio.Lock | None = None
         self._grouped: GroupedCalls[BlockBytes, dict[str, torch.Tensor]] = GroupedCalls(
             self.decode_blocks
@@ -122,7 +117,7 @@ class DeviceBlockReader:
     async def _ready(self) -> dict[str, DeviceCodec]:
         if self._opening is None:
             self._opening = asyncio.Lock()
-            self._inflight = asyncio.Semaphore(self._max_inflight)
+            self._fetcher = ChunkFetcher(self._context)
         async with self._opening:
             if self._codecs is None:
                 names = list(self._layouts)
@@ -131,23 +126,25 @@ class DeviceBlockReader:
                 codecs: dict[str, DeviceCodec] = {}
                 fallback = {}
                 for name, array in zip(names, arrays, strict=True):
-                    chosen = device_codec(fast_decoder(array), nvcomp_available=nvcomp_ok)
+                    stored = stored_array(name, array)
+                    decoder = None if stored is None else stored.decoder
+                    chosen = device_codec(decoder, nvcomp_available=nvcomp_ok)
                     if isinstance(chosen, DeviceCodec):
+                        assert stored is not None
                         codecs[name] = chosen
-                        self._metadata[name] = (array.metadata, array.store_path.path)
+                        self._stored[name] = stored
                     else:
                         if (self._where, name) not in _told:
                             _told.add((self._where, name))
                             log.warning("variable %r is decoded on the CPU: %s", name, chosen)
                         fallback[name] = self._layouts[name]
                 if fallback:
-                    self._cpu_reader = ChunkReader(self._context, fallback)
+                    self._cpu_reader = ChunkReader(self._context, fallback, self._fetcher)
                 self._codecs = codecs
         return self._codecs
 
     def _error(self, payload: _Payload, err: BaseException) -> ChunkReadError:
-        metadata, prefix = self._metadata[payload.name]
-        key = chunk_key(metadata, prefix, payload.read.coords)
+        key = self._stored[payload.name].key(payload.read.coords)
         return chunk_read_error(payload.name, payload.read.coords, key, self._where, err)
 
     async def read_block(self, plan: ReadPlan) -> dict[str, torch.Tensor]:
@@ -170,56 +167,20 @@ class DeviceBlockReader:
         return BlockBytes(plan.buffer_rows, payloads, host_arrays)
 
     async def _fetch(self, reads: Mapping[str, tuple[ChunkRead, ...]]) -> list[_Payload]:
-        loop = asyncio.get_running_loop()
-        if self._local_root is not None:
-            root = self._local_root
+        """The stored bytes of `reads`, fetched as the CPU reader fetches them."""
+        payloads: list[_Payload] = []
 
-            def read_files(name: str, batch: tuple[ChunkRead, ...]) -> list[_Payload]:
-                metadata, prefix = self._metadata[name]
-                limit = self._codec(name).decoder.stored_bound
-                out = []
-                for read in batch:
-                    key = chunk_key(metadata, prefix, read.coords)
-                    try:
-                        data = self._retry.call_sync(
-                            lambda key=key: read_file(f"{root}/{key}", limit=limit),
-                            key,
-                            self._stats.count_retry,
-                        )
-                    except Exception as err:
-                        raise chunk_read_error(
-                            name, read.coords, key, self._where, err
-                        ) from scrubbed(err)
-                    out.append(_Payload(name, read, None if data is None else bytes(data)))
-                self._stats.add(local_file_reads=len(batch))
-                return out
-
-            per_hop = max(1, sum(len(r) for r in reads.values()) // (2 * self._decode_threads))
-            parts = await asyncio.gather(
-                *(
-                    loop.run_in_executor(None, read_files, name, batch[i : i + per_hop])
-                    for name, batch in reads.items()
-                    for i in range(0, len(batch), per_hop)
-                )
+        def collect(array: StoredArray, items: Loaded) -> None:
+            payloads.extend(  # copied: the fetch may reuse the memory after this call
+                [
+                    _Payload(array.name, read, None if data is None else bytes(data))
+                    for read, data in items
+                ]
             )
-            return [payload for part in parts for payload in part]
 
-        async def get(name: str, read: ChunkRead) -> _Payload:
-            metadata, prefix = self._metadata[name]
-            key = chunk_key(metadata, prefix, read.coords)
-            try:
-                found = await self._retry.call(
-                    lambda: self._store.get(key, prototype=default_buffer_prototype()),
-                    key,
-                    self._stats.count_retry,
-                    limit=self._inflight,
-                )
-                check_stored_length(found, self._codec(name).decoder.stored_bound)
-            except Exception as err:
-                raise chunk_read_error(name, read.coords, key, self._where, err) from scrubbed(err)
-            return _Payload(name, read, None if found is None else found.to_bytes())
-
-        return list(await asyncio.gather(*(get(n, r) for n, batch in reads.items() for r in batch)))
+        assert self._fetcher is not None
+        await self._fetcher.fetch({self._stored[n]: r for n, r in reads.items()}, collect)
+        return payloads
 
     def _staging_buffer(self, nbytes: int) -> torch.Tensor:
         if self._staging is None or self._staging.numel() < nbytes:

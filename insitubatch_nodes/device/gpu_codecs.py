@@ -6,8 +6,9 @@ zstd's content checksums: the reader checks each frame's structure and declared 
 the host first (`verified_decode`), and arrays whose frames carry checksums are decoded on
 the CPU, where libzstd verifies them. It cannot read blosc's
 container (blosc-lz4 included: the lz4 inside is split and shuffled by blosc's own
-framing), so such arrays, and every layout the fast path does not handle (sharding,
-filters, F order), fall back to the CPU decoder, with the reason in one log line.
+framing), so such arrays, and every layout the library does not read itself (filters,
+F order, nested sharding), fall back to the CPU decoder, with the reason in one log line.
+Sharded arrays are judged by their inner chunks' codecs.
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ def load_nvcomp() -> ModuleType | None:
 def device_codec(decoder: ChunkDecoder | None, *, nvcomp_available: bool) -> DeviceCodec | str:
     """How the GPU decodes an array's chunks, or why it cannot (then: decode on the CPU)."""
     if decoder is None:
-        return "its layout (sharding, filters, F order or its codec) is not one the GPU decodes"
+        return (
+            "its layout (filters, F order, nested sharding or its codec) is not one the GPU decodes"
+        )
     if decoder.dtype.byteorder == ">":
         return "its values are big-endian"
     if decoder.compressor is None:

@@ -25,6 +25,7 @@ from insitubatch_nodes.core.byte_ranges import MergedRange, coalesce
 from insitubatch_nodes.core.read_plan import ChunkRead
 from insitubatch_nodes.io.chunk_errors import ChunkBytesError
 from insitubatch_nodes.io.fetch_stats import FetchStats
+from insitubatch_nodes.io.local_files import open_or_none
 from insitubatch_nodes.io.redact import scrubbed
 from insitubatch_nodes.io.retry import ReadGaveUp, RetryPolicy, range_refused
 from insitubatch_nodes.io.shard_index import ShardLayout, chunk_span
@@ -118,13 +119,6 @@ def _plan_requests(
             present.append((read, span))
     requests = coalesce([span for _, span in present], max_gap=MAX_GAP, max_span=MAX_SPAN)
     return missing, [(request, [present[i] for i in request.members]) for request in requests]
-
-
-def _open_or_none(path: Path) -> int | None:
-    try:
-        return os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None  # never written: the fill value
 
 
 def _check_range(got: int, request: MergedRange) -> None:
@@ -277,7 +271,7 @@ class ShardReader:
         path = self._local_root / key
         try:
             opened = self._retry.call_sync(
-                lambda: _open_or_none(path), key, self._stats.count_retry
+                lambda: open_or_none(str(path)), key, self._stats.count_retry
             )
         except ReadGaveUp as err:
             raise self._on_error(first, key, err) from scrubbed(err)
