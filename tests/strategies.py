@@ -4,23 +4,30 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
+from insitubatch_nodes.core.geometry import AxisPick, SampleGeometry, VariableLayout
 
 
 @st.composite
-def layouts(draw: st.DrawFn, num_samples: int) -> VariableLayout:
-    inner_shape = draw(st.lists(st.integers(1, 5), min_size=0, max_size=2))
+def layouts(draw: st.DrawFn, num_samples: int, picks: bool = False) -> VariableLayout:
+    """A layout; with `picks`, one that keeps some positions of an inner axis, if it has one."""
+    inner_shape = draw(st.lists(st.integers(1, 7 if picks else 5), min_size=int(picks), max_size=2))
     inner_chunks = [draw(st.integers(1, s)) for s in inner_shape]
     sample_chunk = draw(st.integers(1, 9))
+    pick = None
+    if picks:
+        axis = draw(st.integers(1, len(inner_shape)))
+        kept = draw(st.sets(st.integers(0, inner_shape[axis - 1] - 1), min_size=1))
+        pick = AxisPick(axis, tuple(sorted(kept)))
     return VariableLayout(
         (num_samples, *inner_shape),
         (sample_chunk, *inner_chunks),
         draw(st.sampled_from(["float32", "int16", "float64"])),
+        pick,
     )
 
 
 @st.composite
-def geometries(draw: st.DrawFn, max_samples: int = 150) -> SampleGeometry:
+def geometries(draw: st.DrawFn, max_samples: int = 150, picks: bool = False) -> SampleGeometry:
     n = draw(st.integers(1, max_samples))
     count = draw(st.integers(1, 3))
-    return SampleGeometry.from_layouts({f"v{i}": draw(layouts(n)) for i in range(count)})
+    return SampleGeometry.from_layouts({f"v{i}": draw(layouts(n, picks)) for i in range(count)})

@@ -139,6 +139,17 @@ def patch_grid(geometry: SampleGeometry, names: list[str], patches: PatchSpec) -
             + ", ".join(f"{n} has {geometry.variables[n].sample_shape}" for n in names)
             + "; select variables on one grid"
         )
+    cropped = [
+        n
+        for n in names
+        if (pick := geometry.variables[n].pick) is not None
+        and pick.axis >= len(geometry.variables[n].shape) - k
+    ]
+    if cropped:
+        raise ValueError(
+            f"patches of size {patches.size} crop the last {k} axes, but {cropped} keep only "
+            f"some positions of one of them; pick positions of an axis patches do not crop"
+        )
     grid = next(iter(grids.values()))
     patches.check_grid(grid)
     return grid

@@ -8,6 +8,7 @@ an epoch, however differently the variables are chunked.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Mapping
@@ -18,12 +19,56 @@ import numpy as np
 
 
 @dataclass(frozen=True)
+class AxisPick:
+    """Positions kept along one inner axis of an array (say, a few pressure levels of 37):
+    samples, and so blocks, hold only those, in increasing order. A chunk holding some of
+    them is decoded whole and only those are kept (`read_plan.chunk_regions`); chunks
+    holding none are not read.
+
+    Args:
+        axis: the array axis (1 or more: the sample axis is never picked).
+        indices: the kept positions along it, strictly increasing.
+    """
+
+    axis: int
+    indices: tuple[int, ...]
+
+    def within(self, start: int, stop: int) -> tuple[slice | np.ndarray, slice]:
+        """The kept positions in `[start, stop)`, relative to `start` (a slice when they
+        are evenly spaced, so that keeping them copies no index array), and where they
+        land among all kept positions.
+
+        Args:
+            start: the first position of a chunk along the axis.
+            stop: the position after its last.
+        """
+        first = bisect.bisect_left(self.indices, start)
+        last = bisect.bisect_left(self.indices, stop)
+        kept = [i - start for i in self.indices[first:last]]
+        steps = {b - a for a, b in itertools.pairwise(kept)}
+        if len(steps) <= 1:
+            step = steps.pop() if steps else 1
+            source: slice | np.ndarray = slice(kept[0], kept[-1] + 1, step) if kept else slice(0, 0)
+        else:
+            source = np.asarray(kept, dtype=np.intp)
+        return source, slice(first, last)
+
+
+@dataclass(frozen=True)
 class VariableLayout:
-    """Shape, chunk shape and dtype of one array: all the index math needs to know of it."""
+    """Shape, chunk shape and dtype of one array: all the index math needs to know of it.
+
+    Args:
+        shape: the stored array's shape.
+        chunks: its (inner, when sharded) chunk shape.
+        dtype: its element type, as numpy spells it.
+        pick: positions kept along one inner axis, or None to keep every one.
+    """
 
     shape: tuple[int, ...]
     chunks: tuple[int, ...]
     dtype: str
+    pick: AxisPick | None = None
 
     def __post_init__(self) -> None:
         if len(self.shape) < 1:
@@ -34,19 +79,52 @@ class VariableLayout:
             raise ValueError(f"chunks {self.chunks} do not match shape {self.shape}")
         if any(c < 1 for c in self.chunks):
             raise ValueError(f"chunk lengths must be >= 1, got {self.chunks}")
+        pick = self.pick
+        if pick is not None:
+            if not 1 <= pick.axis < len(self.shape):
+                raise ValueError(
+                    f"a pick must be along an inner axis (1..{len(self.shape) - 1} of shape "
+                    f"{self.shape}), got axis {pick.axis}"
+                )
+            size = self.shape[pick.axis]
+            ordered = all(a < b for a, b in itertools.pairwise(pick.indices))
+            if (
+                not pick.indices
+                or not ordered
+                or not 0 <= pick.indices[0] <= pick.indices[-1] < size
+            ):
+                raise ValueError(
+                    f"picked positions along axis {pick.axis} must be strictly increasing, "
+                    f"within 0..{size - 1}, and at least one; got {list(pick.indices)}"
+                )
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
-        return self.shape[1:]
+        """One sample's shape: the array's inner axes, the picked one cut to its picks."""
+        shape = list(self.shape[1:])
+        if self.pick is not None:
+            shape[self.pick.axis - 1] = len(self.pick.indices)
+        return tuple(shape)
 
     @property
     def sample_chunk(self) -> int:
         return self.chunks[0]
 
     def inner_chunk_grid(self) -> list[tuple[int, ...]]:
-        """Every chunk coordinate of the inner (non-sample) axes, in C order."""
-        counts = [math.ceil(s / c) for s, c in zip(self.shape[1:], self.chunks[1:], strict=True)]
-        return list(itertools.product(*(range(n) for n in counts)))
+        """Every chunk coordinate of the inner (non-sample) axes that holds kept data, in
+        C order."""
+        return list(itertools.product(*self.inner_chunk_ranges()))
+
+    def inner_chunk_ranges(self) -> list[list[int]]:
+        """Per inner axis, the chunk indices along it that hold kept data."""
+        ranges = [
+            list(range(math.ceil(s / c)))
+            for s, c in zip(self.shape[1:], self.chunks[1:], strict=True)
+        ]
+        if self.pick is not None:
+            chunk = self.chunks[self.pick.axis]
+            ranges[self.pick.axis - 1] = sorted({i // chunk for i in self.pick.indices})
+        return ranges
 
     def chunk_selection(self, coords: tuple[int, ...]) -> tuple[slice, ...]:
         """The index region chunk `coords` covers (clipped at the array's edge)."""
@@ -56,6 +134,8 @@ class VariableLayout:
         )
 
     def to_json(self) -> dict[str, object]:
+        """The stored array's shape, chunks and dtype (what a manifest records of the
+        store; a pick is the loader's choice, not the store's)."""
         return {"shape": list(self.shape), "chunks": list(self.chunks), "dtype": self.dtype}
 
     @classmethod

@@ -30,28 +30,53 @@ from insitubatch_nodes.core.sample_spec import SampleSpec
 
 @dataclass(frozen=True)
 class ChunkRead:
-    """Read chunk `coords` of a variable into rows starting at `dest_row` of its block buffer."""
+    """Read chunk `coords` of a variable into rows starting at `dest_row` of its block buffer.
+
+    Args:
+        coords: the chunk's coordinates in the array's (inner) chunk grid.
+        dest_row: the block buffer row its first kept row lands on.
+        rows: the chunk's rows to keep, `(start, stop)` counted from its first row, or
+            None for all of them (e.g. only the rows of a unit when a chunk holds several).
+    """
 
     coords: tuple[int, ...]
     dest_row: int
+    rows: tuple[int, int] | None = None
 
 
-def chunk_regions(
-    layout: VariableLayout, read: ChunkRead
-) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
+Keep = tuple[slice | np.ndarray, ...]  # an index of a stored chunk: slices, or kept positions
+
+
+def chunk_regions(layout: VariableLayout, read: ChunkRead) -> tuple[tuple[slice, ...], Keep]:
     """Where `read`'s chunk goes in its block buffer, and which part of the stored chunk
-    is real data (edge chunks are stored padded to the full chunk shape).
+    is kept there (edge chunks are stored padded to the full chunk shape; a read may keep
+    a row range; a layout's pick keeps some positions of one axis).
 
     Every reader, host or device, places chunks with this one function, so a block
     buffer means the same thing whichever path filled it: `buffer[target] =
-    stored_chunk[valid]`, where the buffer's axis 0 is block rows (from `read.dest_row`)
-    and its other axes are the array's own.
+    stored_chunk[keep]`, where the buffer's axis 0 is block rows (from `read.dest_row`),
+    a picked axis counts kept positions, and its other axes are the array's own. When the
+    kept part is smaller than the chunk, readers decode into bounded scratch first.
     """
     selection = layout.chunk_selection(read.coords)
-    rows = selection[0].stop - selection[0].start
-    target = (slice(read.dest_row, read.dest_row + rows), *selection[1:])
-    valid = tuple(slice(0, s.stop - s.start) for s in selection)
-    return target, valid
+    valid_rows = selection[0].stop - selection[0].start
+    start, stop = (0, valid_rows) if read.rows is None else read.rows
+    if not 0 <= start < stop <= valid_rows:
+        raise ValueError(
+            f"rows {read.rows} of chunk {read.coords} are not within its {valid_rows} rows"
+        )
+    target: list[slice] = [slice(read.dest_row, read.dest_row + stop - start)]
+    keep: list[slice | np.ndarray] = [slice(start, stop)]
+    pick = layout.pick
+    for axis, region in enumerate(selection[1:], start=1):
+        if pick is not None and axis == pick.axis:
+            kept, landing = pick.within(region.start, region.stop)
+            target.append(landing)
+            keep.append(kept)
+        else:
+            target.append(region)
+            keep.append(slice(0, region.stop - region.start))
+    return tuple(target), tuple(keep)
 
 
 @dataclass(frozen=True, eq=False)
@@ -185,10 +210,7 @@ def _patch_reads(
     touched = touched_chunks(origins, size, grid_chunks, grid)  # (samples, m), -1 = none
     pairs = positions[:, :, None] * per_grid + touched[:, None, :]
     used = np.broadcast_to(touched[:, None, :] >= 0, pairs.shape)
-    middle = [
-        range(-(-s // c))
-        for s, c in zip(layout.shape[1 : ndim - k], layout.chunks[1 : ndim - k], strict=True)
-    ]
+    middle = layout.inner_chunk_ranges()[: ndim - 1 - k]  # a pick is never a grid axis
     reads = []
     for pair in np.unique(pairs[used]).tolist():
         position, flat = divmod(pair, per_grid)

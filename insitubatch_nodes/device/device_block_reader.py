@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from insitubatch_nodes.core.read_plan import ChunkRead, ReadPlan, chunk_regions
+from insitubatch_nodes.core.read_plan import ChunkRead, Keep, ReadPlan, chunk_regions
 from insitubatch_nodes.device.batch_layout import ALIGNMENT
 from insitubatch_nodes.device.gpu_codecs import DeviceCodec, device_codec, load_nvcomp
 from insitubatch_nodes.device.grouped_calls import GroupedCalls
@@ -49,6 +49,7 @@ from insitubatch_nodes.io.verified_decode import strip_crc32c
 from insitubatch_nodes.io.zstd_frames import frame_at
 
 log = logging.getLogger(__name__)
+DEVICE_SCRATCH_BYTES = 64 << 20  # device scratch for partly kept chunks, per round
 _told: set[tuple[str, str]] = set()  # (store, variable) fallbacks already logged
 
 
@@ -70,15 +71,28 @@ class BlockBytes:
 
 
 @dataclass(frozen=True)
-class _Place:
-    """Where one chunk decodes to: its block region, or a scratch buffer for edge chunks."""
+class _Part:
+    """A chunk only part of which is kept (an edge chunk, some rows, picked positions):
+    decoded into scratch first, then `chunk[keep]` is copied to `region`."""
 
-    payload: _Payload
+    index: int  # among the decode call's chunks
     decoder: ChunkDecoder
     region: torch.Tensor
-    valid: tuple[slice, ...]
-    whole: bool
-    scratch: torch.Tensor  # bytes; a view of `region` when `whole`
+    keep: Keep
+
+
+def _rounds(parts: list[_Part]) -> list[list[_Part]]:
+    """`parts` in rounds of at most `DEVICE_SCRATCH_BYTES` of chunks (one chunk at least)."""
+    rounds: list[list[_Part]] = []
+    held = 0
+    for part in parts:
+        nbytes = part.decoder.chunk_nbytes
+        if not rounds or held + nbytes > DEVICE_SCRATCH_BYTES:
+            rounds.append([])
+            held = 0
+        rounds[-1].append(part)
+        held += nbytes
+    return rounds
 
 
 def torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
@@ -111,6 +125,7 @@ class DeviceBlockReader:
             self.decode_blocks
         )
         self._staging: torch.Tensor | None = None
+        self._arena: torch.Tensor | None = None  # device scratch for partly kept chunks
         self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self._nvcomp_codecs: dict[str, Any] = {}
 
@@ -294,15 +309,16 @@ class DeviceBlockReader:
         return None
 
     def _decode_on_host(self, payload: _Payload, out: dict[str, torch.Tensor]) -> None:
-        """Decode one chunk on the host (verified there) and copy its rows to the device."""
+        """Decode one chunk on the host (verified there) and copy its part to the device."""
         decoder = self._codec(payload.name).decoder
-        target, valid = chunk_regions(self._layouts[payload.name], payload.read)
-        chunk = np.empty(decoder.chunk_shape, dtype=decoder.dtype)
+        target, keep = chunk_regions(self._layouts[payload.name], payload.read)
+        region = out[payload.name][target]
+        part = np.empty(tuple(region.shape), dtype=decoder.dtype)
         try:
-            decoder.decode_into(payload.data, chunk, tuple(slice(None) for _ in chunk.shape))
+            decoder.decode_into(payload.data, part, keep)
         except ChunkBytesError as err:
             raise self._error(payload, err) from scrubbed(err)
-        out[payload.name][target].copy_(torch.from_numpy(chunk[valid]))
+        region.copy_(torch.from_numpy(part))
         self._stats.add(host_decoded_chunks=1)
 
     def _block_tensors(self, block: BlockBytes) -> dict[str, torch.Tensor]:
@@ -328,36 +344,60 @@ class DeviceBlockReader:
         payloads: list[tuple[_Payload, dict[str, torch.Tensor]]],
         chunks: list[torch.Tensor],
     ) -> None:
-        """Whole chunks decode straight into the block buffer; edge chunks (padded in
-        storage) into a scratch buffer first, then their valid part is copied over."""
+        """Whole chunks decode straight into the block buffer; chunks only part of which
+        is kept decode into a scratch arena of at most `DEVICE_SCRATCH_BYTES` (or one
+        chunk) per round, their part copied over after each round: device memory beyond
+        the block stays bounded however many such chunks a call holds."""
         by_algorithm: dict[str | None, list[int]] = {}
         for i, (payload, _) in enumerate(payloads):
             by_algorithm.setdefault(self._codec(payload.name).algorithm, []).append(i)
         for algorithm, indices in by_algorithm.items():
-            places = []
+            whole: list[tuple[int, torch.Tensor]] = []
+            parts: list[_Part] = []
             for i in indices:
                 payload, out = payloads[i]
                 decoder = self._codec(payload.name).decoder
-                target, valid = chunk_regions(self._layouts[payload.name], payload.read)
+                target, keep = chunk_regions(self._layouts[payload.name], payload.read)
                 region = out[payload.name][target]
-                whole = tuple(region.shape) == decoder.chunk_shape and region.is_contiguous()
-                scratch = (
-                    region.view(-1).view(torch.uint8)
-                    if whole
-                    else torch.empty(decoder.chunk_nbytes, dtype=torch.uint8, device=self._device)
-                )
-                places.append(_Place(payload, decoder, region, valid, whole, scratch))
-            if algorithm is None:  # sizes checked by _verified_stream
-                for i, place in zip(indices, places, strict=True):
-                    place.scratch.copy_(chunks[i])
-            else:
-                targets = [place.scratch for place in places]
-                self._nvcomp_decode(algorithm, [chunks[i] for i in indices], targets)
-            for place in places:
-                if not place.whole:
-                    dtype = torch_dtype(place.decoder.dtype)
-                    chunk = place.scratch.view(dtype).view(place.decoder.chunk_shape)
-                    place.region.copy_(chunk[place.valid])
+                if tuple(region.shape) == decoder.chunk_shape and region.is_contiguous():
+                    whole.append((i, region.view(-1).view(torch.uint8)))
+                else:
+                    parts.append(_Part(i, decoder, region, keep))
+            self._decode_into(algorithm, [chunks[i] for i, _ in whole], [t for _, t in whole])
+            for round_parts in _rounds(parts):
+                arena = self._scratch_arena(sum(p.decoder.chunk_nbytes for p in round_parts))
+                targets = list(arena.split([p.decoder.chunk_nbytes for p in round_parts]))
+                self._decode_into(algorithm, [chunks[p.index] for p in round_parts], targets)
+                for part, target in zip(round_parts, targets, strict=True):
+                    chunk = target.view(torch_dtype(part.decoder.dtype))
+                    chunk = chunk.view(part.decoder.chunk_shape)
+                    part.region.copy_(chunk[self._torch_index(part.keep)])
+
+    def _decode_into(
+        self, algorithm: str | None, chunks: list[torch.Tensor], into: list[torch.Tensor]
+    ) -> None:
+        """Decode (or, uncompressed, copy: sizes checked by `_device_stream`) on the stream."""
+        if not chunks:
+            return
+        if algorithm is None:
+            for chunk, target in zip(chunks, into, strict=True):
+                target.copy_(chunk)
+        else:
+            self._nvcomp_decode(algorithm, chunks, into)
+
+    def _scratch_arena(self, nbytes: int) -> torch.Tensor:
+        """Device bytes for one round of partly kept chunks, reused: the rounds run in
+        order on the reader's stream, so a round's copies are done before the next decode
+        writes the arena."""
+        if self._arena is None or self._arena.numel() < nbytes:
+            self._arena = None
+            self._arena = torch.empty(nbytes, dtype=torch.uint8, device=self._device)
+        return self._arena[:nbytes]
+
+    def _torch_index(self, keep: Keep) -> tuple[slice | torch.Tensor, ...]:
+        return tuple(
+            k if isinstance(k, slice) else torch.as_tensor(k, device=self._device) for k in keep
+        )
 
     def _nvcomp_decode(
         self, algorithm: str, chunks: list[torch.Tensor], into: list[torch.Tensor]

@@ -12,6 +12,8 @@ whose inner chunks qualify are read by `shard_reader`, the rest through zarr.
 from __future__ import annotations
 
 import functools
+import math
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +22,7 @@ import numpy as np
 import zarr
 from numcodecs.abc import Codec
 
+from insitubatch_nodes.core.read_plan import Keep
 from insitubatch_nodes.io.verified_decode import CHECKED_CODECS, decode_exact, strip_crc32c
 from insitubatch_nodes.io.zarr_compat import fill_scalar, native_dtype, plain_value
 
@@ -56,15 +59,17 @@ class ChunkDecoder:
         return nbytes + nbytes // 128 + (1 << 16) + (4 if self.checksum else 0)
 
     def decode_into(
-        self, data: bytes | memoryview | None, destination: np.ndarray, valid: tuple[slice, ...]
+        self, data: bytes | memoryview | None, destination: np.ndarray, keep: Keep
     ) -> None:
-        """Write the chunk's `valid` region (edge chunks are padded in storage), or raise
-        `ChunkBytesError` if the stored bytes are not exactly one chunk.
+        """Write the chunk's `keep` part into `destination`, or raise `ChunkBytesError` if
+        the stored bytes are not exactly one chunk. A whole chunk decodes in place; a part
+        (an edge chunk, padded in storage; some rows; picked positions) through this
+        thread's scratch chunk, so memory beyond the kept part is one chunk per thread.
 
         Args:
             data: the stored bytes, or `None` for a chunk never written (the fill value).
-            destination: where the region goes (the chunk's rows of a block buffer).
-            valid: the region of the stored chunk that lies inside the array.
+            destination: where the part goes (its region of a block buffer).
+            keep: the part of the stored chunk kept (`read_plan.chunk_regions`).
         """
         if data is None:
             destination[...] = self.fill_value
@@ -74,9 +79,23 @@ class ChunkDecoder:
         if whole and destination.dtype == self.dtype:
             decode_exact(self.compressor, stored, destination)  # no intermediate copy
             return
-        chunk = np.empty(self.chunk_shape, dtype=self.dtype)  # bounded: one chunk
+        chunk = _scratch_chunk(self.chunk_shape, self.dtype)
         decode_exact(self.compressor, stored, chunk)
-        destination[...] = chunk[valid]
+        destination[...] = chunk[keep]
+
+
+_scratches = threading.local()
+
+
+def _scratch_chunk(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+    """This thread's scratch memory as one chunk of `shape` (grown, never shrunk: the
+    largest chunk the thread decoded in part; reused, as fresh memory's page faults cost
+    as much as the decode's copy)."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    scratch: np.ndarray | None = getattr(_scratches, "buffer", None)
+    if scratch is None or scratch.nbytes < nbytes:
+        scratch = _scratches.buffer = np.empty(max(nbytes, 1), dtype=np.uint8)
+    return scratch[:nbytes].view(dtype).reshape(shape)
 
 
 def _v3_compressor(codec: Any) -> Codec | None:

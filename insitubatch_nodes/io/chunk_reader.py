@@ -132,10 +132,10 @@ class ChunkReader:
             buffer = buffers[array.name]
             decoded = 0
             for read, data in items:
-                target, valid = chunk_regions(layouts[array.name], read)
+                target, keep = chunk_regions(layouts[array.name], read)
                 destination = buffer[target]
                 try:
-                    array.decoder.decode_into(data, destination, valid)
+                    array.decoder.decode_into(data, destination, keep)
                 except Exception as err:
                     key = array.key(read.coords)
                     raise self._fetcher.error(array.name, read.coords, key, err) from scrubbed(err)
@@ -148,12 +148,13 @@ class ChunkReader:
 
     async def _read_via_zarr(self, name: str, read: ChunkRead, buffer: np.ndarray) -> None:
         array = self._via_zarr[name]
-        target, _ = chunk_regions(self._layouts[name], read)
+        target, keep = chunk_regions(self._layouts[name], read)
         selection = self._layouts[name].chunk_selection(read.coords)
         key = stored_object_key(array.metadata, array.store_path.path, selection)
         try:
             data = await self._fetcher.with_retries(lambda: array.getitem(selection), key)
         except Exception as err:
             raise self._fetcher.error(name, read.coords, key, err) from scrubbed(err)
-        buffer[target] = data
-        self._context.stats.add(chunks_read=1, bytes_decoded=int(np.asarray(data).nbytes))
+        destination = buffer[target]
+        destination[...] = np.asarray(data)[keep]  # zarr returns the chunk's valid region
+        self._context.stats.add(chunks_read=1, bytes_decoded=int(destination.nbytes))
