@@ -1,5 +1,6 @@
 """Two checkouts of the library against each other, runs interleaved: the check that a
-change costs no throughput (defaults, batch 32, ERA5-shaped local stores).
+change costs no throughput (defaults, batch 32, ERA5-shaped stores at 1, 4 and 24 steps
+per chunk, local and behind 30 ms per read).
 
     git worktree add /tmp/before <commit>
     python -m benchmarks.ab_checkouts /tmp/before . --repeats 5
@@ -25,7 +26,12 @@ import statistics, sys, time
 sys.path.insert(0, sys.argv[1])
 from insitubatch_nodes import build_loader
 from insitubatch_nodes.synthetic import ERA5_VARIABLES
-loader = build_loader(sys.argv[2], list(ERA5_VARIABLES), split="all", batch_size=32, device="cpu")
+latency_s = float(sys.argv[3])
+source = sys.argv[2]
+if latency_s:
+    from benchmarks.latency_store import open_latency_store
+    source = open_latency_store(source, latency_s)
+loader = build_loader(source, list(ERA5_VARIABLES), split="all", batch_size=32, device="cpu")
 for batch in loader:
     pass
 rates = []
@@ -37,12 +43,22 @@ for _ in range(5):
 print(statistics.median(rates))
 """
 
-SCENARIOS = ((480, 1, "zstd"), (480, 1, "blosc-lz4"), (1920, 24, "zstd"), (1920, 24, "blosc-lz4"))
+# (time steps, steps per chunk, codec, ms per read)
+SCENARIOS = (
+    (480, 1, "zstd", 0),
+    (480, 1, "blosc-lz4", 0),
+    (960, 4, "zstd", 0),
+    (960, 4, "blosc-lz4", 0),
+    (1920, 24, "zstd", 0),
+    (1920, 24, "blosc-lz4", 0),
+    (480, 1, "zstd", 30),
+    (960, 4, "zstd", 30),
+)
 
 
-def _rate(checkout: Path, store: Path) -> float:
+def _rate(checkout: Path, store: Path, latency_ms: int) -> float:
     done = subprocess.run(
-        [sys.executable, "-c", EPOCHS, str(checkout.resolve()), str(store)],
+        [sys.executable, "-c", EPOCHS, str(checkout.resolve()), str(store), str(latency_ms / 1000)],
         capture_output=True,
         text=True,
         check=True,
@@ -63,17 +79,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache/insitubatch-ab")
     args = parser.parse_args(argv)
-    print("| store | runs | before samples/s (range) | after samples/s (range) | ratio |")
-    print("|---|---:|---:|---:|---:|")
-    for steps, per_chunk, codec in SCENARIOS:
+    print("| store | ms/read | runs | before samples/s (range) | after samples/s (range) | ratio |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for steps, per_chunk, codec, latency_ms in SCENARIOS:
         store = ensure_store(args.cache, steps, per_chunk, codec)
         rates: dict[str, list[float]] = {"before": [], "after": []}
         for _ in range(args.repeats):
-            rates["before"].append(_rate(args.before, store))
-            rates["after"].append(_rate(args.after, store))
+            rates["before"].append(_rate(args.before, store, latency_ms))
+            rates["after"].append(_rate(args.after, store, latency_ms))
         before, after = rates["before"], rates["after"]
         print(
-            f"| {store.name} | {args.repeats} | {statistics.median(before):.0f} "
+            f"| {store.name} | {latency_ms} | {args.repeats} | {statistics.median(before):.0f} "
             f"({min(before):.0f}-{max(before):.0f}) | {statistics.median(after):.0f} "
             f"({min(after):.0f}-{max(after):.0f}) | "
             f"{statistics.median(after) / statistics.median(before):.2f} |"
