@@ -15,7 +15,7 @@ from insitubatch_nodes.io.icechunk_store import open_icechunk
 from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.stores import forget_memory_store, memory_store, open_store
 from insitubatch_nodes.io.zarr_source import ZarrSource
-from insitubatch_nodes.items import PATCH_ORIGIN_KEY, SAMPLE_INDEX_KEY
+from insitubatch_nodes.items import PATCH_ORIGIN_KEY, SAMPLE_INDEX_KEY, Batch
 from insitubatch_nodes.loader import Loader
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
@@ -32,6 +32,7 @@ __all__ = [
     "SAMPLE_INDEX_KEY",
     "AnchorSet",
     "AsyncFetchNode",
+    "Batch",
     "ChannelStats",
     "ChunkPermuteNode",
     "ChunkReadError",

@@ -14,12 +14,7 @@ from zarr.abc.store import Store
 from insitubatch_nodes.channel_stats import StatsLike
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS, batch_channels
-from insitubatch_nodes.core.memory_bound import (
-    DEFAULT_MEMORY_BUDGET,
-    default_block_chunks,
-    plan_memory,
-    sample_nbytes,
-)
+from insitubatch_nodes.core.memory_bound import DEFAULT_MEMORY_BUDGET, plan_loader_memory
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.core.settings import (
@@ -36,11 +31,7 @@ from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
 from insitubatch_nodes.nodes.gather import GatherNode
 from insitubatch_nodes.nodes.normalise import NormaliseNode
-from insitubatch_nodes.nodes.pin_to_device import (
-    PinToDeviceNode,
-    default_prefetch,
-    resolve_device,
-)
+from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode, default_prefetch, resolve_device
 from insitubatch_nodes.nodes.read_plan import ReadPlanNode
 from insitubatch_nodes.nodes.shuffle_block import ShuffleBlockNode
 from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
@@ -72,7 +63,15 @@ def split_anchors(
     spec: SampleSpec | None,
     patches: PatchSpec | None = None,
 ) -> AnchorSet:
-    """The anchors of `split` that `spec` may use; an error if the spec's windows leave none."""
+    """The anchors of `split` that `spec` may use; an error if the spec names a variable
+    not opened, or if its windows leave no anchor.
+
+    Args:
+        opened: the opened source.
+        split: the split's name.
+        spec: the sample spec, or None for one step per sample.
+        patches: the patch spec, or None for whole samples.
+    """
     if spec is not None:
         missing = [v for v in spec.variables() if v not in opened.layouts]
         if missing:
@@ -89,6 +88,24 @@ def split_anchors(
             f"use a larger split or a shorter window / lead"
         )
     return anchors
+
+
+def decode_device(decode: str, target: torch.device) -> torch.device | None:
+    """The device blocks are decoded on: `target` for `decode="gpu"` (which needs it to be
+    a CUDA device), None (the host) for `"cpu"`.
+
+    Args:
+        decode: `"cpu"` or `"gpu"`.
+        target: where batches go.
+    """
+    if decode not in ("cpu", "gpu"):
+        raise ValueError(f"decode must be 'cpu' or 'gpu', got {decode!r}")
+    if decode == "gpu" and target.type != "cuda":
+        raise ValueError(
+            f"decode='gpu' needs a CUDA device, but the loader's device is {target}; "
+            f"pass decode='cpu' on a machine without CUDA"
+        )
+    return target if decode == "gpu" else None
 
 
 def build_loader(
@@ -180,26 +197,13 @@ def build_loader(
             this one are drawn; threads and those blocks stay between epochs until the
             next one, `loader.close()` (or `with loader:`), or garbage collection.
     """
-    # Settings used here before the node that owns them exists (the node checks the rest).
-    batch_size = as_int("batch_size", batch_size, minimum=1)
-    block_chunks = as_optional_int("block_chunks", block_chunks, minimum=1)
-    max_inflight = as_int("max_inflight", max_inflight, minimum=1)
-    memory_budget = as_int("memory_budget", memory_budget, minimum=1)
-    drop_last = as_bool("drop_last", drop_last)
-    device_prefetch = as_optional_int("device_prefetch", device_prefetch, minimum=0)
-    spatial_dims = as_int("spatial_dims", spatial_dims, minimum=0)
-    stack = as_bool("stack", stack)
     target = resolve_device(device)
-    prefetch = default_prefetch(target) if device_prefetch is None else device_prefetch
-    if decode not in ("cpu", "gpu"):
-        raise ValueError(f"decode must be 'cpu' or 'gpu', got {decode!r}")
-    if decode == "gpu" and target.type != "cuda":
-        raise ValueError(
-            f"decode='gpu' needs a CUDA device, but the loader's device is {target}; "
-            f"pass decode='cpu' on a machine without CUDA"
-        )
-    decode_on = target if decode == "gpu" else None
-    staged = target.type == "cuda" and decode_on is None  # the gather fills the pinned ring
+    decode_on = decode_device(decode, target)
+    prefetch = as_optional_int("device_prefetch", device_prefetch, minimum=0)
+    prefetch = default_prefetch(target) if prefetch is None else prefetch
+    slots = PinToDeviceNode.staging_slots(prefetch)
+    stack = as_bool("stack", stack)
+    spatial_dims = as_int("spatial_dims", spatial_dims, minimum=0)
     rank, world_size = resolve_rank(rank, world_size)
     if spec is not None and variables is None:
         variables = spec.variables()
@@ -213,27 +217,16 @@ def build_loader(
         world_size=world_size,
         fingerprint=opened.fingerprint(split),
     )
-    if permute.samples_per_rank(batch_size, drop_last) == 0:
-        raise ValueError(
-            f"batch_size={batch_size} with drop_last=True leaves no full batch: the smallest "
-            f"rank holds {permute.min_rank_samples} samples of split {split!r}; lower "
-            f"batch_size or set drop_last=False"
-        )
-    if block_chunks is None:
-        block_chunks = default_block_chunks(
-            anchors.geometry.unit_length,
-            anchors.block_rows_bound(1) * sample_nbytes(opened.layouts),
-            memory_budget,
-        )
-    memory = plan_memory(
+    permute.check_full_batch(batch_size, drop_last, split)
+    block_chunks, memory = plan_loader_memory(
         memory_budget,
+        anchors,
         opened.layouts,
         batch_size=batch_size,
-        block_samples=anchors.block_rows_bound(block_chunks),
+        block_chunks=block_chunks,
         max_inflight=max_inflight,
-        batches_held=PinToDeviceNode.staging_slots(prefetch),
+        batches_held=slots,
     )
-    plans = ReadPlanNode(permute, anchors, block_chunks=block_chunks)
     reading = opened.read_context(
         retry=retry,
         max_inflight=max_inflight,
@@ -242,7 +235,7 @@ def build_loader(
         idle_buffer_bytes=memory.read_ahead_bytes // IDLE_BUFFER_SHARE,
     )
     blocks = AsyncFetchNode(
-        plans,
+        ReadPlanNode(permute, anchors, block_chunks=block_chunks),
         reading,
         prefetch_blocks=prefetch_blocks,
         memory_budget=memory.read_ahead_bytes,
@@ -250,14 +243,19 @@ def build_loader(
         read_across_epochs=read_across_epochs,
     )
     draws = ShuffleBlockNode(blocks, batch_size=batch_size, drop_last=drop_last)
-    gathered = GatherNode(draws)
-    node: BaseNode[Any] = gathered
+    # Host batches bound for a GPU are written page-locked by whichever node writes them last.
+    pin = target.type == "cuda" and decode_on is None
+    node: BaseNode[Any] = GatherNode(draws, pin_memory=pin and not stack, pinned_batches=slots)
     if stack:
-        node = StackChannelsNode(node, opened.layouts, spec, spatial_dims=spatial_dims)
-    moved = PinToDeviceNode(node, device=target, prefetch=prefetch)
-    if staged and not stack and moved.copier is not None:
-        gathered.allocate = moved.copier.stage  # the gather writes the pinned ring
-    node = moved
+        node = StackChannelsNode(
+            node,
+            opened.layouts,
+            spec,
+            spatial_dims=spatial_dims,
+            pin_memory=pin,
+            pinned_batches=slots,
+        )
+    node = PinToDeviceNode(node, device=target, prefetch=prefetch)
     if normalise is not None:
         order = batch_channels(opened.layouts, spec, stacked=stack, spatial_dims=spatial_dims)
         node = NormaliseNode(node, normalise, order, spatial_dims=spatial_dims)

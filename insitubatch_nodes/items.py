@@ -1,23 +1,41 @@
 """What flows between the nodes. Items carry references to shared, immutable plan objects;
-only `FetchedBlock` carries array data, and no node state ever does."""
+only `FetchedBlock` and `Batch` carry array data, and no node state ever does.
+
+Where an item's arrays live is said once, by the node that made them, and carried by the
+item (`FetchedBlock.device`, `Batch.device`, `Batch.staged`): the nodes after it read
+that, never the arrays' types.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from insitubatch_nodes.core.partition import EpochAssignment
 from insitubatch_nodes.core.read_plan import ReadPlan
 
+if TYPE_CHECKING:
+    import torch
+
+    from insitubatch_nodes.device.staging_ring import StagedBatch
+
 SAMPLE_INDEX_KEY = "sample_index"
 PATCH_ORIGIN_KEY = "patch_origin"  # with patches: (batch, axes) crop origin of each sample
+HOST_KEYS = frozenset({SAMPLE_INDEX_KEY, PATCH_ORIGIN_KEY})  # numpy on the host in any batch
 
 
 @dataclass(frozen=True, eq=False)
 class UnitTicket:
-    """One unit of a rank's epoch, at `position` in that rank's unit order."""
+    """One unit of a rank's epoch, at `position` in that rank's unit order.
+
+    Args:
+        assignment: the rank's units of the epoch (shared by every ticket of it).
+        position: where the unit stands in the rank's order.
+        unit: the unit's index in the store.
+    """
 
     assignment: EpochAssignment
     position: int
@@ -26,10 +44,18 @@ class UnitTicket:
 
 @dataclass(frozen=True, eq=False)
 class FetchedBlock:
-    """A block's samples, decoded: one array per variable, rows in `plan.sample_index` order."""
+    """A block's samples, decoded: one array per variable, rows in `plan.sample_index` order.
+
+    Args:
+        plan: the read plan the block was read for.
+        arrays: the block buffer of each variable.
+        device: None when the arrays are numpy arrays on the host; else the device whose
+            tensors they are (the fetch node's `decode_on`).
+    """
 
     plan: ReadPlan
-    arrays: Mapping[str, np.ndarray]
+    arrays: Mapping[str, Any]
+    device: torch.device | None = None
 
     @property
     def nbytes(self) -> int:
@@ -38,10 +64,56 @@ class FetchedBlock:
 
 @dataclass(frozen=True, eq=False)
 class BatchDraw:
-    """Which rows of which resident blocks form the next batch, in batch order."""
+    """Which rows of which resident blocks form the next batch, in batch order.
+
+    Args:
+        parts: each block the batch draws from, with the block rows it takes.
+    """
 
     parts: tuple[tuple[FetchedBlock, np.ndarray], ...]
 
     @property
     def size(self) -> int:
         return sum(len(rows) for _, rows in self.parts)
+
+
+class Batch(dict[str, Any]):
+    """A gathered batch: a dict of arrays by key (what a user's stage reads and edits
+    like any dict), saying where they live for the nodes after it.
+
+    A dict, not a new container, so that a torchdata `Mapper` that edits the batch in
+    place keeps what it says; a stage that returns a new plain dict says nothing, and
+    the nodes after it take its arrays as host numpy arrays (`as_batch`).
+
+    Args:
+        arrays: the batch's arrays by key.
+        device: None when the arrays are numpy arrays on the host; else the device whose
+            tensors the fields are (blocks decoded there). The keys of `HOST_KEYS`
+            (`sample_index`, `patch_origin`) are host numpy arrays either way.
+        staged: the page-locked ring slot every host array but `sample_index` was
+            written into in place (`GatherNode(pin_memory=True)`, or
+            `StackChannelsNode(pin_memory=True)`), so the device copy takes the slot's
+            bytes in one transfer; None when they were not.
+    """
+
+    def __init__(
+        self,
+        arrays: Mapping[str, Any],
+        *,
+        device: torch.device | None = None,
+        staged: StagedBatch | None = None,
+    ) -> None:
+        super().__init__(arrays)
+        self.device = device
+        self.staged = staged
+
+
+def as_batch(batch: Mapping[str, Any]) -> Batch:
+    """`batch` itself when it is a `Batch`; any other mapping (a user's stage that built a
+    new dict) says nothing of its arrays, and is taken as numpy arrays on the host, in
+    no staging slot.
+
+    Args:
+        batch: a batch from `GatherNode`, `StackChannelsNode` or a user's stage.
+    """
+    return batch if isinstance(batch, Batch) else Batch(batch)

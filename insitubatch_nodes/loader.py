@@ -33,7 +33,11 @@ T = TypeVar("T")
 
 
 def graph_nodes(root: BaseNode[Any]) -> list[BaseNode[Any]]:
-    """`root` and every node reachable through public attributes (`source` by convention)."""
+    """`root` and every node reachable through public attributes (`source` by convention).
+
+    Args:
+        root: the graph's last node.
+    """
     found: list[BaseNode[Any]] = []
     stack = [root]
     while stack:
@@ -53,8 +57,13 @@ def close_graph(root: BaseNode[Any], *, epoch_ended: bool = False) -> None:
     """Call `interrupt()`, then `close()`, on every node of the graph that has them (e.g.
     `AsyncFetchNode`). Interrupting first lets a producer thread that waits on a slow read
     (`PinToDeviceNode`) stop at once, before its node waits for it. Every node is closed
-    even if one fails to; the first failure is raised after. `epoch_ended`: the epoch ran
-    to its end, so nodes that read across epochs are left running."""
+    even if one fails to; the first failure is raised after.
+
+    Args:
+        root: the graph's last node.
+        epoch_ended: the epoch ran to its end, so nodes that read across epochs are left
+            running.
+    """
     nodes = [
         node
         for node in graph_nodes(root)
@@ -78,7 +87,11 @@ def close_graph(root: BaseNode[Any], *, epoch_ended: bool = False) -> None:
 
 class PeekingIterator(BaseNode[T]):
     """Counts what it yields and can look one item ahead without losing the state from
-    before that item (the Loader peeks to tell an exhausted restored state)."""
+    before that item (the Loader peeks to tell an exhausted restored state).
+
+    Args:
+        root: the graph's last node.
+    """
 
     ROOT_KEY = "root"
     NUM_YIELDED_KEY = "num_yielded"
@@ -124,6 +137,15 @@ class PeekingIterator(BaseNode[T]):
 
 
 class Loader(torchdata.nodes.Loader[T]):
+    """torchdata's `Loader` over a graph, closing the graph when a loop over it stops
+    (see the module).
+
+    Args:
+        root: the graph's last node.
+        restart_on_stop_iteration: begin the next epoch at the next `iter()` once an
+            epoch ran out (torchdata's meaning).
+    """
+
     def __init__(self, root: BaseNode[T], restart_on_stop_iteration: bool = True) -> None:
         super().__init__(root, restart_on_stop_iteration)
         self._iterator: PeekingIterator[T] | None = None

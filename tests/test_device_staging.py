@@ -18,10 +18,18 @@ from hypothesis import strategies as st
 from resume_check import check_every_cut
 from torchdata.nodes import BaseNode
 
-from insitubatch_nodes import Loader, PinToDeviceNode
+from insitubatch_nodes import (
+    GatherNode,
+    Loader,
+    PatchSpec,
+    PinToDeviceNode,
+    StackChannelsNode,
+    ZarrSource,
+)
 from insitubatch_nodes.device.batch_copy import BatchCopier
 from insitubatch_nodes.device.batch_layout import ALIGNMENT, BatchLayout
 from insitubatch_nodes.device.staging_ring import StagingRing
+from insitubatch_nodes.items import Batch
 
 
 class _PendingEvent:
@@ -43,48 +51,70 @@ def _allocate(nbytes: int) -> torch.Tensor:
     return torch.empty(nbytes, dtype=torch.uint8)
 
 
+def _bytes(n: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    return {"x": ((n,), np.dtype(np.uint8))}
+
+
 def test_ring_reuses_its_buffers_in_turn() -> None:
     ring = StagingRing(3, _allocate)
-    seen = [ring.acquire(1000) for _ in range(9)]
-    assert [index for index, _ in seen] == [0, 1, 2] * 3
-    pointers = [buffer.data_ptr() for _, buffer in seen]
+    pointers = [ring.stage(_bytes(1000)).host.data_ptr() for _ in range(9)]
     assert pointers[:3] == pointers[3:6] == pointers[6:]
     assert len(set(pointers[:3])) == 3
-    assert ring.stats.allocations == 3
+    assert ring.stats.allocations == 3 and ring.stats.held == 0
 
 
 def test_ring_waits_for_the_last_copy_before_handing_a_slot_out_again() -> None:
     ring = StagingRing(2, _allocate)
     events = []
     for _ in range(2):
-        index, _ = ring.acquire(64)
         event = _PendingEvent()
-        ring.release_after(index, event)
+        ring.stage(_bytes(64)).release_after(event)
         events.append(event)
     assert [e.waited for e in events] == [0, 0]  # fresh slots: nothing to wait for
-    ring.acquire(64)
+    first_again = ring.stage(_bytes(64))
     assert [e.waited for e in events] == [1, 0]  # slot 0 again: its copy is waited for
     assert ring.stats.waits == 1
     finished = _PendingEvent()
     finished.done = True
-    ring.release_after(0, finished)
+    first_again.release_after(finished)
     events[1].done = True
-    ring.acquire(64)  # slot 1: its copy already finished, no wait
+    ring.stage(_bytes(64))  # slot 1: its copy already finished, no wait
     assert ring.stats.waits == 1 and events[1].waited == 0
 
 
 def test_ring_grows_a_slot_only_for_a_larger_batch() -> None:
     ring = StagingRing(1, _allocate)
-    _, first = ring.acquire(100)
-    _, smaller = ring.acquire(40)
-    assert smaller.numel() == 40 and smaller.data_ptr() == first.data_ptr()
-    _, larger = ring.acquire(500)
-    assert larger.numel() == 500 and ring.stats.allocations == 2
+    first = ring.stage(_bytes(1000)).host.data_ptr()  # sizes round up to ALIGNMENT
+    smaller = ring.stage(_bytes(400)).host
+    assert smaller.numel() == 512 and smaller.data_ptr() == first
+    larger = ring.stage(_bytes(5000)).host
+    assert larger.numel() == 5120 and ring.stats.allocations == 2
 
 
 def test_ring_refuses_zero_slots() -> None:
     with pytest.raises(ValueError, match="at least one slot"):
         StagingRing(0, _allocate)
+
+
+def test_ring_never_writes_a_slot_something_still_views() -> None:
+    """A batch kept (as its arrays, a view of them or a tensor made from one) keeps its
+    memory: the ring leaves the slot to it and allocates anew; once dropped, the slot
+    is reused."""
+    ring = StagingRing(2, _allocate)
+    kept = []
+    for i in range(6):
+        staged = ring.stage({"a": ((3, 2), np.dtype(np.float32))})
+        staged.arrays["a"][...] = i
+        kept.append(torch.from_numpy(staged.arrays["a"][1:]))  # a view of a view, wrapped
+        del staged
+    assert [float(t.sum()) for t in kept] == [4.0 * i for i in range(6)]  # none overwritten
+    assert ring.stats.held == 4 and ring.stats.allocations == 6
+    kept.clear()
+    pointers = [ring.stage({"a": ((3, 2), np.dtype(np.float32))}).host.data_ptr()]
+    pointers += [ring.stage({"a": ((3, 2), np.dtype(np.float32))}).host.data_ptr()]
+    pointers += [ring.stage({"a": ((3, 2), np.dtype(np.float32))}).host.data_ptr()]
+    assert pointers[0] == pointers[2] != pointers[1]
+    assert ring.stats.held == 4 and ring.stats.allocations == 6  # the two slots, reused
 
 
 _dtypes = st.sampled_from(["float32", "float64", "int16", "int8", "uint8", "int64", "float16"])
@@ -104,13 +134,14 @@ def test_layout_packs_arrays_aligned_and_apart_and_views_them_back(spec: Any) ->
         f"v{i}": rng.integers(-100, 100, size=shape).astype(dtype)
         for i, (dtype, shape) in enumerate(spec)
     }
-    layout = BatchLayout.of(arrays)
+    layout = BatchLayout.of_spec({name: (a.shape, a.dtype) for name, a in arrays.items()})
     spans = sorted((f.offset, f.offset + f.nbytes) for f in layout.fields)
     assert all(f.offset % ALIGNMENT == 0 for f in layout.fields)
     assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
     assert spans[-1][1] <= layout.nbytes
     buffer = torch.zeros(layout.nbytes, dtype=torch.uint8)
-    layout.pack(arrays, buffer)
+    for name, view in layout.host_views(buffer.numpy()).items():
+        np.copyto(view, arrays[name], casting="no")
     for name, tensor in layout.views(buffer).items():
         assert tensor.numpy().dtype == arrays[name].dtype
         assert np.array_equal(tensor.numpy(), arrays[name])
@@ -128,44 +159,91 @@ def test_copier_batches_stay_intact_after_their_ring_slot_is_reused() -> None:
         for name, array in batch.items():
             assert np.array_equal(delivered[name].numpy(), array)
     assert copier.ring.stats.allocations == 2  # sized once from the batch, then reused
+    assert copier.packed == 7
 
 
-def test_staged_batches_are_gathered_in_place_and_copied_without_packing() -> None:
+def test_staged_batches_are_copied_from_where_they_were_written_without_packing() -> None:
+    ring = StagingRing(2, _allocate)
     copier = BatchCopier(torch.device("cpu"), slots=2)
     spec = {"a": ((3, 2), np.dtype(np.float32)), "b": ((3,), np.dtype(np.int16))}
     delivered = []
     for i in range(5):
-        arrays = copier.stage(spec)
-        arrays["a"][...] = i
-        arrays["b"][...] = -i
-        delivered.append(copier.deliver(copier.submit(arrays)))
-    assert copier.packed == 0 and copier.ring.stats.allocations == 2
+        staged = ring.stage(spec)
+        staged.arrays["a"][...] = i
+        staged.arrays["b"][...] = -i
+        delivered.append(copier.deliver(copier.submit(staged.arrays, staged)))
+    assert copier.packed == 0 and copier.ring.stats.allocations == 0
+    assert ring.stats.allocations == 2 and ring.stats.held == 0
     for i, batch in enumerate(delivered):
         assert (batch["a"] == i).all() and (batch["b"] == -i).all()
-    staged = copier.stage(spec)
-    other = {name: np.ones_like(array) for name, array in staged.items()}
-    batch = copier.deliver(copier.submit(other))  # not the staged arrays: packed instead
+    staged = ring.stage(spec)
+    replaced = {**staged.arrays, "a": np.ones_like(staged.arrays["a"])}  # a stage swapped one
+    batch = copier.deliver(copier.submit(replaced, staged))  # not the staged arrays: packed
     assert copier.packed == 1 and (batch["a"] == 1).all()
 
 
-def test_gather_into_staged_memory_gives_the_same_batches(memory_url: Any) -> None:
+def test_a_pinned_gather_writes_each_batch_into_its_ring_and_says_so(memory_url: Any) -> None:
+    """`GatherNode(pin_memory=True)` writes every array but `sample_index` into the slot
+    the batch carries (`Batch.staged`), and a copier copies that slot as it is."""
     url, _ = memory_url()
     plain = [batch_key(b) for b in Loader(build_stage(url, "gather", batch_size=6))]
+    gathered = GatherNode(build_stage(url, "shuffle", batch_size=6), pin_memory=True)
+    assert gathered.staging is not None
     copier = BatchCopier(torch.device("cpu"), slots=2)
-    staged = build_stage(url, "gather", batch_size=6)
-    staged.allocate = copier.stage  # type: ignore[attr-defined]
     got = []
-    for arrays in Loader(staged):
-        got.append(
-            batch_key(
-                {
-                    **copier.deliver(
-                        copier.submit({k: v for k, v in arrays.items() if k != "sample_index"})
-                    ),
-                    "sample_index": arrays["sample_index"],
-                }
-            )
-        )
+    for batch in Loader(gathered):
+        assert isinstance(batch, Batch) and batch.staged is not None and batch.device is None
+        host = {k: v for k, v in batch.items() if k != "sample_index"}
+        assert all(host[k] is v for k, v in batch.staged.arrays.items())
+        assert batch.staged.holds(host)
+        moved = copier.deliver(copier.submit(host, batch.staged))
+        got.append(batch_key({**moved, "sample_index": batch["sample_index"]}))
+    assert got == plain and copier.packed == 0
+    assert gathered.staging.stats.allocations == gathered.staging.slots  # sized once
+
+
+def test_a_pinned_gather_stages_patch_origins_with_the_fields(memory_url: Any) -> None:
+    url, _ = memory_url({"t2m": ((40, 6, 8), (4, 3, 4), "float32")})
+    patches = PatchSpec((2, 2))
+    plain = [
+        batch_key(b) for b in Loader(build_stage(url, "gather", batch_size=6, patches=patches))
+    ]
+    gathered = GatherNode(
+        build_stage(url, "shuffle", batch_size=6, patches=patches), pin_memory=True
+    )
+    batches = list(Loader(gathered))  # all kept: the ring leaves their slots to them
+    assert [batch_key(b) for b in batches] == plain
+    for batch in batches:
+        assert batch.staged is not None and set(batch.staged.arrays) == set(batch) - {
+            "sample_index"
+        }
+    assert gathered.staging is not None and gathered.staging.stats.held > 0
+
+
+@pytest.mark.parametrize("patches", [None, PatchSpec((2, 2))], ids=["whole", "patches"])
+def test_a_pinned_stack_writes_the_stacked_batch_into_its_ring(
+    memory_url: Any, patches: PatchSpec | None
+) -> None:
+    """With `StackChannelsNode(pin_memory=True)` the concatenation (levels flattened
+    into channels) and the patch origins are written into the slot the batch carries, and
+    a copier copies that slot as it is: a stacked batch is staged too."""
+    url, _ = memory_url(
+        {"a": ((40, 6, 8), (4, 3, 4), "float32"), "b": ((40, 2, 6, 8), (4, 2, 3, 4), "float32")}
+    )
+    layouts = ZarrSource.open(url).layouts
+
+    def stacked(pin_memory: bool) -> StackChannelsNode:
+        gathered = build_stage(url, "gather", batch_size=6, patches=patches)
+        return StackChannelsNode(gathered, layouts, pin_memory=pin_memory)
+
+    plain = [batch_key(b) for b in Loader(stacked(False))]
+    copier = BatchCopier(torch.device("cpu"), slots=2)
+    got = []
+    for batch in Loader(stacked(True)):
+        host = {k: v for k, v in batch.items() if k != "sample_index"}
+        assert batch.staged is not None and batch.staged.holds(host)
+        moved = copier.deliver(copier.submit(host, batch.staged))
+        got.append(batch_key({**moved, "sample_index": batch["sample_index"]}))
     assert got == plain and copier.packed == 0
 
 

@@ -9,8 +9,22 @@ import pytest
 import torch
 from conftest import batch_key
 from graphs import build_stage
+from torchdata.nodes import Mapper
 
-from insitubatch_nodes import Loader, PinToDeviceNode, build_loader
+from insitubatch_nodes import (
+    AsyncFetchNode,
+    ChunkPermuteNode,
+    GatherNode,
+    Loader,
+    PinToDeviceNode,
+    ReadPlanNode,
+    ShuffleBlockNode,
+    StackChannelsNode,
+    ZarrSource,
+    build_loader,
+)
+from insitubatch_nodes.items import Batch
+from insitubatch_nodes.loader import graph_nodes
 from insitubatch_nodes.nodes.pin_to_device import resolve_device
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -73,8 +87,8 @@ def test_cuda_staging_is_pinned_sized_once_and_reused(memory_url: Any) -> None:
     assert node.copier is not None
     assert node.copier.ring.slots == node.prefetch + 1
     assert node.copier.ring.stats.allocations == node.copier.ring.slots
-    _, buffer = node.copier.ring.acquire(1)
-    assert buffer.is_pinned()
+    assert node.copier.ring.stats.held == 0
+    assert node.copier.ring.stage({"x": ((1,), np.dtype(np.uint8))}).host.is_pinned()
 
 
 @needs_cuda
@@ -130,3 +144,107 @@ def test_build_loader_gathers_straight_into_the_pinned_ring(memory_url: Any) -> 
     node = loader.root
     assert isinstance(node, PinToDeviceNode) and node.copier is not None
     assert node.copier.packed == 0  # every batch was gathered in place, none copied over
+
+
+def _composed_by_hand(
+    url: str, *, device: str, pin_memory: bool, record: list[tuple[int, int]] | None = None
+) -> tuple[GatherNode, PinToDeviceNode]:
+    """The README's graph: the builder's nodes, wired with nothing but their arguments.
+    `record` gets the staging slot (address, bytes) of each batch the gather writes."""
+    source = ZarrSource.open(url)
+    units = ChunkPermuteNode(source.geometry, source.split_units("all"), seed=0)
+    plans = ReadPlanNode(units, source.geometry, block_chunks=2)
+    draws = ShuffleBlockNode(AsyncFetchNode(plans, source.read_context()), batch_size=6)
+    gathered = GatherNode(draws, pin_memory=pin_memory)
+
+    def note_slot(batch: Batch) -> Batch:
+        if record is not None and batch.staged is not None:
+            record.append((batch.staged.host.data_ptr(), batch.staged.host.numel()))
+        return batch
+
+    return gathered, PinToDeviceNode(Mapper(gathered, note_slot), device=device)
+
+
+def _built(url: str, device: str, **options: Any) -> Any:
+    return build_loader(url, split="all", batch_size=6, block_chunks=2, device=device, **options)
+
+
+def _node(loader: Any, kind: type) -> Any:
+    return next(n for n in graph_nodes(loader.root) if isinstance(n, kind))
+
+
+def test_on_the_cpu_nothing_is_staged_and_a_hand_composed_graph_gives_the_builders_batches(
+    memory_url: Any,
+) -> None:
+    """The CPU fallback: the builder stages nothing (a CPU batch is never copied), and the
+    README's graph, which pins only where there is CUDA, gives exactly its batches."""
+    url, _ = memory_url()
+    built = _built(url, "cpu")
+    expected = [batch_key(b) for b in built]
+    assert _node(built, GatherNode).staging is None
+    gathered, moved = _composed_by_hand(url, device="cpu", pin_memory=False)
+    assert [batch_key(b) for b in Loader(moved)] == expected
+    assert gathered.staging is None and moved.copier is None
+
+
+def test_a_pinned_gather_on_the_cpu_fallback_hands_out_its_slots_and_never_overwrites_one(
+    memory_url: Any,
+) -> None:
+    """`pin_memory=True` without CUDA: the same ring in plain memory. The gather writes
+    each batch into the slot the batch carries, the CPU device node hands that memory out
+    as it is (zero-copy), a loop that drops each batch lets the ring reuse its slots, and
+    batches a caller keeps are left alone."""
+    url, _ = memory_url()
+    expected = [batch_key(b) for b in _built(url, "cpu")]
+    slots: list[tuple[int, int]] = []
+    gathered, moved = _composed_by_hand(url, device="cpu", pin_memory=True, record=slots)
+    assert gathered.staging is not None
+    got = []
+    for i, batch in enumerate(Loader(moved)):
+        start, nbytes = slots[i]
+        for name, tensor in batch.items():
+            if name != "sample_index":  # the tensor is the slot the gather wrote
+                assert start <= tensor.data_ptr() < start + nbytes
+        got.append(batch_key(batch))
+        del batch
+    assert got == expected and len(got) > 3 * gathered.staging.slots
+    assert gathered.staging.stats.allocations == gathered.staging.slots
+    assert gathered.staging.stats.held == 0
+    kept = list(Loader(_composed_by_hand(url, device="cpu", pin_memory=True)[1]))
+    assert [batch_key(b) for b in kept] == expected  # none written over while kept
+
+
+@needs_cuda
+def test_a_hand_composed_graph_stages_in_pinned_memory_as_the_builder_does(
+    memory_url: Any,
+) -> None:
+    """The README's graph on CUDA: the gather writes every batch into its pinned ring and
+    the device node copies each from there; no batch is packed, as in the builder's."""
+    url, _ = memory_url()
+    built = _built(url, "cuda")
+    expected = [batch_key(b) for b in built]
+    assert [batch_key(b) for b in _built(url, "cpu")] == expected
+    assert _node(built, GatherNode).staging is not None
+    assert _node(built, PinToDeviceNode).copier.packed == 0
+    slots: list[tuple[int, int]] = []
+    gathered, moved = _composed_by_hand(url, device="cuda", pin_memory=True, record=slots)
+    assert [batch_key(b) for b in Loader(moved)] == expected
+    assert moved.copier is not None and moved.copier.packed == 0
+    assert moved.copier.ring.stats.allocations == 0  # the node's own ring was never needed
+    assert gathered.staging is not None
+    assert gathered.staging.stats.allocations == gathered.staging.slots
+    assert len({start for start, _ in slots}) == gathered.staging.slots
+    assert gathered.staging.stage({"x": ((1,), np.dtype(np.uint8))}).host.is_pinned()
+
+
+@needs_cuda
+def test_the_builder_stages_stacked_batches_in_the_stacking_node(memory_url: Any) -> None:
+    url, _ = memory_url(
+        {"a": ((40, 6, 8), (4, 3, 4), "float32"), "b": ((40, 2, 6, 8), (4, 2, 3, 4), "float32")}
+    )
+    on_cpu = [batch_key(b) for b in _built(url, "cpu", stack=True)]
+    loader = _built(url, "cuda", stack=True)
+    assert [batch_key(b) for b in loader] == on_cpu
+    assert _node(loader, GatherNode).staging is None  # its batch is only read by the stack
+    assert _node(loader, StackChannelsNode).staging is not None
+    assert _node(loader, PinToDeviceNode).copier.packed == 0

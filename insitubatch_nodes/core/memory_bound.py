@@ -5,6 +5,8 @@ Resident per rank: the shuffle window (the blocks a batch draws from: fewer than
 so at most `batch_size + 2 * block_samples` samples), the batch being gathered, the stored
 bytes of chunk reads in flight, and the blocks read ahead. The first three are fixed by
 the settings; read-ahead gets what is left, and at least one block must fit.
+`plan_loader_memory` makes that plan for a loader, the block size included, before any
+node that the settings go to exists.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.geometry import VariableLayout
+from insitubatch_nodes.core.settings import as_int, as_optional_int
 
 DEFAULT_MEMORY_BUDGET = 1 << 30  # bytes: build_loader's default
 MIN_BLOCK_CHUNKS = 8
@@ -28,7 +32,13 @@ def default_block_chunks(unit_samples: int, unit_bytes: int, memory_budget: int)
     (with one time step per chunk, 8 chunks would be 8 samples, and the fixed cost of a
     block would dominate), as long as a block stays within 1/`BLOCKS_PER_BUDGET` of the
     budget; never fewer than `MIN_BLOCK_CHUNKS`. A pure function of the data's layout, so
-    every machine and every resume picks the same blocks."""
+    every machine and every resume picks the same blocks.
+
+    Args:
+        unit_samples: samples per unit.
+        unit_bytes: bytes of one unit's block rows.
+        memory_budget: the loader's budget in bytes.
+    """
     wanted = -(-MIN_BLOCK_SAMPLES // max(1, unit_samples))
     affordable = memory_budget // (BLOCKS_PER_BUDGET * max(1, unit_bytes))
     return max(MIN_BLOCK_CHUNKS, min(wanted, affordable))
@@ -36,6 +46,16 @@ def default_block_chunks(unit_samples: int, unit_bytes: int, memory_budget: int)
 
 @dataclass(frozen=True)
 class MemoryPlan:
+    """How one budget splits, in bytes.
+
+    Args:
+        window_bytes: the shuffle window.
+        batch_bytes: the batches being gathered (and staged for the device).
+        inflight_bytes: chunk reads in flight.
+        block_bytes: one block.
+        read_ahead_bytes: what is left: the blocks read ahead, at most.
+    """
+
     window_bytes: int
     batch_bytes: int
     inflight_bytes: int
@@ -44,6 +64,11 @@ class MemoryPlan:
 
 
 def sample_nbytes(layouts: Mapping[str, VariableLayout]) -> int:
+    """Bytes of one sample of every variable.
+
+    Args:
+        layouts: the selected arrays, by name.
+    """
     return sum(
         math.prod(layout.sample_shape) * np.dtype(layout.dtype).itemsize
         for layout in layouts.values()
@@ -60,8 +85,17 @@ def plan_memory(
     batches_held: int = 1,
 ) -> MemoryPlan:
     """Split `memory_budget` (bytes); a budget too small for one block read ahead is an
-    error that says what the fixed parts need. `batches_held`: gathered batches alive at
-    once (on CUDA, the device node's staging ring: its prefetch depth plus one)."""
+    error that says what the fixed parts need.
+
+    Args:
+        memory_budget: bytes the loader holds at most.
+        layouts: the selected arrays, by name.
+        batch_size: samples per batch.
+        block_samples: buffer rows of one block, at most.
+        max_inflight: chunk reads under way at once.
+        batches_held: gathered batches alive at once (on CUDA, the page-locked staging
+            ring: the device node's prefetch depth plus one).
+    """
     per_sample = sample_nbytes(layouts)
     largest_chunk = max(
         math.prod(layout.chunks) * np.dtype(layout.dtype).itemsize for layout in layouts.values()
@@ -79,3 +113,47 @@ def plan_memory(
             f"all); raise memory_budget, or lower block_chunks, batch_size or max_inflight"
         )
     return MemoryPlan(window, batch, inflight, block, read_ahead)
+
+
+def plan_loader_memory(
+    memory_budget: int,
+    anchors: AnchorSet,
+    layouts: Mapping[str, VariableLayout],
+    *,
+    batch_size: int,
+    block_chunks: int | None,
+    max_inflight: int,
+    batches_held: int,
+) -> tuple[int, MemoryPlan]:
+    """The block size (`block_chunks`, or by default `default_block_chunks` of the data's
+    layout) and how `memory_budget` splits around it. The settings are checked here,
+    where they are first used: the nodes they go to are built from this plan.
+
+    Args:
+        memory_budget: bytes the loader holds at most (an int >= 1).
+        anchors: the samples of the split (their units and the rows a block holds).
+        layouts: the selected arrays, by name.
+        batch_size: samples per batch (an int >= 1).
+        block_chunks: units per block (an int >= 1), or None for the default.
+        max_inflight: chunk reads under way at once (an int >= 1).
+        batches_held: gathered batches alive at once (see `plan_memory`).
+    """
+    batch_size = as_int("batch_size", batch_size, minimum=1)
+    block_chunks = as_optional_int("block_chunks", block_chunks, minimum=1)
+    max_inflight = as_int("max_inflight", max_inflight, minimum=1)
+    memory_budget = as_int("memory_budget", memory_budget, minimum=1)
+    if block_chunks is None:
+        block_chunks = default_block_chunks(
+            anchors.geometry.unit_length,
+            anchors.block_rows_bound(1) * sample_nbytes(layouts),
+            memory_budget,
+        )
+    plan = plan_memory(
+        memory_budget,
+        layouts,
+        batch_size=batch_size,
+        block_samples=anchors.block_rows_bound(block_chunks),
+        max_inflight=max_inflight,
+        batches_held=batches_held,
+    )
+    return block_chunks, plan

@@ -1,7 +1,8 @@
-"""Pack a batch's arrays into one byte buffer, so a batch crosses to the device in one copy.
+"""A batch's arrays laid out in one byte buffer, so a batch crosses to the device in one copy.
 
 One large transfer reaches the link's bandwidth where several small ones pay a launch
-each. Offsets are aligned so every array can be viewed in place as its own dtype.
+each. Offsets are aligned so every array can be viewed in place as its own dtype, on the
+host (where the batch is written) and on the device (where it arrives).
 """
 
 from __future__ import annotations
@@ -18,6 +19,15 @@ ALIGNMENT = 256  # bytes; a multiple of every dtype's size and of a cache line
 
 @dataclass(frozen=True)
 class Field:
+    """One array's place in the buffer.
+
+    Args:
+        name: the array's key in the batch.
+        offset: where its bytes start (a multiple of `ALIGNMENT`).
+        shape: its shape.
+        dtype: its element type.
+    """
+
     name: str
     offset: int
     shape: tuple[int, ...]
@@ -30,16 +40,23 @@ class Field:
 
 @dataclass(frozen=True)
 class BatchLayout:
+    """Where each array of a batch lies in one byte buffer (`of_spec` makes one).
+
+    Args:
+        fields: each array's place, in batch order.
+        nbytes: the buffer's size in bytes.
+    """
+
     fields: tuple[Field, ...]
     nbytes: int
 
     @classmethod
-    def of(cls, arrays: Mapping[str, np.ndarray]) -> BatchLayout:
-        return cls.of_spec({name: (a.shape, a.dtype) for name, a in arrays.items()})
-
-    @classmethod
     def of_spec(cls, spec: Mapping[str, tuple[tuple[int, ...], Any]]) -> BatchLayout:
-        """The layout of arrays with these `(shape, dtype)`s, in this order."""
+        """The layout of arrays with these `(shape, dtype)`s, in this order.
+
+        Args:
+            spec: each array's shape and dtype, by name.
+        """
         fields = []
         offset = 0
         for name, (shape, dtype) in spec.items():
@@ -48,23 +65,27 @@ class BatchLayout:
             offset += -(-field.nbytes // ALIGNMENT) * ALIGNMENT
         return cls(tuple(fields), offset)
 
-    def pack(self, arrays: Mapping[str, np.ndarray], into: torch.Tensor) -> None:
-        """Copy each array into its place in the byte tensor `into` (on the host)."""
-        for field in self.fields:
-            np.copyto(_as_array(into, field), arrays[field.name], casting="no")
+    def host_views(self, buffer: np.ndarray) -> dict[str, np.ndarray]:
+        """Each array as a numpy view of its bytes of the host byte array `buffer`: every
+        view keeps `buffer`'s base alive (`staging_ring` counts on it).
 
-    def host_views(self, buffer: torch.Tensor) -> dict[str, np.ndarray]:
-        """Each array as a numpy array over its bytes of the host byte tensor `buffer`."""
-        return {field.name: _as_array(buffer, field) for field in self.fields}
+        Args:
+            buffer: at least `nbytes` bytes (uint8).
+        """
+        return {
+            field.name: buffer[field.offset : field.offset + field.nbytes]
+            .view(field.dtype)
+            .reshape(field.shape)
+            for field in self.fields
+        }
 
     def views(self, buffer: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Each array as a tensor viewing its bytes of `buffer` (any device), no copy."""
+        """Each array as a tensor viewing its bytes of `buffer` (any device), no copy.
+
+        Args:
+            buffer: at least `nbytes` bytes (uint8).
+        """
         return {field.name: _as_tensor(buffer, field) for field in self.fields}
-
-
-def _as_array(buffer: torch.Tensor, field: Field) -> np.ndarray:
-    raw = buffer[field.offset : field.offset + field.nbytes].numpy()
-    return raw.view(field.dtype).reshape(field.shape)
 
 
 def _as_tensor(buffer: torch.Tensor, field: Field) -> torch.Tensor:

@@ -220,14 +220,18 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             if self._runtime is None:
                 self._start()
             assert self._runtime is not None and self._reader is not None
-            future = self._runtime.submit(self._fetch(self._reader, plan))
+            future = self._runtime.submit(self._fetch(self._reader, plan, self.decode_on))
             self._pending.append(
                 _Pending(future, state, plan.num_reads, nbytes, self._next_start is not None)
             )
 
     @staticmethod
-    async def _fetch(reader: BlockReader, plan: ReadPlan) -> FetchedBlock:
-        return FetchedBlock(plan, await reader.read_block(plan))  # type: ignore[arg-type]
+    async def _fetch(
+        reader: BlockReader, plan: ReadPlan, device: torch.device | None
+    ) -> FetchedBlock:
+        """A static method: a coroutine holding the node would keep it (and its loop
+        thread) alive while reads are pending."""
+        return FetchedBlock(plan, await reader.read_block(plan), device)
 
     def next(self) -> FetchedBlock:
         check_same_process(self._owner_pid)

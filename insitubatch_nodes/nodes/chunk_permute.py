@@ -17,7 +17,7 @@ from insitubatch_nodes.core.partition import (
     rank_sample_counts,
     samples_per_rank,
 )
-from insitubatch_nodes.core.settings import as_int
+from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.items import UnitTicket
 from insitubatch_nodes.nodes.state_checks import (
     CONFIG_KEY,
@@ -133,9 +133,26 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         assert self._assignment is not None
         return self._assignment
 
-    def samples_per_rank(self, batch_size: int, drop_last: bool) -> int:
-        """Samples each rank yields per epoch (the same for every rank and every epoch)."""
-        return samples_per_rank(self.min_rank_samples, self.max_rank_samples, batch_size, drop_last)
+    def check_full_batch(self, batch_size: int, drop_last: bool, split: str) -> None:
+        """Refuse, before anything is read, a `batch_size` and `drop_last` under which the
+        smallest rank's share of the split fills no batch: this node knows every rank's
+        share now, `ShuffleBlockNode` (whose settings they are) only once its first block
+        is read.
+
+        Args:
+            batch_size: samples per batch (an int >= 1).
+            drop_last: whether only full batches are yielded (True or False).
+            split: the split's name, for the message.
+        """
+        batch_size = as_int("batch_size", batch_size, minimum=1)
+        drop_last = as_bool("drop_last", drop_last)
+        if samples_per_rank(self.min_rank_samples, self.max_rank_samples, batch_size, drop_last):
+            return
+        raise ValueError(
+            f"batch_size={batch_size} with drop_last=True leaves no full batch: the smallest "
+            f"rank holds {self.min_rank_samples} samples of split {split!r}; lower "
+            f"batch_size or set drop_last=False"
+        )
 
     def next(self) -> UnitTicket:
         assignment = self.assignment

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -12,53 +12,83 @@ import torch
 from torchdata.nodes import BaseNode
 
 from insitubatch_nodes.core.read_plan import ReadPlan
+from insitubatch_nodes.core.settings import as_bool, as_int
+from insitubatch_nodes.device.staging_ring import StagingRing, page_locked
 from insitubatch_nodes.io.block_buffers import BlockBuffers
-from insitubatch_nodes.items import PATCH_ORIGIN_KEY, SAMPLE_INDEX_KEY, BatchDraw
+from insitubatch_nodes.items import PATCH_ORIGIN_KEY, SAMPLE_INDEX_KEY, Batch, BatchDraw
+from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
 
 IDLE_BATCHES = 2  # dropped batches whose memory is kept for the next ones
 
-Allocate = Callable[[dict[str, tuple[tuple[int, ...], np.dtype]]], dict[str, np.ndarray]]
+Shapes = dict[str, tuple[tuple[int, ...], np.dtype]]
 
 
-class GatherNode(BaseNode[dict[str, np.ndarray]]):
-    """Yields `{variable: (batch, *sample_shape) array, "sample_index": int64 (batch,)}`, or
-    with a sample spec `{"group/variable": (batch, steps, *sample_shape), ...}` (the
-    sample index is then the anchor's).
+class GatherNode(BaseNode[Batch]):
+    """Yields `Batch({variable: (batch, *sample_shape) array, "sample_index": int64
+    (batch,)})`, or with a sample spec `{"group/variable": (batch, steps, *sample_shape),
+    ...}` (the sample index is then the anchor's).
 
     Work is one `np.take` per (field, resident block in the batch), through the plan's
     (anchor, offset) -> buffer row map: it scales with the blocks a batch touches, never
     with its samples. `mode="clip"`: the rows come from a
     permutation of the block, always in range, and numpy's default `mode="raise"` copies
-    through a temporary buffer (about 3x slower here). Blocks decoded on a device hold
-    tensors there: the batch is gathered there too (`gather_tensors`), only
-    `sample_index` (and `patch_origin`) stay host arrays.
+    through a temporary buffer (about 3x slower here). Blocks decoded on a device
+    (`FetchedBlock.device`) hold tensors there: the batch is gathered there too
+    (`gather_tensors`) and says so (`Batch.device`); only `sample_index` (and
+    `patch_origin`) stay host arrays.
+
+    With `pin_memory`, host batches are gathered into a ring of page-locked buffers that
+    this node owns, every array but `sample_index` in one buffer, and each batch carries
+    its slot (`Batch.staged`): `PinToDeviceNode` then copies the slot's bytes to the GPU
+    in one transfer, and nothing is copied twice. The gather owns the memory, rather than
+    the device node lending it, so that a graph composed by hand gets it by saying so
+    here, as `DataLoader(pin_memory=True)` does, with nothing wired between nodes; and a
+    slot is never written while anything still views it (`device.staging_ring`), so a
+    graph that keeps batches, or copies none, stays correct. Before a
+    `StackChannelsNode`, pin its output instead: that is what crosses.
+
+    Args:
+        source: the batch draws (`ShuffleBlockNode`).
+        pin_memory: gather host batches into page-locked memory (True or False): for a
+            `PinToDeviceNode` on a CUDA device. Without CUDA the ring is plain memory.
+        pinned_batches: page-locked batches the ring holds (an int >= 1): one per batch
+            between its gather and the end of its device copy, that is the device node's
+            `prefetch` + 1 (fewer makes the gather wait for copies).
     """
 
     SOURCE_KEY = "source"
 
-    def __init__(self, source: BaseNode[BatchDraw], allocate: Allocate | None = None) -> None:
-        """`allocate({name: (shape, dtype)})` gives the arrays to gather into (by default
-        new ones): `PinToDeviceNode`'s staging ring, so the gather writes pinned memory."""
+    def __init__(
+        self,
+        source: BaseNode[BatchDraw],
+        *,
+        pin_memory: bool = False,
+        pinned_batches: int = PinToDeviceNode.staging_slots(PinToDeviceNode.CUDA_PREFETCH),
+    ) -> None:
         super().__init__()
+        pin_memory = as_bool("pin_memory", pin_memory)
+        pinned_batches = as_int("pinned_batches", pinned_batches, minimum=1)
         self.source = source
-        self.allocate = allocate
+        self.staging = StagingRing(pinned_batches, page_locked) if pin_memory else None
         self._buffers = BlockBuffers(max_idle_bytes=0)
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         self.source.reset(source_part(self, initial_state, self.SOURCE_KEY))
 
-    def next(self) -> dict[str, Any]:
+    def next(self) -> Batch:
         draw = next(self.source)
-        first = next(iter(draw.parts[0][0].arrays.values()), None)
-        if isinstance(first, torch.Tensor):
-            return gather_tensors(draw)
-        return gather(draw, self.allocate or self._recycled)
+        device = draw.parts[0][0].device
+        if device is not None:
+            return Batch(gather_tensors(draw), device=device)
+        shapes = batch_shapes(draw)
+        if self.staging is None:
+            return Batch(gather(draw, self._recycled(shapes)))
+        staged = self.staging.stage(shapes)
+        return Batch(gather(draw, staged.arrays), staged=staged)
 
-    def _recycled(
-        self, shapes: dict[str, tuple[tuple[int, ...], np.dtype]]
-    ) -> dict[str, np.ndarray]:
+    def _recycled(self, shapes: Shapes) -> dict[str, np.ndarray]:
         """Batch arrays in the memory of batches the consumer has dropped (a fresh batch of
         megabytes page-faults on first touch, a cost as large as the gather's copy)."""
         nbytes = sum(
@@ -104,30 +134,45 @@ def _field_rows(
     return table[rows, :1] if columns is None else table[rows[:, None], columns[None, :]]
 
 
-def gather(draw: BatchDraw, allocate: Allocate | None = None) -> dict[str, np.ndarray]:
+def batch_shapes(draw: BatchDraw) -> Shapes:
+    """The `(shape, dtype)` of every array of the draw's host batch but `sample_index`
+    (one int64 array that stays on the host, so it is not staged with the rest).
+
+    Args:
+        draw: the batch's rows, by block.
+    """
+    first_block = draw.parts[0][0]
+    plan = first_block.plan
+    crop = () if plan.patches is None else plan.patches.size
+    shapes: Shapes = {}
+    for key, variable, columns in _fields(plan):
+        array = first_block.arrays[variable]
+        shapes[key] = (_batch_shape(draw.size, array.shape, columns, crop), array.dtype)
+    if crop:
+        shapes[PATCH_ORIGIN_KEY] = ((draw.size, len(crop)), np.dtype(np.int64))
+    return shapes
+
+
+def gather(draw: BatchDraw, out: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The draw's batch, written into `out` (arrays of `batch_shapes(draw)`), with its
+    `sample_index`.
+
+    Args:
+        draw: the batch's rows, by block.
+        out: the arrays to write the batch into.
+    """
     first_block = draw.parts[0][0]
     plan = first_block.plan
     fields = _fields(plan)
     crop = () if plan.patches is None else plan.patches.size
-    size = draw.size
-    shapes: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
-    for key, variable, columns in fields:
-        array = first_block.arrays[variable]
-        shapes[key] = (_batch_shape(size, array.shape, columns, crop), array.dtype)
-    if allocate is None:
-        out = {key: np.empty(shape, dtype=dtype) for key, (shape, dtype) in shapes.items()}
-    else:
-        out = allocate(shapes)
-    out[SAMPLE_INDEX_KEY] = np.empty(size, dtype=np.int64)
-    if crop:
-        out[PATCH_ORIGIN_KEY] = np.empty((size, len(crop)), dtype=np.int64)
+    batch = {**out, SAMPLE_INDEX_KEY: np.empty(draw.size, dtype=np.int64)}
     start = 0
     for block, rows in draw.parts:
         stop = start + rows.size
         for key, variable, columns in fields:
             array = block.arrays[variable]
             buffer_rows = _field_rows(block.plan, variable, rows, columns)
-            target = out[key][start:stop]
+            target = batch[key][start:stop]
             if crop:
                 assert block.plan.origins is not None
                 target[...] = crop_rows(array, buffer_rows, block.plan.origins[rows], crop).reshape(
@@ -136,12 +181,12 @@ def gather(draw: BatchDraw, allocate: Allocate | None = None) -> dict[str, np.nd
             else:
                 flat = target.reshape(-1, *array.shape[1:])
                 np.take(array, buffer_rows.reshape(-1), axis=0, out=flat, mode="clip")
-        np.take(block.plan.sample_index, rows, out=out[SAMPLE_INDEX_KEY][start:stop], mode="clip")
+        np.take(block.plan.sample_index, rows, out=batch[SAMPLE_INDEX_KEY][start:stop], mode="clip")
         if crop:
             assert block.plan.origins is not None
-            out[PATCH_ORIGIN_KEY][start:stop] = block.plan.origins[rows]
+            batch[PATCH_ORIGIN_KEY][start:stop] = block.plan.origins[rows]
         start = stop
-    return out
+    return batch
 
 
 def crop_index(
@@ -150,7 +195,15 @@ def crop_index(
     """The one fancy index that takes `array[rows[i, j], ..., o_i : o_i + size]` for all
     i, j from an `ndim`-dimensional block, built from numpy arrays or from tensors (with
     `arange` of the same kind, on the same device); and how many axes lie between the
-    sample axis and the cropped ones (they come out after the cropped axes)."""
+    sample axis and the cropped ones (they come out after the cropped axes).
+
+    Args:
+        rows: (n, steps) block rows of the samples' steps.
+        origins: (n, len(size)) each sample's crop origin.
+        size: the crop's length along each cropped (last) axis.
+        ndim: the block's dimensions.
+        arange: `np.arange`, or `torch.arange` on the block's device.
+    """
     n, steps = rows.shape
     k = len(size)
     middle = ndim - 1 - k
@@ -167,7 +220,14 @@ def crop_rows(
     array: np.ndarray, rows: np.ndarray, origins: np.ndarray, size: tuple[int, ...]
 ) -> np.ndarray:
     """`array[rows[i, j], ..., o_i : o_i + size]` for all i, j as one fancy index:
-    (n, steps, *middle, *size)."""
+    (n, steps, *middle, *size).
+
+    Args:
+        array: the block buffer.
+        rows: (n, steps) block rows of the samples' steps.
+        origins: (n, len(size)) each sample's crop origin.
+        size: the crop's length along each cropped (last) axis.
+    """
     index, middle = crop_index(rows, origins, size, array.ndim, np.arange)
     taken = array[index]  # advanced axes first: (n, steps, *size, *middle)
     if middle:
@@ -180,7 +240,14 @@ def crop_tensor_rows(
     tensor: torch.Tensor, rows: torch.Tensor, origins: torch.Tensor, size: tuple[int, ...]
 ) -> torch.Tensor:
     """`crop_rows` for a tensor, with `rows` and `origins` already on its device (torch
-    orders the axes of such an index as numpy does)."""
+    orders the axes of such an index as numpy does).
+
+    Args:
+        tensor: the block buffer.
+        rows: (n, steps) block rows of the samples' steps.
+        origins: (n, len(size)) each sample's crop origin.
+        size: the crop's length along each cropped (last) axis.
+    """
     index, middle = crop_index(
         rows, origins, size, tensor.ndim, functools.partial(torch.arange, device=tensor.device)
     )
@@ -209,10 +276,14 @@ def _upload(indices: dict[str, np.ndarray], device: torch.device) -> dict[str, t
 
 
 def gather_tensors(draw: BatchDraw) -> dict[str, Any]:
-    """`gather` for blocks of tensors, on their device, queued on the caller's current
-    stream: one `index_select` per (field, block) through one upload of the block's row
-    indices, or with patches one fancy index per (field, block). Only `sample_index` (and
-    `patch_origin`) stay host arrays."""
+    """`gather` for blocks of tensors, on their device (`FetchedBlock.device`), queued on
+    the caller's current stream: one `index_select` per (field, block) through one upload
+    of the block's row indices, or with patches one fancy index per (field, block). Only
+    `sample_index` (and `patch_origin`) stay host arrays.
+
+    Args:
+        draw: the batch's rows, by block.
+    """
     first_block = draw.parts[0][0]
     plan = first_block.plan
     fields = _fields(plan)
@@ -226,38 +297,30 @@ def gather_tensors(draw: BatchDraw) -> dict[str, Any]:
     origins = np.empty((size, len(crop)), dtype=np.int64) if crop else None
     start = 0
     for block, rows in draw.parts:
+        assert block.device is not None
         stop = start + rows.size
-        buffer_rows = {
+        wanted = {
             key: _field_rows(block.plan, variable, rows, columns)
             for key, variable, columns in fields
         }
-        for device in {block.arrays[variable].device for _, variable, _ in fields}:
-            keys = [k for k, v, _ in fields if block.arrays[v].device == device]
-            wanted = {k: buffer_rows[k] for k in keys}
+        if crop:
+            assert block.plan.origins is not None
+            wanted[PATCH_ORIGIN_KEY] = block.plan.origins[rows]
+        uploaded = _upload(wanted, block.device)
+        for key, variable, _ in fields:
+            tensor = block.arrays[variable]
+            target = out[key][start:stop]
             if crop:
-                assert block.plan.origins is not None
-                wanted[PATCH_ORIGIN_KEY] = block.plan.origins[rows]
-            uploaded = _upload(wanted, device)
-            for key, variable, _ in fields:
-                tensor = block.arrays[variable]
-                if tensor.device != device:
-                    continue
-                target = out[key][start:stop]
-                if crop:
-                    taken = crop_tensor_rows(
-                        tensor, uploaded[key], uploaded[PATCH_ORIGIN_KEY], crop
-                    )
-                    target.copy_(taken.reshape(target.shape))
-                else:
-                    flat = target.view(-1, *tensor.shape[1:])
-                    torch.index_select(tensor, 0, uploaded[key].view(-1), out=flat)
+                taken = crop_tensor_rows(tensor, uploaded[key], uploaded[PATCH_ORIGIN_KEY], crop)
+                target.copy_(taken.reshape(target.shape))
+            else:
+                flat = target.view(-1, *tensor.shape[1:])
+                torch.index_select(tensor, 0, uploaded[key].view(-1), out=flat)
+            if block.device.type == "cuda":  # allocated on the decode stream: keep it
+                tensor.record_stream(torch.cuda.current_stream(block.device))  # until read
         if origins is not None:
             assert block.plan.origins is not None
             origins[start:stop] = block.plan.origins[rows]
-        for _, variable, _ in fields:
-            tensor = block.arrays[variable]
-            if tensor.is_cuda:  # the block was allocated on the decode stream: keep it
-                tensor.record_stream(torch.cuda.current_stream(tensor.device))  # until read
         np.take(block.plan.sample_index, rows, out=sample_index[start:stop], mode="clip")
         start = stop
     out[SAMPLE_INDEX_KEY] = sample_index

@@ -1,9 +1,11 @@
 """PinToDeviceNode: numpy batches to torch tensors, on the GPU when there is one.
 
-On CUDA the node keeps `prefetch` batches ahead of the one it hands out: each is packed
-into a reusable page-locked ring slot and copied with `non_blocking=True` on the node's
-own stream (`device.batch_copy`), so the copy of batch k+1 runs while the consumer's step
-on batch k does. Handing a batch out makes the consumer's current stream wait on the
+On CUDA the node keeps `prefetch` batches ahead of the one it hands out: each crosses in
+one copy with `non_blocking=True` on the node's own stream (`device.batch_copy`), so the
+copy of batch k+1 runs while the consumer's step on batch k does. A batch gathered into
+page-locked memory (`GatherNode(pin_memory=True)`: the batch carries its slot,
+`Batch.staged`) is copied from there; any other is first packed into a page-locked ring
+slot of the node's own. Handing a batch out makes the consumer's current stream wait on the
 copy's event, and `record_stream` keeps the caching allocator from reusing the memory
 early. Without CUDA it is a zero-copy `torch.from_numpy`: torchdata's `PinMemory` cannot
 even be built on a CPU-only torch, this node must run everywhere.
@@ -16,10 +18,10 @@ The state is the source's state right after the batch last handed out was pulled
 pulled ahead but not handed out are pulled again after a resume, so resume is exact
 whatever `prefetch` is. `close()` stops the producer and keeps what it had pulled.
 
-Tensors that arrive already on a device (blocks decoded there: `AsyncFetchNode`'s
-`decode_on`) are passed through. `sample_index` stays on the host: it indexes host-side
-metadata (time stamps, file names), and reading it back from the device would stall the
-consumer's stream.
+Batches whose fields are already tensors on a device (blocks decoded there:
+`AsyncFetchNode`'s `decode_on`; the batch says so, `Batch.device`) are passed through.
+`sample_index` stays on the host: it indexes host-side metadata (time stamps, file
+names), and reading it back from the device would stall the consumer's stream.
 """
 
 from __future__ import annotations
@@ -37,13 +39,19 @@ from torchdata.nodes import BaseNode
 
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.device.batch_copy import BatchCopier
-from insitubatch_nodes.items import SAMPLE_INDEX_KEY
+from insitubatch_nodes.device.staging_ring import StagedBatch
+from insitubatch_nodes.items import HOST_KEYS, SAMPLE_INDEX_KEY, as_batch
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
 from insitubatch_nodes.producer_thread import ProducerThread
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
-    """`None` means the current CUDA device when there is one, else the CPU."""
+    """`None` means the current CUDA device when there is one, else the CPU; CUDA asked
+    for on a machine without it is an error that says what to pass.
+
+    Args:
+        device: a device, its name, or None.
+    """
     if device is None:
         return (
             torch.device("cuda", torch.cuda.current_device())
@@ -63,12 +71,16 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 
 def default_prefetch(device: torch.device) -> int:
     """Two batches copied ahead on CUDA (the copy of k+1 overlaps the step on k, with one
-    to spare); none elsewhere, where nothing is copied."""
-    return 2 if device.type == "cuda" else 0
+    to spare); none elsewhere, where nothing is copied.
+
+    Args:
+        device: where batches go.
+    """
+    return PinToDeviceNode.CUDA_PREFETCH if device.type == "cuda" else 0
 
 
 class _Transfer(Protocol):
-    def submit(self, arrays: Mapping[str, np.ndarray]) -> Any: ...
+    def submit(self, arrays: Mapping[str, np.ndarray], staged: StagedBatch | None) -> Any: ...
 
     def deliver(self, batch: Any) -> dict[str, torch.Tensor]: ...
 
@@ -76,7 +88,9 @@ class _Transfer(Protocol):
 class _ZeroCopy:
     """CPU: the tensors share the gathered arrays' memory."""
 
-    def submit(self, arrays: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    def submit(
+        self, arrays: Mapping[str, np.ndarray], staged: StagedBatch | None = None
+    ) -> dict[str, torch.Tensor]:
         return {name: torch.from_numpy(array) for name, array in arrays.items()}
 
     def deliver(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -89,7 +103,9 @@ class _PlainCopy(_ZeroCopy):
     def __init__(self, device: torch.device) -> None:
         self.device = device
 
-    def submit(self, arrays: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    def submit(
+        self, arrays: Mapping[str, np.ndarray], staged: StagedBatch | None = None
+    ) -> dict[str, torch.Tensor]:
         return {name: tensor.to(self.device) for name, tensor in super().submit(arrays).items()}
 
 
@@ -105,7 +121,8 @@ class PinToDeviceNode(BaseNode[dict[str, torch.Tensor]]):
     """Batches as tensors on `device`, copied ahead of the one handed out.
 
     Args:
-        source: the gathered batches (`GatherNode`, or `StackChannelsNode`).
+        source: the gathered batches (`GatherNode`, `StackChannelsNode`, or a stage of
+            yours returning a `Batch` or a dict of numpy arrays).
         device: where batches go; None for the current CUDA device, else the CPU.
         prefetch: batches copied ahead of the one handed out (an int >= 0; None for 2 on
             CUDA, else 0).
@@ -114,10 +131,11 @@ class PinToDeviceNode(BaseNode[dict[str, torch.Tensor]]):
     """
 
     SOURCE_KEY = "source"
+    CUDA_PREFETCH = 2  # the default on CUDA; none elsewhere, where nothing is copied
 
     def __init__(
         self,
-        source: BaseNode[dict[str, np.ndarray]],
+        source: BaseNode[Mapping[str, Any]],
         device: str | torch.device | None = None,
         *,
         prefetch: int | None = None,
@@ -154,7 +172,11 @@ class PinToDeviceNode(BaseNode[dict[str, torch.Tensor]]):
 
     @staticmethod
     def staging_slots(prefetch: int) -> int:
-        """One slot per batch that may be in flight: the prefetched ones and the newest."""
+        """One slot per batch that may be in flight: the prefetched ones and the newest.
+
+        Args:
+            prefetch: batches copied ahead of the one handed out.
+        """
         return prefetch + 1
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
@@ -179,18 +201,20 @@ class PinToDeviceNode(BaseNode[dict[str, torch.Tensor]]):
 
     def _pull_one(self) -> _Ahead:
         """The next batch from the source, its copy queued; `StopIteration` at the end."""
-        arrays = dict(next(self.source))
+        batch = as_batch(next(self.source))
         state = self.source.state_dict()
+        host = dict(batch)
         ready = {}
-        if SAMPLE_INDEX_KEY in arrays:
-            ready[SAMPLE_INDEX_KEY] = torch.from_numpy(arrays.pop(SAMPLE_INDEX_KEY))
-        for name in [n for n, a in arrays.items() if isinstance(a, torch.Tensor)]:
-            ready[name] = arrays.pop(name).to(self.device)  # decoded on a device
+        if SAMPLE_INDEX_KEY in host:
+            ready[SAMPLE_INDEX_KEY] = torch.from_numpy(host.pop(SAMPLE_INDEX_KEY))
         made = None
-        if self.background and any(t.is_cuda for t in ready.values()):
-            made = torch.cuda.Event()  # gathered on this thread's stream: order the consumer
-            made.record(torch.cuda.current_stream(self.device))
-        transfer = self._transfer.submit(arrays) if arrays else None
+        if batch.device is not None:  # the fields were gathered on a device
+            for name in [n for n in host if n not in HOST_KEYS]:
+                ready[name] = host.pop(name).to(self.device)
+            if self.background and self.device.type == "cuda":
+                made = torch.cuda.Event()  # gathered on this thread's stream: order the consumer
+                made.record(torch.cuda.current_stream(self.device))
+        transfer = self._transfer.submit(host, batch.staged) if host else None
         return _Ahead(transfer, ready, state, made)
 
     def _pull_ahead(self, count: int) -> None:
@@ -249,8 +273,8 @@ class PinToDeviceNode(BaseNode[dict[str, torch.Tensor]]):
         if ahead.made is not None:
             consumer = torch.cuda.current_stream(self.device)
             consumer.wait_event(ahead.made)
-            for tensor in ahead.ready.values():
-                if tensor.is_cuda:
+            for name, tensor in ahead.ready.items():
+                if name != SAMPLE_INDEX_KEY:  # the fields moved to (or made on) the device
                     tensor.record_stream(consumer)
         return {**copied, **ahead.ready}
 
