@@ -1,7 +1,9 @@
-"""Hypothesis strategies for geometries and loader configurations."""
+"""Hypothesis strategies for geometries and loader configurations, and the stored form of
+the chunks they describe."""
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import strategies as st
 
 from insitubatch_nodes.core.geometry import AxisPick, SampleGeometry, VariableLayout
@@ -31,3 +33,13 @@ def geometries(draw: st.DrawFn, max_samples: int = 150, picks: bool = False) -> 
     n = draw(st.integers(1, max_samples))
     count = draw(st.integers(1, 3))
     return SampleGeometry.from_layouts({f"v{i}": draw(layouts(n, picks)) for i in range(count)})
+
+
+def stored_chunk(source: np.ndarray, layout: VariableLayout, coords: tuple[int, ...]) -> np.ndarray:
+    """Chunk `coords` as a store holds it: always the full chunk shape, the part past the
+    array's edge padded with a value no real element has (-1; the sources are >= 0)."""
+    stored = np.full(layout.chunks, -1, dtype=source.dtype)
+    origin = [i * c for i, c in zip(coords, layout.chunks, strict=True)]
+    part = source[tuple(slice(o, o + c) for o, c in zip(origin, layout.chunks, strict=True))]
+    stored[tuple(slice(0, n) for n in part.shape)] = part
+    return stored

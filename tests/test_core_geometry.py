@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import geometries
+from strategies import geometries, stored_chunk
 
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.partition import assign_epoch
@@ -60,18 +60,6 @@ def test_read_plan_reads_each_chunk_once_and_covers_each_row_once(
         assert sorted(read_in_epoch[name]) == sorted(every_chunk)  # once each, all of them
 
 
-def _stored_chunk(
-    source: np.ndarray, layout: VariableLayout, coords: tuple[int, ...]
-) -> np.ndarray:
-    """Chunk `coords` as a store holds it: always the full chunk shape, the part past the
-    array's edge padded with a value no real element has (-1; the sources are >= 0)."""
-    stored = np.full(layout.chunks, -1, dtype=source.dtype)
-    origin = [i * c for i, c in zip(coords, layout.chunks, strict=True)]
-    part = source[tuple(slice(o, o + c) for o, c in zip(origin, layout.chunks, strict=True))]
-    stored[tuple(slice(0, n) for n in part.shape)] = part
-    return stored
-
-
 def test_chunk_regions_place_an_edge_chunk_by_hand() -> None:
     layout = VariableLayout((10, 7), (4, 3), "int32")
     target, valid = chunk_regions(layout, ChunkRead((2, 2), dest_row=5))
@@ -82,14 +70,16 @@ def test_chunk_regions_place_an_edge_chunk_by_hand() -> None:
     assert valid == (slice(0, 4), slice(0, 3))
 
 
-@settings(max_examples=60)
-@given(geometries(), st.integers(1, 4))
+@settings(max_examples=100)
+@given(st.booleans().flatmap(lambda picks: geometries(picks=picks)), st.integers(1, 4))
 def test_chunk_regions_assemble_each_block_from_stored_chunks(
     geometry: SampleGeometry, block_chunks: int
 ) -> None:
     """Every plan's chunks, placed by `chunk_regions` from their padded stored form, give a
-    block whose row of each (anchor, offset) is the source's own slice at that step, and
-    every buffer element is written by exactly one chunk."""
+    block whose row of each (anchor, offset) is the source's own slice at that step (at
+    the picked positions only, for a layout that picks some along an inner axis), and
+    every buffer element is written by exactly one chunk: chunks holding no picked
+    position are not read."""
     assignment = assign_epoch(
         geometry, np.arange(geometry.num_units), seed=0, epoch=0, rank=0, world_size=1
     )
@@ -105,12 +95,16 @@ def test_chunk_regions_assemble_each_block_from_stored_chunks(
             buffer = np.full(shape, -2, dtype=np.int64)
             writes = np.zeros(shape, dtype=np.int64)
             for read in plan.reads[name]:
-                target, valid = chunk_regions(layout, read)
-                buffer[target] = _stored_chunk(sources[name], layout, read.coords)[valid]
+                target, keep = chunk_regions(layout, read)
+                assert buffer[target].size > 0  # no read keeps nothing
+                buffer[target] = stored_chunk(sources[name], layout, read.coords)[keep]
                 writes[target] += 1
             assert (writes == 1).all()
             steps = plan.sample_index[:, None] + np.asarray(plan.offsets[name])[None, :]
-            assert np.array_equal(buffer[plan.rows[name]], sources[name][steps])
+            expected = sources[name][steps]
+            if layout.pick is not None:  # the sample's axis `pick.axis` is axis + 1 here
+                expected = np.take(expected, layout.pick.indices, axis=layout.pick.axis + 1)
+            assert np.array_equal(buffer[plan.rows[name]], expected)
 
 
 def test_unit_is_least_common_multiple_of_sample_chunks() -> None:

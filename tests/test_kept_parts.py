@@ -1,4 +1,5 @@
 """Keeping part of a chunk: picked positions of an inner axis (levels), row ranges.
+(Whole blocks of picked layouts: test_core_geometry's chunk_regions property.)
 
 Both readers decode such a chunk whole into bounded scratch and keep only its part, so a
 block holds only what samples use, and the memory beyond it is a chunk per decode thread,
@@ -18,7 +19,7 @@ import torch
 import zarr
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import geometries, layouts
+from strategies import layouts, stored_chunk
 
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.geometry import AxisPick, SampleGeometry, VariableLayout
@@ -32,52 +33,10 @@ from insitubatch_nodes.io.block_reader import ReadContext
 from insitubatch_nodes.io.chunk_reader import ChunkReader
 
 
-def _stored_chunk(source: np.ndarray, layout: VariableLayout, coords: tuple[int, ...]) -> Any:
-    """The chunk as stored: padded to the full chunk shape with a value no test expects."""
-    stored = np.full(layout.chunks, -1, dtype=source.dtype)
-    origin = [i * c for i, c in zip(coords, layout.chunks, strict=True)]
-    part = source[tuple(slice(o, o + c) for o, c in zip(origin, layout.chunks, strict=True))]
-    stored[tuple(slice(0, n) for n in part.shape)] = part
-    return stored
-
-
-def _picked(values: np.ndarray, layout: VariableLayout, axis_offset: int = 0) -> np.ndarray:
+def _picked(values: np.ndarray, layout: VariableLayout) -> np.ndarray:
     if layout.pick is None:
         return values
-    return np.take(values, layout.pick.indices, axis=layout.pick.axis + axis_offset)
-
-
-@settings(max_examples=80)
-@given(geometries(max_samples=60, picks=True), st.integers(1, 3))
-def test_blocks_of_picked_layouts_hold_exactly_the_picked_positions(
-    geometry: SampleGeometry, block_chunks: int
-) -> None:
-    """Placed by `chunk_regions`, every chunk a plan reads fills its block with the source
-    at the picked positions only, each element written once; chunks holding no picked
-    position are not read."""
-    assignment = assign_epoch(
-        geometry, np.arange(geometry.num_units), seed=0, epoch=0, rank=0, world_size=1
-    )
-    sources = {
-        name: np.arange(np.prod(layout.shape), dtype=np.int64).reshape(layout.shape)
-        for name, layout in geometry.variables.items()
-    }
-    for j, start in enumerate(range(0, assignment.units.size, block_chunks)):
-        units = assignment.units[start : start + block_chunks]
-        plan = plan_block(geometry, units, assignment=assignment, block_index=j)
-        for name, layout in geometry.variables.items():
-            shape = (plan.buffer_rows[name], *layout.sample_shape)
-            buffer = np.full(shape, -2, dtype=np.int64)
-            writes = np.zeros(shape, dtype=np.int64)
-            for read in plan.reads[name]:
-                target, keep = chunk_regions(layout, read)
-                assert buffer[target].size > 0  # no read keeps nothing
-                buffer[target] = _stored_chunk(sources[name], layout, read.coords)[keep]
-                writes[target] += 1
-            assert (writes == 1).all()
-            steps = plan.sample_index[:, None] + np.asarray(plan.offsets[name])[None, :]
-            expected = _picked(sources[name][steps], layout, axis_offset=1)
-            assert np.array_equal(buffer[plan.rows[name]], expected)
+    return np.take(values, layout.pick.indices, axis=layout.pick.axis)
 
 
 @settings(max_examples=120)
@@ -97,7 +56,7 @@ def test_a_row_range_keeps_those_rows_of_the_chunk_at_dest_row(data: st.DataObje
     read = ChunkRead(coords, dest_row, rows=(start, stop))
     buffer = np.full((dest_row + stop - start, *layout.sample_shape), -2, dtype=np.int64)
     target, keep = chunk_regions(layout, read)
-    buffer[target] = _stored_chunk(source, layout, coords)[keep]
+    buffer[target] = stored_chunk(source, layout, coords)[keep]
     rows = source[selection[0].start + start : selection[0].start + stop]
     expected = _picked(rows, layout)
     region = tuple(target[1:])
