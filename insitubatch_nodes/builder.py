@@ -23,7 +23,6 @@ from insitubatch_nodes.core.settings import (
     as_optional_int,
     int_from_environment,
 )
-from insitubatch_nodes.io.block_reader import IDLE_BUFFER_SHARE
 from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
 from insitubatch_nodes.loader import Loader
@@ -232,7 +231,7 @@ def build_loader(
         max_inflight=max_inflight,
         decode_threads=decode_threads,
         zarr_pipeline=zarr_pipeline,
-        idle_buffer_bytes=memory.read_ahead_bytes // IDLE_BUFFER_SHARE,
+        block_memory_bytes=memory.blocks_alive_bytes,
     )
     blocks = AsyncFetchNode(
         ReadPlanNode(permute, anchors, block_chunks=block_chunks),

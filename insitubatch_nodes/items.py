@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import torch
 
     from insitubatch_nodes.device.staging_ring import StagedBatch
+    from insitubatch_nodes.io.block_slots import BlockMemory
 
 SAMPLE_INDEX_KEY = "sample_index"
 PATCH_ORIGIN_KEY = "patch_origin"  # with patches: (batch, axes) crop origin of each sample
@@ -44,22 +45,44 @@ class UnitTicket:
 
 @dataclass(frozen=True, eq=False)
 class FetchedBlock:
-    """A block's samples, decoded: one array per variable, rows in `plan.sample_index` order.
+    """A block's samples, decoded: per variable, the plan's buffer rows in one array.
 
     Args:
         plan: the read plan the block was read for.
-        arrays: the block buffer of each variable.
+        arrays: per variable, the array holding the block's rows.
         device: None when the arrays are numpy arrays on the host; else the device whose
             tensors they are (the fetch node's `decode_on`).
+        memory: where the block's rows lie in `arrays` when not as the plan's buffer
+            (leased slots, `io.block_slots`); holding it keeps them leased. None: each
+            array is laid out as the plan's buffer.
     """
 
     plan: ReadPlan
     arrays: Mapping[str, Any]
     device: torch.device | None = None
+    memory: BlockMemory | None = None
 
-    @property
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.arrays.values())
+    def rows(self, variable: str, buffer_rows: np.ndarray) -> np.ndarray:
+        """The rows of `arrays[variable]` that hold the plan's buffer rows `buffer_rows`.
+
+        Args:
+            variable: the variable.
+            buffer_rows: rows of the plan's buffer (`ReadPlan.rows`), any shape.
+        """
+        return buffer_rows if self.memory is None else self.memory.rows(variable, buffer_rows)
+
+    def buffer(self, variable: str) -> Any:
+        """The plan's buffer of `variable` (`plan.buffer_rows[variable]` rows in plan
+        order): `arrays[variable]` itself when laid out so, else a copy of the block's
+        rows. For inspecting a block; the gather indexes `arrays` through `rows`.
+
+        Args:
+            variable: the variable.
+        """
+        array = self.arrays[variable]
+        if self.memory is None:
+            return array
+        return array[self.rows(variable, np.arange(self.plan.buffer_rows[variable]))]
 
 
 @dataclass(frozen=True, eq=False)

@@ -23,6 +23,7 @@ from insitubatch_nodes import (
     ShuffleBlockNode,
     ZarrSource,
 )
+from insitubatch_nodes.core.memory_bound import DEFAULT_MEMORY_BUDGET
 from insitubatch_nodes.core.read_plan import ReadPlan
 from insitubatch_nodes.io.block_reader import ReadContext
 from insitubatch_nodes.items import BatchDraw, FetchedBlock, UnitTicket
@@ -52,6 +53,7 @@ def build_stage(
     decode_on: torch.device | None = None,
     retry: RetryPolicy | None = None,
     read_across_epochs: bool = False,
+    block_memory_bytes: int = DEFAULT_MEMORY_BUDGET,
 ) -> BaseNode[Any]:
     source = ZarrSource.open(url)
     anchors = AnchorSet.for_split(source.geometry, source.split_units(split), spec, patches)
@@ -72,6 +74,7 @@ def build_stage(
                     fast_path=fast_path,
                     zarr_pipeline=zarr_pipeline,
                     retry=retry,
+                    block_memory_bytes=block_memory_bytes,
                 ),
                 prefetch_blocks=prefetch_blocks,
                 decode_on=decode_on,
@@ -99,7 +102,7 @@ def fingerprint(item: Any) -> Any:
         return (
             "block",
             fingerprint(item.plan),
-            tuple((k, v.tobytes()) for k, v in sorted(item.arrays.items())),
+            tuple((k, item.buffer(k).tobytes()) for k in sorted(item.arrays)),
         )
     if isinstance(item, BatchDraw):
         return (

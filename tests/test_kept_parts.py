@@ -124,7 +124,7 @@ def _block(path: Path, reader: str, **settings: Any) -> tuple[ReadPlan, Any, Rea
         chosen: Any = ChunkReader(context)
     else:  # "device" is the device reader on the CPU
         chosen = DeviceBlockReader(context, torch.device("cuda" if reader == "cuda" else "cpu"))
-    return plan, asyncio.run(chosen.read_block(plan)), context
+    return plan, asyncio.run(chosen.read_block(plan, None)), context
 
 
 @pytest.mark.parametrize(

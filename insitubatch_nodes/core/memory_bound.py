@@ -62,6 +62,12 @@ class MemoryPlan:
     block_bytes: int
     read_ahead_bytes: int
 
+    @property
+    def blocks_alive_bytes(self) -> int:
+        """The blocks alive at once, at most: those in the shuffle window and those read
+        ahead (what the fetch node's block slots hold, `io.block_slots`)."""
+        return self.window_bytes + self.read_ahead_bytes
+
 
 def sample_nbytes(layouts: Mapping[str, VariableLayout]) -> int:
     """Bytes of one sample of every variable.

@@ -84,7 +84,10 @@ class ReadPlan:
     """Everything needed to fetch one block; `assignment` ties it to its (seed, epoch, rank).
 
     `sample_index` holds the block's anchors; `rows[v][i, j]` is the buffer row of variable
-    `v` at `sample_index[i] + offsets[v][j]`; `buffer_rows[v]` is the buffer's length.
+    `v` at `sample_index[i] + offsets[v][j]`; `buffer_rows[v]` is the buffer's length, and
+    `segment_starts[v]` the first buffer row of each sample-axis chunk the block reads, in
+    increasing order (a *segment*: the rows of one such chunk, contiguous, never more than
+    the chunk's length; block memory may place each segment anywhere, `io.block_slots`).
     With patches, sample i is the crop at `origins[i]` and only the grid chunks some crop
     touches are read (the rest of the buffer is never gathered).
     """
@@ -97,6 +100,7 @@ class ReadPlan:
     rows: Mapping[str, np.ndarray]
     offsets: Mapping[str, tuple[int, ...]]
     buffer_rows: Mapping[str, int]
+    segment_starts: Mapping[str, np.ndarray]
     spec: SampleSpec | None = None
     patches: PatchSpec | None = None
     origins: np.ndarray | None = None  # (num_samples, axes) crop origins with patches
@@ -147,6 +151,7 @@ def plan_block(
     reads: dict[str, tuple[ChunkRead, ...]] = {}
     rows: dict[str, np.ndarray] = {}
     buffer_rows: dict[str, int] = {}
+    segment_starts: dict[str, np.ndarray] = {}
     for name, offsets in wanted.items():
         layout = geometry.variables[name]
         c = layout.sample_chunk
@@ -158,6 +163,7 @@ def plan_block(
             steps.shape
         )
         buffer_rows[name] = int(lengths.sum())
+        segment_starts[name] = dest
         if origins is None:
             inner = layout.inner_chunk_grid()
             reads[name] = tuple(
@@ -184,6 +190,7 @@ def plan_block(
         rows=rows,
         offsets=wanted,
         buffer_rows=buffer_rows,
+        segment_starts=segment_starts,
         spec=anchors.spec,
         patches=anchors.patches,
         origins=origins,

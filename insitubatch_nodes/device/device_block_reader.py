@@ -34,6 +34,7 @@ from insitubatch_nodes.device.batch_layout import ALIGNMENT
 from insitubatch_nodes.device.gpu_codecs import DeviceCodec, device_codec, load_nvcomp
 from insitubatch_nodes.device.grouped_calls import GroupedCalls
 from insitubatch_nodes.io.block_reader import ReadContext
+from insitubatch_nodes.io.block_slots import BlockMemory
 from insitubatch_nodes.io.chunk_codec import ChunkDecoder
 from insitubatch_nodes.io.chunk_errors import (
     ChunkBytesError,
@@ -110,7 +111,8 @@ class DeviceBlockReader:
     def __init__(self, context: ReadContext, device: torch.device) -> None:
         """Every read goes through the context's retry policy and counters; the arrays
         the device cannot decode are read by a `ChunkReader` over the same context (the
-        same opened arrays, shard indexes and block memory)."""
+        same opened arrays and shard indexes); its host buffers are its own, freed once
+        copied to the device."""
         self._context = context
         self._layouts = dict(context.layouts)
         self._device = device
@@ -162,7 +164,19 @@ class DeviceBlockReader:
         key = self._stored[payload.name].key(payload.read.coords)
         return chunk_read_error(payload.name, payload.read.coords, key, self._where, err)
 
-    async def read_block(self, plan: ReadPlan) -> dict[str, torch.Tensor]:
+    async def read_block(
+        self, plan: ReadPlan, memory: BlockMemory | None
+    ) -> dict[str, torch.Tensor]:
+        """See `BlockReader.read_block`: the block's tensors, in device memory of its own.
+
+        Args:
+            plan: what to read, and where each chunk's rows go.
+            memory: must be None: blocks live on the device, not in host memory.
+        """
+        if memory is not None:
+            raise ValueError(
+                "a DeviceBlockReader's blocks live on its device: it takes no host memory"
+            )
         return await self._grouped.submit(await self.read_bytes(plan))
 
     async def read_bytes(self, plan: ReadPlan) -> BlockBytes:
@@ -177,7 +191,7 @@ class DeviceBlockReader:
         assert self._cpu_reader is not None
         payloads, host_arrays = await asyncio.gather(
             self._fetch(on_device),
-            self._cpu_reader.read_block(dataclasses.replace(plan, reads=on_host)),
+            self._cpu_reader.read_block(dataclasses.replace(plan, reads=on_host), None),
         )
         return BlockBytes(plan.buffer_rows, payloads, host_arrays)
 

@@ -1,7 +1,9 @@
 """The fetch path's swap point: what reading a block means, and what every reader shares.
 
 A `BlockReader` turns one `ReadPlan` into one block: every chunk the plan lists, decoded
-and verified, in its rows of one buffer per variable. Two exist: `io.chunk_reader
+and verified, in its rows of one array per variable: in the memory the caller hands it
+(slots the fetch node leased from the context's `BlockSlots`, so that memory is counted
+and freed segment by segment), or in memory of its own. Two exist: `io.chunk_reader
 .ChunkReader` (numpy blocks, decoded on the CPU) and `device.device_block_reader
 .DeviceBlockReader` (tensors, decoded on a device, its fallback a `ChunkReader`).
 
@@ -9,7 +11,7 @@ Lifecycle: the fetch node makes a reader in its event loop's thread at an epoch'
 read (locks and semaphores belong to one loop), awaits `read_block` for each plan, several
 at once, and drops the reader with the loop at the epoch's end. Whatever must outlive an
 epoch lives in the `ReadContext`, built once per node and shared by every reader it makes,
-fallbacks included: opened arrays, shard indexes, reusable block memory, the counters.
+fallbacks included: opened arrays, shard indexes, the block slots, the counters.
 
 Errors: a read that fails for good is a `ChunkReadError` (a `CorruptChunkError` when the
 bytes arrived but are not the chunk) naming the variable, chunk, key and store; arrays
@@ -29,7 +31,7 @@ from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.memory_bound import DEFAULT_MEMORY_BUDGET
 from insitubatch_nodes.core.read_plan import ReadPlan
 from insitubatch_nodes.core.settings import as_bool, as_int, as_optional_int
-from insitubatch_nodes.io.block_buffers import BlockBuffers
+from insitubatch_nodes.io.block_slots import BlockMemory, BlockSlots
 from insitubatch_nodes.io.event_loop import default_decode_threads
 from insitubatch_nodes.io.fetch_stats import FetchStats
 from insitubatch_nodes.io.opened_arrays import OpenedArrays
@@ -38,18 +40,19 @@ from insitubatch_nodes.io.shard_reader import ShardIndexes
 from insitubatch_nodes.io.stores import local_root
 from insitubatch_nodes.io.zarr_compat import resolve_pipeline
 
-IDLE_BUFFER_SHARE = 4  # memory of dropped blocks kept for reuse: this part of the budget
-
 
 class BlockReader(Protocol):
     """Reads one plan's chunks into one block (see the module for its lifecycle)."""
 
-    async def read_block(self, plan: ReadPlan) -> dict[str, Any]:
-        """The block of `plan`: per variable, an array of `plan.buffer_rows[variable]`
-        rows holding every chunk the plan lists, verified.
+    async def read_block(self, plan: ReadPlan, memory: BlockMemory | None) -> dict[str, Any]:
+        """The block of `plan`: per variable, an array holding every chunk the plan lists,
+        verified: `memory.arrays`, laid out as `memory` says, or arrays of the reader's
+        own laid out as the plan's buffer (`plan.buffer_rows[variable]` rows).
 
         Args:
             plan: what to read, and where each chunk's rows go.
+            memory: host memory to decode into, or None. A device reader takes None (its
+                blocks live on its device, in memory it allocates).
         """
         ...
 
@@ -73,7 +76,7 @@ class ReadContext:
         stats: the counters every reader updates.
         opened_arrays: the arrays, opened once for every epoch's readers.
         shard_indexes: shard indexes, read once for every epoch's readers.
-        block_buffers: memory of blocks nobody holds any more, handed out again.
+        block_slots: the memory blocks lease, slot by slot.
     """
 
     store: Store
@@ -87,7 +90,7 @@ class ReadContext:
     stats: FetchStats
     opened_arrays: OpenedArrays
     shard_indexes: ShardIndexes
-    block_buffers: BlockBuffers
+    block_slots: BlockSlots
 
     @classmethod
     def create(
@@ -101,7 +104,7 @@ class ReadContext:
         decode_threads: int | None = None,
         fast_path: bool = True,
         zarr_pipeline: str | None = None,
-        idle_buffer_bytes: int = DEFAULT_MEMORY_BUDGET // IDLE_BUFFER_SHARE,
+        block_memory_bytes: int = DEFAULT_MEMORY_BUDGET,
     ) -> ReadContext:
         """A context with fresh shared parts, its settings checked.
 
@@ -116,7 +119,8 @@ class ReadContext:
             fast_path: decode common layouts with the library's own decoder.
             zarr_pipeline: `"zarrs"` or a codec pipeline class path for the arrays zarr
                 decodes itself, or None for zarr's own.
-            idle_buffer_bytes: memory of dropped blocks kept for reuse at most.
+            block_memory_bytes: memory of blocks alive at once (the shuffle window and
+                the read-ahead), at most: the block slots' capacity.
         """
         decode_threads = as_optional_int("decode_threads", decode_threads, minimum=1)
         return cls(
@@ -131,8 +135,8 @@ class ReadContext:
             stats=FetchStats(),
             opened_arrays=OpenedArrays(store),
             shard_indexes=ShardIndexes(),
-            block_buffers=BlockBuffers(
-                max_idle_bytes=as_int("idle_buffer_bytes", idle_buffer_bytes, minimum=0)
+            block_slots=BlockSlots(
+                layouts, as_int("block_memory_bytes", block_memory_bytes, minimum=0)
             ),
         )
 

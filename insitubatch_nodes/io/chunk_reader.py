@@ -23,6 +23,7 @@ import zarr
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.read_plan import ChunkRead, ReadPlan, chunk_regions
 from insitubatch_nodes.io.block_reader import ReadContext
+from insitubatch_nodes.io.block_slots import BlockMemory
 from insitubatch_nodes.io.redact import scrubbed
 from insitubatch_nodes.io.retry import ReadGaveUp
 from insitubatch_nodes.io.shard_reader import Loaded
@@ -100,40 +101,40 @@ class ChunkReader:
             through = await self._context.opened_arrays.open(rerouted, pipeline)
             self._via_zarr.update(zip(rerouted, through, strict=True))
 
-    async def read_block(self, plan: ReadPlan) -> dict[str, np.ndarray]:
+    async def read_block(self, plan: ReadPlan, memory: BlockMemory | None) -> dict[str, np.ndarray]:
+        """See `BlockReader.read_block`.
+
+        Args:
+            plan: what to read, and where each chunk's rows go.
+            memory: memory to decode into (leased slots), or None for buffers of its own.
+        """
         await self._ready()
-        buffers = {
-            name: self._context.block_buffers.empty(
-                (plan.buffer_rows[name], *self._layouts[name].sample_shape),
-                np.dtype(self._layouts[name].dtype),
-            )
-            for name in plan.reads
-        }
+        if memory is None:
+            memory = BlockMemory.own(plan, self._layouts)
         stored = {self._stored[n]: reads for n, reads in plan.reads.items() if n in self._stored}
         try:
             async with asyncio.TaskGroup() as group:
                 if stored:
-                    group.create_task(self._fetcher.fetch(stored, self._decoding(buffers)))
+                    group.create_task(self._fetcher.fetch(stored, self._decoding(memory)))
                 for name, reads in plan.reads.items():
                     if name in self._via_zarr:
                         for read in reads:
-                            group.create_task(self._read_via_zarr(name, read, buffers[name]))
+                            group.create_task(self._read_via_zarr(name, read, memory))
         except BaseExceptionGroup as failures:
             raise first_failure(failures) from None  # the error itself, not a wrapper
         self._context.stats.add(blocks_fetched=1)
-        return buffers
+        return {name: memory.arrays[name] for name in plan.reads}
 
-    def _decoding(self, buffers: Mapping[str, np.ndarray]) -> ChunkSink:
-        """The sink that decodes fetched chunks into their rows of `buffers`."""
+    def _decoding(self, memory: BlockMemory) -> ChunkSink:
+        """The sink that decodes fetched chunks into their rows of `memory`."""
         layouts = self._layouts
         stats = self._context.stats
 
         def decode(array: StoredArray, items: Loaded) -> None:
-            buffer = buffers[array.name]
             decoded = 0
             for read, data in items:
                 target, keep = chunk_regions(layouts[array.name], read)
-                destination = buffer[target]
+                destination = memory.region(array.name, target)
                 try:
                     array.decoder.decode_into(data, destination, keep)
                 except Exception as err:
@@ -146,7 +147,7 @@ class ChunkReader:
 
         return decode
 
-    async def _read_via_zarr(self, name: str, read: ChunkRead, buffer: np.ndarray) -> None:
+    async def _read_via_zarr(self, name: str, read: ChunkRead, memory: BlockMemory) -> None:
         array = self._via_zarr[name]
         target, keep = chunk_regions(self._layouts[name], read)
         selection = self._layouts[name].chunk_selection(read.coords)
@@ -155,6 +156,6 @@ class ChunkReader:
             data = await self._fetcher.with_retries(lambda: array.getitem(selection), key)
         except Exception as err:
             raise self._fetcher.error(name, read.coords, key, err) from scrubbed(err)
-        destination = buffer[target]
+        destination = memory.region(name, target)
         destination[...] = np.asarray(data)[keep]  # zarr returns the chunk's valid region
         self._context.stats.add(chunks_read=1, bytes_decoded=int(destination.nbytes))

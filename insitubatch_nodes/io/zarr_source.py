@@ -127,7 +127,7 @@ class ZarrSource:
 
         Args:
             **settings: `ReadContext.create`'s settings (`max_inflight`, `retry`,
-                `decode_threads`, `fast_path`, `zarr_pipeline`, `idle_buffer_bytes`).
+                `decode_threads`, `fast_path`, `zarr_pipeline`, `block_memory_bytes`).
         """
         return ReadContext.create(self.store, self.layouts, where=self.where, **settings)
 

@@ -36,6 +36,7 @@ from insitubatch_nodes.core.read_plan import ReadPlan
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.device.device_block_reader import DeviceBlockReader
 from insitubatch_nodes.io.block_reader import BlockReader, ReadContext
+from insitubatch_nodes.io.block_slots import BlockMemory
 from insitubatch_nodes.io.chunk_reader import ChunkReader
 from insitubatch_nodes.io.event_loop import EventLoopThread
 from insitubatch_nodes.io.fork_guard import check_same_process
@@ -169,7 +170,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             self._finalizer = None
         self._runtime = None
         self._reader = None
-        self.context.block_buffers.clear()  # idle memory goes back when no epoch runs
+        self.context.block_slots.clear()  # idle memory goes back when no epoch runs
 
     def _start(self) -> None:
         runtime = EventLoopThread("fetch", self.context.decode_threads)
@@ -220,18 +221,22 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             if self._runtime is None:
                 self._start()
             assert self._runtime is not None and self._reader is not None
-            future = self._runtime.submit(self._fetch(self._reader, plan, self.decode_on))
+            memory = None if self.decode_on is not None else self.context.block_slots.lease(plan)
+            future = self._runtime.submit(self._fetch(self._reader, plan, memory, self.decode_on))
             self._pending.append(
                 _Pending(future, state, plan.num_reads, nbytes, self._next_start is not None)
             )
 
     @staticmethod
     async def _fetch(
-        reader: BlockReader, plan: ReadPlan, device: torch.device | None
+        reader: BlockReader,
+        plan: ReadPlan,
+        memory: BlockMemory | None,
+        device: torch.device | None,
     ) -> FetchedBlock:
         """A static method: a coroutine holding the node would keep it (and its loop
         thread) alive while reads are pending."""
-        return FetchedBlock(plan, await reader.read_block(plan), device)
+        return FetchedBlock(plan, await reader.read_block(plan, memory), device, memory)
 
     def next(self) -> FetchedBlock:
         check_same_process(self._owner_pid)

@@ -14,10 +14,16 @@ from torchdata.nodes import BaseNode
 from insitubatch_nodes.core.read_plan import ReadPlan
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.device.staging_ring import StagingRing, page_locked
-from insitubatch_nodes.io.block_buffers import BlockBuffers
-from insitubatch_nodes.items import PATCH_ORIGIN_KEY, SAMPLE_INDEX_KEY, Batch, BatchDraw
+from insitubatch_nodes.items import (
+    PATCH_ORIGIN_KEY,
+    SAMPLE_INDEX_KEY,
+    Batch,
+    BatchDraw,
+    FetchedBlock,
+)
 from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
+from insitubatch_nodes.reused_buffers import ReusedBuffers
 
 IDLE_BATCHES = 2  # dropped batches whose memory is kept for the next ones
 
@@ -71,7 +77,7 @@ class GatherNode(BaseNode[Batch]):
         pinned_batches = as_int("pinned_batches", pinned_batches, minimum=1)
         self.source = source
         self.staging = StagingRing(pinned_batches, page_locked) if pin_memory else None
-        self._buffers = BlockBuffers(max_idle_bytes=0)
+        self._buffers = ReusedBuffers(max_idle_bytes=0)
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
@@ -126,12 +132,13 @@ def _batch_shape(
 
 
 def _field_rows(
-    plan: ReadPlan, variable: str, rows: np.ndarray, columns: np.ndarray | None
+    block: FetchedBlock, variable: str, rows: np.ndarray, columns: np.ndarray | None
 ) -> np.ndarray:
-    """The block buffer rows of the drawn samples' steps: (n, steps), one column without
-    a spec."""
-    table = plan.rows[variable]
-    return table[rows, :1] if columns is None else table[rows[:, None], columns[None, :]]
+    """The rows of the block's array holding the drawn samples' steps: (n, steps), one
+    column without a spec."""
+    table = block.plan.rows[variable]
+    picked = table[rows, :1] if columns is None else table[rows[:, None], columns[None, :]]
+    return block.rows(variable, picked)
 
 
 def batch_shapes(draw: BatchDraw) -> Shapes:
@@ -171,7 +178,7 @@ def gather(draw: BatchDraw, out: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
         stop = start + rows.size
         for key, variable, columns in fields:
             array = block.arrays[variable]
-            buffer_rows = _field_rows(block.plan, variable, rows, columns)
+            buffer_rows = _field_rows(block, variable, rows, columns)
             target = batch[key][start:stop]
             if crop:
                 assert block.plan.origins is not None
@@ -300,8 +307,7 @@ def gather_tensors(draw: BatchDraw) -> dict[str, Any]:
         assert block.device is not None
         stop = start + rows.size
         wanted = {
-            key: _field_rows(block.plan, variable, rows, columns)
-            for key, variable, columns in fields
+            key: _field_rows(block, variable, rows, columns) for key, variable, columns in fields
         }
         if crop:
             assert block.plan.origins is not None

@@ -1,4 +1,4 @@
-"""The block buffer pool never hands out memory that something still views."""
+"""The batch memory pool never hands out memory that something still views."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from insitubatch_nodes import build_loader
-from insitubatch_nodes.io.block_buffers import SLACK, BlockBuffers
+from insitubatch_nodes.reused_buffers import SLACK, ReusedBuffers
 
 # (operation, argument): take an array of `rows` rows, drop the i-th live one, or keep only
 # a view (or a tensor) of the i-th live one
@@ -35,7 +35,7 @@ def _memory_behind(array: np.ndarray) -> int:
 def test_live_arrays_never_share_memory_and_keep_their_values(
     steps: list[tuple[str, int]], max_idle_rows: int
 ) -> None:
-    pool = BlockBuffers(max_idle_bytes=max_idle_rows * 8 * 4)
+    pool = ReusedBuffers(max_idle_bytes=max_idle_rows * 8 * 4)
     live: list[tuple[Any, int]] = []  # (array, view or tensor, of a value written once)
     stamp = 0
     for operation, argument in steps:
@@ -63,7 +63,7 @@ def test_live_arrays_never_share_memory_and_keep_their_values(
 
 
 def test_memory_of_dropped_blocks_is_handed_out_again() -> None:
-    pool = BlockBuffers(max_idle_bytes=1 << 20)
+    pool = ReusedBuffers(max_idle_bytes=1 << 20)
     first = pool.empty((16, 64), np.dtype("float64"))
     address = first.__array_interface__["data"][0]
     del first
@@ -74,7 +74,7 @@ def test_memory_of_dropped_blocks_is_handed_out_again() -> None:
 
 
 def test_idle_memory_is_bounded() -> None:
-    pool = BlockBuffers(max_idle_bytes=3 * 1024)
+    pool = ReusedBuffers(max_idle_bytes=3 * 1024)
     held = [pool.empty((1024,), np.dtype("uint8")) for _ in range(8)]
     del held
     pool.empty((10_000,), np.dtype("uint8"))  # fits no idle slab: the idle ones are trimmed

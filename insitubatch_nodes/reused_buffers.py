@@ -1,15 +1,16 @@
-"""BlockBuffers: block arrays that reuse the memory of blocks nobody holds any more.
+"""ReusedBuffers: arrays (the gather's batches) that reuse the memory of arrays nobody
+holds any more.
 
-A block buffer is written once by the decode threads, read by the gathers, then dropped.
-A fresh `np.empty` of a megabyte or more comes straight from the kernel, and the decode's
-first touch of every page faults: with one time step per chunk that cost about a sixth of
-the loader's throughput on a 2-core machine. So the fetch node keeps the memory (a slab)
-of blocks whose arrays are all gone, and hands it out again.
+A batch is written once by the gather, handed out, then dropped. A fresh `np.empty` of a
+megabyte or more comes straight from the kernel, and the first write of every page
+faults: a cost as large as the gather's copy. So the gather keeps the memory (a slab) of
+batches whose arrays are all gone, and hands it out again. (Blocks have slots of their
+own, `io.block_slots`, freed chunk by chunk.)
 
 A slab is free when nothing but the pool refers to it: every numpy view keeps the array
-that owns its memory alive, and so does a tensor made with `torch.from_numpy`, so a block
-still in the shuffle window, or anything else viewing it, keeps the slab's reference count
-up. Idle slabs are bounded in bytes, and all are let go when the node closes.
+that owns its memory alive, and so does a tensor made with `torch.from_numpy`, so a batch
+the consumer keeps, or anything else viewing it, keeps the slab's reference count up.
+Idle slabs are bounded in bytes.
 """
 
 from __future__ import annotations
@@ -24,7 +25,13 @@ SLACK = 8  # an idle slab serves a request at most 1/SLACK larger: the budget co
 # requested sizes, so looser fits would let real read-ahead memory outgrow it
 
 
-class BlockBuffers:
+class ReusedBuffers:
+    """Uninitialised arrays in the memory of dropped ones (see the module).
+
+    Args:
+        max_idle_bytes: memory of dropped arrays kept for reuse, at most.
+    """
+
     def __init__(self, max_idle_bytes: int) -> None:
         self.max_idle_bytes = max_idle_bytes
         self._slabs: list[np.ndarray] = []
@@ -67,6 +74,3 @@ class BlockBuffers:
                 return
             total -= slab.nbytes
             self._slabs = [s for s in self._slabs if s is not slab]
-
-    def clear(self) -> None:
-        self._slabs = []

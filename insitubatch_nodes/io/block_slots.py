@@ -1,0 +1,224 @@
+"""Block memory in chunk-sized slots, leased by the fetch node and freed slot by slot.
+
+A block used to be one buffer per variable: counted in the budget only until it was handed
+out, and freed only whole. A shuffle that holds units from many blocks (a pool) must free
+memory unit by unit and count what it holds. So each variable has one backing array cut
+into slots of one sample-axis chunk (the variable's `sample_chunk` rows), and a block
+leases one slot per *segment* of its plan (`ReadPlan.segment_starts`: the rows of one
+sample-axis chunk it reads). A unit is whole chunks of every variable, hence whole slots:
+whatever holds a unit's segments can give them back on their own.
+
+A block's rows are then scattered over the backing array. `BlockMemory.rows` translates
+the plan's buffer rows into backing rows with one vectorised search, so the gather stays
+one take per (field, block); decoding shifts each chunk's target rows once
+(`BlockMemory.region`), which is Python work per chunk, not per sample.
+
+Slots go back when the block's `BlockMemory` is garbage (a `FetchedBlock` holds it, so
+when the shuffle and the gather are done with the block): the batches the gather writes
+are copies, so nothing else views a slot. The lowest free slots are leased first, so the
+pages in use stay the same few (a page's first write costs a fault, about a sixth of the
+loader's throughput on two cores with one time step per chunk), and the backing arrays
+are allocated unwritten, so slots never leased cost no memory. When the free slots cannot
+hold a block (more blocks alive than the budget planned), it gets memory of its own and
+`blocks_outside` counts it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import threading
+import weakref
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from insitubatch_nodes.core.geometry import VariableLayout
+from insitubatch_nodes.core.read_plan import ReadPlan
+
+SPARE_SLOTS = 2  # per variable beyond the capacity's share: ragged last chunks round up
+
+
+@dataclass(frozen=True, eq=False)
+class BlockMemory:
+    """Where one block's rows live: per variable an array, and how far each segment of
+    the plan's buffer is moved in it.
+
+    Args:
+        arrays: per variable, the array holding the block's rows (a pool's backing array,
+            or the block's own buffer).
+        segment_starts: per variable, each segment's first row in the plan's buffer
+            (`ReadPlan.segment_starts`).
+        shifts: per variable, each segment's first row in `arrays[variable]` minus its
+            first row in the plan's buffer; None when the block has its own buffers, laid
+            out as the plan's.
+    """
+
+    arrays: Mapping[str, np.ndarray]
+    segment_starts: Mapping[str, np.ndarray]
+    shifts: Mapping[str, np.ndarray] | None = None
+
+    @classmethod
+    def own(cls, plan: ReadPlan, layouts: Mapping[str, VariableLayout]) -> BlockMemory:
+        """Fresh buffers laid out as the plan's, for every variable the plan reads.
+
+        Args:
+            plan: the block's read plan.
+            layouts: the variables' layouts, by name.
+        """
+        arrays = {
+            name: np.empty(
+                (plan.buffer_rows[name], *layouts[name].sample_shape),
+                dtype=np.dtype(layouts[name].dtype),
+            )
+            for name in plan.reads
+        }
+        return cls(arrays, {name: plan.segment_starts[name] for name in plan.reads})
+
+    def rows(self, name: str, buffer_rows: np.ndarray) -> np.ndarray:
+        """The rows of `arrays[name]` holding the plan's buffer rows `buffer_rows` (any
+        shape), in one vectorised search.
+
+        Args:
+            name: the variable.
+            buffer_rows: rows of the plan's buffer (`ReadPlan.rows`).
+        """
+        if self.shifts is None:
+            return buffer_rows
+        segment = np.searchsorted(self.segment_starts[name], buffer_rows, side="right") - 1
+        return buffer_rows + self.shifts[name][segment]
+
+    def region(self, name: str, target: tuple[slice, ...]) -> np.ndarray:
+        """The view of `arrays[name]` where `target` (a region of the plan's buffer within
+        one segment, `read_plan.chunk_regions`) lives.
+
+        Args:
+            name: the variable.
+            target: the region, its first slice in the plan's buffer rows.
+        """
+        array = self.arrays[name]
+        if self.shifts is None:
+            return array[target]
+        rows = target[0]
+        segment = int(np.searchsorted(self.segment_starts[name], rows.start, side="right")) - 1
+        shift = int(self.shifts[name][segment])
+        return array[(slice(rows.start + shift, rows.stop + shift), *target[1:])]
+
+
+class _Backing:
+    """One variable's slots: a backing array (allocated at the first lease), the slots
+    given back (a heap, lowest first) and the first slot never leased."""
+
+    def __init__(self, layout: VariableLayout, slots: int) -> None:
+        self.slots = slots
+        self.slot_rows = layout.sample_chunk
+        self.shape = (slots * self.slot_rows, *layout.sample_shape)
+        self.dtype = np.dtype(layout.dtype)
+        self.slot_nbytes = self.slot_rows * math.prod(layout.sample_shape) * self.dtype.itemsize
+        self.array: np.ndarray | None = None
+        self.given_back: list[int] = []
+        self.unused_from = 0
+
+    @property
+    def free(self) -> int:
+        return len(self.given_back) + self.slots - self.unused_from
+
+    def take(self, count: int) -> list[int]:
+        """`count` free slots, the lowest first (the caller checked that they exist)."""
+        taken = [heapq.heappop(self.given_back) for _ in range(min(count, len(self.given_back)))]
+        fresh = count - len(taken)
+        taken += range(self.unused_from, self.unused_from + fresh)
+        self.unused_from += fresh
+        return taken
+
+    def array_once(self) -> np.ndarray:
+        if self.array is None:
+            self.array = np.empty(self.shape, dtype=self.dtype)
+        return self.array
+
+
+class BlockSlots:
+    """Chunk-sized slots of every variable for blocks to lease (see the module).
+
+    Thread-safe: the fetch node leases in the caller's thread, and slots go back in
+    whichever thread drops a block's memory last.
+
+    Args:
+        layouts: the variables' layouts, by name.
+        capacity_bytes: memory of blocks alive at once, at most (the shuffle window and
+            the read-ahead of `core.memory_bound.plan_memory`); each variable gets slots
+            for that many samples, and a block its slots allow.
+    """
+
+    def __init__(self, layouts: Mapping[str, VariableLayout], capacity_bytes: int) -> None:
+        self._layouts = dict(layouts)
+        self.capacity_bytes = capacity_bytes
+        sample_bytes = sum(
+            math.prod(layout.sample_shape) * np.dtype(layout.dtype).itemsize
+            for layout in self._layouts.values()
+        )
+        self._samples = capacity_bytes // max(1, sample_bytes)
+        self._lock = threading.Lock()
+        self._generation = 0
+        self._backings = self._fresh()
+        self.leased_bytes = 0
+        self.peak_leased_bytes = 0
+        self.blocks_outside = 0  # blocks the free slots could not hold
+
+    def _fresh(self) -> dict[str, _Backing]:
+        """Slots for the capacity's samples, and never more than twice the chunks along
+        the sample axis (a chunk is alive at most once per epoch, plus once more as a
+        window's halo or in the next epoch's read-ahead; any block beyond that gets
+        memory of its own), so a small array does not reserve the whole budget."""
+        backings = {}
+        for name, layout in self._layouts.items():
+            chunks = -(-layout.shape[0] // layout.sample_chunk)
+            wanted = -(-self._samples // layout.sample_chunk) + SPARE_SLOTS
+            backings[name] = _Backing(layout, min(wanted, 2 * chunks + SPARE_SLOTS))
+        return backings
+
+    def lease(self, plan: ReadPlan) -> BlockMemory:
+        """Memory for the block of `plan`: leased slots, or (when the free slots cannot
+        hold it) buffers of its own.
+
+        Args:
+            plan: the block's read plan.
+        """
+        wanted = {name: int(plan.segment_starts[name].size) for name in plan.reads}
+        with self._lock:
+            backings = self._backings
+            if any(backings[name].free < count for name, count in wanted.items()):
+                self.blocks_outside += 1
+                return BlockMemory.own(plan, self._layouts)
+            taken = {name: backings[name].take(count) for name, count in wanted.items()}
+            nbytes = sum(len(taken[n]) * backings[n].slot_nbytes for n in taken)
+            self.leased_bytes += nbytes
+            self.peak_leased_bytes = max(self.peak_leased_bytes, self.leased_bytes)
+            arrays = {name: backings[name].array_once() for name in taken}
+            generation = self._generation
+        shifts = {
+            name: np.asarray(slots, dtype=np.int64) * backings[name].slot_rows
+            - plan.segment_starts[name]
+            for name, slots in taken.items()
+        }
+        memory = BlockMemory(arrays, {name: plan.segment_starts[name] for name in taken}, shifts)
+        weakref.finalize(memory, self._give_back, generation, taken, nbytes)
+        return memory
+
+    def _give_back(self, generation: int, taken: Mapping[str, Iterable[int]], nbytes: int) -> None:
+        with self._lock:
+            self.leased_bytes -= nbytes
+            if generation != self._generation:
+                return  # its backing arrays were let go: they go when their blocks do
+            for name, slots in taken.items():
+                for slot in slots:
+                    heapq.heappush(self._backings[name].given_back, slot)
+
+    def clear(self) -> None:
+        """Let the backing arrays go (they are freed once the blocks still leasing them
+        are); the next lease starts new ones. The fetch node calls it when no epoch runs,
+        so memory idle between epochs goes back."""
+        with self._lock:
+            self._generation += 1
+            self._backings = self._fresh()
