@@ -4,6 +4,7 @@ per chunk, local and behind 30 ms per read).
 
     git worktree add /tmp/before <commit>
     python -m benchmarks.ab_checkouts /tmp/before . --repeats 5
+    python -m benchmarks.ab_checkouts /tmp/before . --repeats 9 --only 4/zstd/30
 
 Each run is a fresh process: one warm epoch, then the median samples/s of five epochs.
 The two checkouts alternate run by run, so drift of the machine falls on both; the table
@@ -78,10 +79,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("after", type=Path, help="checkout measured second in each pair")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache/insitubatch-ab")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="STEPS/CODEC/MS",
+        help="run only these scenarios, e.g. 4/zstd/30 (steps per chunk, codec, ms per read)",
+    )
     args = parser.parse_args(argv)
+    wanted = SCENARIOS
+    if args.only:
+        wanted = tuple(s for s in SCENARIOS if f"{s[1]}/{s[2]}/{s[3]}" in args.only)
+        if not wanted:
+            parser.error(f"--only {args.only} names no scenario")
     print("| store | ms/read | runs | before samples/s (range) | after samples/s (range) | ratio |")
     print("|---|---:|---:|---:|---:|---:|")
-    for steps, per_chunk, codec, latency_ms in SCENARIOS:
+    for steps, per_chunk, codec, latency_ms in wanted:
         store = ensure_store(args.cache, steps, per_chunk, codec)
         rates: dict[str, list[float]] = {"before": [], "after": []}
         for _ in range(args.repeats):

@@ -114,7 +114,7 @@ def build_loader(
     *,
     batch_size: int = 32,
     block_chunks: int | None = None,
-    max_inflight: int = 64,
+    max_inflight: int | None = None,
     prefetch_blocks: int = 2,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     seed: int = 0,
@@ -153,8 +153,10 @@ def build_loader(
         block_chunks: units read and shuffled together: larger blocks shuffle better
             and hold more memory; by default at least 64 samples and 8 chunks, within an
             eighth of `memory_budget` (`core.memory_bound.default_block_chunks`).
-        max_inflight: chunk reads under way at once; reading ahead runs until this many
-            are pending.
+        max_inflight: chunk reads under way at once at most; by default as many as the
+            store shows it takes (its delivered rate times its round trip, measured as
+            reads complete, `core.inflight_target`), within an eighth of the budget and
+            1024 reads. Reading ahead runs until that many are pending.
         prefetch_blocks: blocks read ahead at least.
         memory_budget: bytes the loader holds at most: the shuffle window, the batches
             being gathered and the reads in flight come first, the rest caps the blocks
@@ -232,6 +234,7 @@ def build_loader(
         decode_threads=decode_threads,
         zarr_pipeline=zarr_pipeline,
         block_memory_bytes=memory.blocks_alive_bytes,
+        inflight_bytes=memory.inflight_bytes,
     )
     blocks = AsyncFetchNode(
         ReadPlanNode(permute, anchors, block_chunks=block_chunks),

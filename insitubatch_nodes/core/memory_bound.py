@@ -19,12 +19,14 @@ import numpy as np
 
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.geometry import VariableLayout
+from insitubatch_nodes.core.inflight_target import CEILING
 from insitubatch_nodes.core.settings import as_int, as_optional_int
 
 DEFAULT_MEMORY_BUDGET = 1 << 30  # bytes: build_loader's default
 MIN_BLOCK_CHUNKS = 8
 MIN_BLOCK_SAMPLES = 64  # per-block work (plan, reads, wake-ups) spread over this many
 BLOCKS_PER_BUDGET = 8  # a default block takes at most this fraction of the budget
+INFLIGHT_SHARE = 8  # self-tuning reads in flight hold at most this fraction of the budget
 
 
 def default_block_chunks(unit_samples: int, unit_bytes: int, memory_budget: int) -> int:
@@ -87,7 +89,7 @@ def plan_memory(
     *,
     batch_size: int,
     block_samples: int,
-    max_inflight: int,
+    max_inflight: int | None,
     batches_held: int = 1,
 ) -> MemoryPlan:
     """Split `memory_budget` (bytes); a budget too small for one block read ahead is an
@@ -98,7 +100,9 @@ def plan_memory(
         layouts: the selected arrays, by name.
         batch_size: samples per batch.
         block_samples: buffer rows of one block, at most.
-        max_inflight: chunk reads under way at once.
+        max_inflight: chunk reads under way at once at most, or None when their number
+            follows the store (`core.inflight_target`): they then get an
+            `INFLIGHT_SHARE` of the budget, or `CEILING` chunks if less, one at least.
         batches_held: gathered batches alive at once (on CUDA, the page-locked staging
             ring: the device node's prefetch depth plus one).
     """
@@ -108,13 +112,19 @@ def plan_memory(
     )
     window = (batch_size + 2 * block_samples) * per_sample
     batch = batches_held * batch_size * per_sample
-    inflight = max_inflight * largest_chunk  # stored bytes are at most about decoded bytes
+    # stored bytes are at most about decoded bytes
+    if max_inflight is None:
+        inflight = max(largest_chunk, min(memory_budget // INFLIGHT_SHARE, CEILING * largest_chunk))
+        reads = "chunk reads in flight"
+    else:
+        inflight = max_inflight * largest_chunk
+        reads = f"{max_inflight} chunk reads in flight"
     block = block_samples * per_sample
     read_ahead = memory_budget - window - batch - inflight
     if read_ahead < block:
         raise ValueError(
             f"memory_budget={memory_budget} bytes is too small: the shuffle window needs "
-            f"{window}, the batch {batch}, {max_inflight} chunk reads in flight {inflight}, and "
+            f"{window}, the batch {batch}, {reads} {inflight}, and "
             f"one block read ahead {block} (at least {window + batch + inflight + block} in "
             f"all); raise memory_budget, or lower block_chunks, batch_size or max_inflight"
         )
@@ -128,7 +138,7 @@ def plan_loader_memory(
     *,
     batch_size: int,
     block_chunks: int | None,
-    max_inflight: int,
+    max_inflight: int | None,
     batches_held: int,
 ) -> tuple[int, MemoryPlan]:
     """The block size (`block_chunks`, or by default `default_block_chunks` of the data's
@@ -141,12 +151,13 @@ def plan_loader_memory(
         layouts: the selected arrays, by name.
         batch_size: samples per batch (an int >= 1).
         block_chunks: units per block (an int >= 1), or None for the default.
-        max_inflight: chunk reads under way at once (an int >= 1).
+        max_inflight: chunk reads under way at once at most (an int >= 1), or None to
+            follow the store.
         batches_held: gathered batches alive at once (see `plan_memory`).
     """
     batch_size = as_int("batch_size", batch_size, minimum=1)
     block_chunks = as_optional_int("block_chunks", block_chunks, minimum=1)
-    max_inflight = as_int("max_inflight", max_inflight, minimum=1)
+    max_inflight = as_optional_int("max_inflight", max_inflight, minimum=1)
     memory_budget = as_int("memory_budget", memory_budget, minimum=1)
     if block_chunks is None:
         block_chunks = default_block_chunks(

@@ -28,6 +28,7 @@ import numpy as np
 from zarr.abc.store import Store
 
 from insitubatch_nodes.core.geometry import VariableLayout
+from insitubatch_nodes.core.inflight_target import InflightTarget
 from insitubatch_nodes.core.memory_bound import DEFAULT_MEMORY_BUDGET
 from insitubatch_nodes.core.read_plan import ReadPlan
 from insitubatch_nodes.core.settings import as_bool, as_int, as_optional_int
@@ -69,7 +70,8 @@ class ReadContext:
         layouts: the selected arrays' layouts, by name.
         where: the store as shown in messages (credentials redacted).
         retry: how transient read errors are retried.
-        max_inflight: chunk reads under way at once.
+        inflight: how many chunk reads to keep under way (self-tuning, within a user's
+            `max_inflight` and the memory allowed for reads in flight).
         decode_threads: threads of the decode pool.
         fast_path: whether common layouts are decoded by the library (else all by zarr).
         zarr_pipeline: the codec pipeline class path for arrays zarr decodes, or None.
@@ -83,7 +85,7 @@ class ReadContext:
     layouts: Mapping[str, VariableLayout]
     where: str
     retry: RetryPolicy
-    max_inflight: int
+    inflight: InflightTarget
     decode_threads: int
     fast_path: bool
     zarr_pipeline: str | None
@@ -100,11 +102,12 @@ class ReadContext:
         *,
         where: str = "the store",
         retry: RetryPolicy | None = None,
-        max_inflight: int = 64,
+        max_inflight: int | None = None,
         decode_threads: int | None = None,
         fast_path: bool = True,
         zarr_pipeline: str | None = None,
         block_memory_bytes: int = DEFAULT_MEMORY_BUDGET,
+        inflight_bytes: int | None = None,
     ) -> ReadContext:
         """A context with fresh shared parts, its settings checked.
 
@@ -113,7 +116,8 @@ class ReadContext:
             layouts: the selected arrays' layouts, by name.
             where: the store as shown in messages (credentials redacted).
             retry: how transient read errors are retried (default `RetryPolicy()`).
-            max_inflight: chunk reads under way at once (an int >= 1).
+            max_inflight: chunk reads under way at once at most (an int >= 1), or None to
+                follow what the store shows (`core.inflight_target`).
             decode_threads: threads of the decode pool (an int >= 1; default from the
                 host's cores).
             fast_path: decode common layouts with the library's own decoder.
@@ -121,6 +125,8 @@ class ReadContext:
                 decodes itself, or None for zarr's own.
             block_memory_bytes: memory of blocks alive at once (the shuffle window and
                 the read-ahead), at most: the block slots' capacity.
+            inflight_bytes: stored bytes of reads under way at once, at most (the memory
+                budget's share for them), or None for no bound but the reads'.
         """
         decode_threads = as_optional_int("decode_threads", decode_threads, minimum=1)
         return cls(
@@ -128,7 +134,10 @@ class ReadContext:
             layouts=dict(layouts),
             where=where,
             retry=retry or RetryPolicy(),
-            max_inflight=as_int("max_inflight", max_inflight, minimum=1),
+            inflight=InflightTarget(
+                cap=as_optional_int("max_inflight", max_inflight, minimum=1),
+                max_bytes=as_optional_int("inflight_bytes", inflight_bytes, minimum=1),
+            ),
             decode_threads=default_decode_threads() if decode_threads is None else decode_threads,
             fast_path=as_bool("fast_path", fast_path),
             zarr_pipeline=resolve_pipeline(zarr_pipeline),

@@ -15,15 +15,17 @@ plus `attempts` times `attempt_timeout_s`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import time
 import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import obstore.exceptions
+
+if TYPE_CHECKING:
+    from insitubatch_nodes.io.read_slots import ReadSlots
 
 T = TypeVar("T")
 
@@ -117,20 +119,22 @@ class RetryPolicy:
         attempt: Callable[[], Awaitable[T]],
         key: str,
         on_retry: Callable[[], None],
-        limit: asyncio.Semaphore | None = None,
+        limit: ReadSlots | None = None,
     ) -> T:
         """Await `attempt()` until it succeeds; raise `ReadGaveUp` from the last error.
 
-        Each attempt holds `limit` (if given) while it runs, not while it waits to retry;
-        the timeout starts once `limit` is held, so a queue of reads is not a timeout.
+        Each attempt holds a slot of `limit` (if given) while it runs, not while it waits
+        to retry; the timeout starts once the slot is held, so a queue of reads is not a
+        timeout.
         """
+
+        async def timed() -> T:
+            async with asyncio.timeout(self.attempt_timeout_s):
+                return await attempt()
+
         for tried in range(1, self.attempts + 1):
             try:
-                async with contextlib.AsyncExitStack() as held:
-                    if limit is not None:
-                        await held.enter_async_context(limit)
-                    async with asyncio.timeout(self.attempt_timeout_s):
-                        return await attempt()
+                return await (timed() if limit is None else limit.run(timed))
             except Exception as err:  # CancelledError is a BaseException: never retried
                 if tried == self.attempts or not self.is_transient(err):
                     raise ReadGaveUp(tried) from err

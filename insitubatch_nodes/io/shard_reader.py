@@ -26,6 +26,7 @@ from insitubatch_nodes.core.read_plan import ChunkRead
 from insitubatch_nodes.io.chunk_errors import ChunkBytesError
 from insitubatch_nodes.io.fetch_stats import FetchStats
 from insitubatch_nodes.io.local_files import open_or_none
+from insitubatch_nodes.io.read_slots import ReadSlots
 from insitubatch_nodes.io.redact import scrubbed
 from insitubatch_nodes.io.retry import ReadGaveUp, RetryPolicy, range_refused
 from insitubatch_nodes.io.shard_index import ShardLayout, chunk_span
@@ -154,7 +155,7 @@ class ShardReader:
         layout: ShardLayout,
         *,
         local_root: Path | None,
-        inflight: asyncio.Semaphore,
+        inflight: ReadSlots,
         indexes: ShardIndexCache,
         on_error: Callable[[tuple[int, ...], str, BaseException], BaseException],
         stats: FetchStats,
@@ -176,7 +177,7 @@ class ShardReader:
         return chunk_key(self._metadata, self._prefix, shard)
 
     async def _get(self, key: str, byte_range: Any) -> Any:
-        """A ranged get under the retry policy, each try counted against `max_inflight`."""
+        """A ranged get under the retry policy, each try holding one of the read slots."""
         return await self._retry.call(
             lambda: self._store.get(
                 key, prototype=default_buffer_prototype(), byte_range=byte_range

@@ -34,6 +34,7 @@ from insitubatch_nodes.io.block_reader import ReadContext
 from insitubatch_nodes.io.chunk_codec import ChunkDecoder, fast_decoder
 from insitubatch_nodes.io.chunk_errors import ChunkReadError, chunk_read_error
 from insitubatch_nodes.io.local_files import read_file
+from insitubatch_nodes.io.read_slots import ReadSlots
 from insitubatch_nodes.io.redact import scrubbed
 from insitubatch_nodes.io.shard_index import ShardLayout, shard_layout
 from insitubatch_nodes.io.shard_reader import Loaded, ShardReader
@@ -117,7 +118,7 @@ class ChunkFetcher:
         self._retry = context.retry
         self._stats = context.stats
         self._local_root = local_root(context.store)
-        self._inflight = asyncio.Semaphore(context.max_inflight)
+        self._inflight = ReadSlots(context.inflight)
         self._shard_readers: dict[str, ShardReader] = {}
         self._scratches = threading.local()
 

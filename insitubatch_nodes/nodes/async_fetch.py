@@ -54,13 +54,15 @@ class _Pending:
 
 
 class AsyncFetchNode(BaseNode[FetchedBlock]):
-    """Reads ahead until `context.max_inflight` chunk reads (and at least `prefetch_blocks`
+    """Reads ahead until `context.inflight.limit` chunk reads (and at least `prefetch_blocks`
     blocks) are pending, enough to keep every request slot busy (more only adds contention
     and memory: with 2.8 MB chunks, twice as much read-ahead cut throughput under 30 ms
     reads by 40%), never holding more than `memory_budget` bytes of pending blocks (one
     block is always allowed, however large). How blocks are read (store, retries, in-flight
     limit, decode threads, codec pipeline) is the `ReadContext`'s, shared by every epoch's
-    reader; `context.stats` counts what was read and retried. With `decode_on` a device,
+    reader; `context.stats` counts what was read and retried. A host block's memory is
+    leased from `context.block_slots` as its plan is submitted, and goes back when the
+    block is dropped (`io.block_slots`). With `decode_on` a device,
     blocks are decoded into tensors there (`device.device_block_reader`).
     `read_across_epochs`: see the module's docstring; the loop then stays up between
     epochs (`Loader` leaves it running when an epoch ends), until the next epoch,
@@ -186,7 +188,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             return True
         if self._local:  # no latency to hide: the decode threads are the parallelism
             return False
-        return sum(p.reads for p in self._pending) < self.context.max_inflight
+        return sum(p.reads for p in self._pending) < self.context.inflight.limit
 
     def _rewind_source(self) -> None:
         """Put the source back where the last delivered block left it, after a close()

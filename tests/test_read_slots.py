@@ -1,0 +1,80 @@
+"""Read slots: never more reads in flight than the target allows, no slot lost to a
+cancelled read, and a loader's reads teach its target the store's round trip."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from zarr.abc.store import ByteRequest, Store
+from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.storage import WrapperStore
+
+from insitubatch_nodes import build_loader, memory_store
+from insitubatch_nodes.core.inflight_target import START, InflightTarget
+from insitubatch_nodes.io.read_slots import ReadSlots
+from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
+
+
+def test_reads_beyond_the_limit_wait_and_cancelled_ones_give_their_slot_back() -> None:
+    slots = ReadSlots(InflightTarget(cap=3))
+    running = 0
+    most = 0
+
+    async def read() -> bytes:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        try:
+            await asyncio.sleep(0.01)
+        finally:
+            running -= 1
+        return b"x" * 100
+
+    async def main() -> None:
+        tasks = [asyncio.create_task(slots.run(read)) for _ in range(30)]
+        await asyncio.sleep(0.005)
+        for task in tasks[1:30:3]:  # some running, most still waiting for a slot
+            task.cancel()
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        cancelled = sum(isinstance(o, asyncio.CancelledError) for o in outcomes)
+        assert cancelled == 10 and outcomes.count(b"x" * 100) == 20
+        assert slots.in_flight == 0
+        await asyncio.wait_for(slots.run(read), timeout=1)  # every slot is free again
+
+    asyncio.run(main())
+    assert most == 3
+
+
+class _Distant(WrapperStore[Store]):
+    """Every chunk get waits `delay_s` first, concurrent gets concurrently."""
+
+    def __init__(self, store: Store, delay_s: float) -> None:
+        super().__init__(store)
+        self.delay_s = delay_s
+
+    def _with_store(self, store: Store) -> _Distant:
+        return type(self)(store, self.delay_s)
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        if not key.endswith("zarr.json"):
+            await asyncio.sleep(self.delay_s)
+        return await self._store.get(key, prototype, byte_range)
+
+
+def test_a_loader_learns_the_round_trip_of_a_distant_store(memory_url: Any) -> None:
+    url, _ = memory_url()
+    store = _Distant(memory_store(url.removeprefix("memory://")), 0.02)
+    loader = build_loader(store, split="all", batch_size=4, block_chunks=4, device="cpu")
+    target = next(n for n in graph_nodes(loader.root) if isinstance(n, AsyncFetchNode))
+    inflight = target.context.inflight
+    assert inflight.limit == START
+    for _ in range(2):
+        for _ in loader:
+            pass
+    assert inflight.estimate is not None
+    assert 0.02 <= inflight.estimate.min_rtt_s < 0.5
+    assert inflight.estimate.rate_bytes_s > 0
