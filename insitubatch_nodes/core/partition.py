@@ -1,13 +1,22 @@
-"""Which units a rank reads in an epoch: a (seed, epoch) permutation dealt out round-robin.
+"""Which units a rank reads in an epoch: a (seed, epoch) permutation dealt out round-robin,
+or, for evaluation, a fixed contiguous share.
 
-All ranks compute the same permutation from the same seed and epoch, then rank r takes
-every W-th unit starting at r. Because each rank can compute every other rank's share,
-each one knows the common per-rank sample count without talking to the others, which is
-what keeps batch counts equal across ranks (see `samples_per_rank`).
+Training: all ranks compute the same permutation from the same seed and epoch, then rank r
+takes every W-th unit starting at r. Because each rank can compute every other rank's
+share, each one knows the common per-rank sample count without talking to the others,
+which is what keeps batch counts equal across ranks (see `samples_per_rank`).
+
+Evaluation (`assign_evaluation`): the split's units in increasing order are cut into W
+contiguous runs of about equal sample counts, rank r taking the r-th. Every sample is
+yielded exactly once across the ranks and none is repeated to even the ranks out, so the
+ranks' last batches, and their batch counts, may differ; the ranks' samples put end to end
+are the split in order, whatever the world size. The order never depends on the seed or
+the epoch.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,7 +70,11 @@ def rank_sample_counts(
 
 @dataclass(frozen=True, eq=False)
 class EpochAssignment:
-    """One rank's units for one epoch, with the sample counts every rank can agree on."""
+    """One rank's units for one epoch, with the sample counts every rank can agree on.
+
+    `evaluation` marks a fixed share (`assign_evaluation`): its samples are drawn in
+    order and never padded.
+    """
 
     seed: int
     epoch: int
@@ -71,24 +84,72 @@ class EpochAssignment:
     rank_samples: int
     min_rank_samples: int
     max_rank_samples: int
+    evaluation: bool = False
 
     def samples_per_rank(self, batch_size: int, drop_last: bool) -> int:
-        """Samples every rank yields per epoch, so that all ranks step the same number of times.
+        """Samples this rank yields per epoch (see `epoch_samples`).
 
-        Without `drop_last` each rank yields as many as the largest share; a rank with a
-        smaller share pads by repeating draws from its last block. With `drop_last` each rank
-        yields the largest multiple of `batch_size` that the smallest share can fill. Shares
-        do not change between epochs, so neither does this.
+        Args:
+            batch_size: samples per batch.
+            drop_last: whether only full batches are yielded (training only).
         """
-        return samples_per_rank(self.min_rank_samples, self.max_rank_samples, batch_size, drop_last)
+        return epoch_samples(
+            self.rank_samples,
+            self.min_rank_samples,
+            self.max_rank_samples,
+            batch_size,
+            drop_last,
+            evaluation=self.evaluation,
+        )
 
 
 def samples_per_rank(
     min_rank_samples: int, max_rank_samples: int, batch_size: int, drop_last: bool
 ) -> int:
+    """Samples every training rank yields per epoch, so that all ranks step the same number
+    of times.
+
+    Without `drop_last` each rank yields as many as the largest share; a rank with a smaller
+    share pads by repeating draws from its last block. With `drop_last` each rank yields the
+    largest multiple of `batch_size` that the smallest share can fill. Shares do not change
+    between epochs, so neither does this.
+
+    Args:
+        min_rank_samples: the smallest rank's share of the split.
+        max_rank_samples: the largest rank's share.
+        batch_size: samples per batch.
+        drop_last: whether only full batches are yielded.
+    """
     if drop_last:
         return (min_rank_samples // batch_size) * batch_size
     return max_rank_samples
+
+
+def epoch_samples(
+    rank_samples: int,
+    min_rank_samples: int,
+    max_rank_samples: int,
+    batch_size: int,
+    drop_last: bool,
+    *,
+    evaluation: bool,
+) -> int:
+    """Samples one rank yields per epoch: in evaluation its own share, each sample once;
+    in training the count every rank yields (`samples_per_rank`). The one rule both the
+    shuffle node (when an epoch's first block arrives) and `len(loader)` (before anything is
+    read) use.
+
+    Args:
+        rank_samples: this rank's share of the split.
+        min_rank_samples: the smallest rank's share.
+        max_rank_samples: the largest rank's share.
+        batch_size: samples per batch.
+        drop_last: whether only full batches are yielded (training only).
+        evaluation: whether the share is an evaluation share (`assign_evaluation`).
+    """
+    if evaluation:
+        return rank_samples
+    return samples_per_rank(min_rank_samples, max_rank_samples, batch_size, drop_last)
 
 
 def _scatter_short_units(mine: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
@@ -101,6 +162,12 @@ def _scatter_short_units(mine: np.ndarray, count: int, rng: np.random.Generator)
 
 
 def check_rank(rank: int, world_size: int) -> None:
+    """Refuse a world size below 1 or a rank outside [0, world_size).
+
+    Args:
+        rank: the process's rank.
+        world_size: the number of ranks.
+    """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if not 0 <= rank < world_size:
@@ -134,4 +201,72 @@ def assign_epoch(
         rank_samples=int(counts[rank]),
         min_rank_samples=int(counts.min()),
         max_rank_samples=int(counts.max()),
+    )
+
+
+def evaluation_shares(
+    geometry: UnitSamples, split_units: np.ndarray, world_size: int
+) -> list[np.ndarray]:
+    """The split's units in increasing order, cut into `world_size` contiguous runs of about
+    equal sample counts (each run holds at least one unit). Contiguous runs keep each
+    rank's reads sequential and a window's halo shared by neighbouring units.
+
+    Args:
+        geometry: how many samples each unit holds.
+        split_units: the split's units.
+        world_size: how many ranks share the split.
+    """
+    units = np.sort(np.asarray(split_units, dtype=np.int64))
+    if units.size < world_size:
+        raise ValueError(
+            f"the split has {units.size} chunk-aligned units, fewer than world_size="
+            f"{world_size}: every rank needs at least one; use fewer ranks or a larger split"
+        )
+    ends = np.cumsum(geometry.unit_sizes(units))  # samples up to and including each unit
+    total = int(ends[-1])
+    cuts = [0]
+    for r in range(1, world_size):
+        # the unit boundary nearest to r/W of the samples, leaving each rank a unit
+        wanted = total * r / world_size
+        after = int(np.searchsorted(ends, wanted))  # first unit ending at or past it
+        before_gap = wanted - (ends[after - 1] if after > 0 else 0)
+        after_gap = ends[after] - wanted if after < units.size else np.inf
+        cut = after + 1 if after_gap < before_gap else after
+        cuts.append(min(max(cut, cuts[-1] + 1), units.size - (world_size - r)))
+    cuts.append(units.size)
+    return [units[a:b] for a, b in itertools.pairwise(cuts)]
+
+
+def assign_evaluation(
+    geometry: UnitSamples,
+    split_units: np.ndarray,
+    *,
+    seed: int,
+    epoch: int,
+    rank: int,
+    world_size: int,
+) -> EpochAssignment:
+    """Rank `rank`'s evaluation share (`evaluation_shares`), the same every epoch.
+
+    Args:
+        geometry: how many samples each unit holds.
+        split_units: the split's units.
+        seed: recorded only (the share does not depend on it).
+        epoch: recorded only (the share does not depend on it).
+        rank: this process's rank, in [0, world_size).
+        world_size: how many ranks share the split.
+    """
+    check_rank(rank, world_size)
+    shares = evaluation_shares(geometry, split_units, world_size)
+    counts = [int(geometry.unit_sizes(share).sum()) for share in shares]
+    return EpochAssignment(
+        seed=seed,
+        epoch=epoch,
+        rank=rank,
+        world_size=world_size,
+        units=shares[rank],
+        rank_samples=counts[rank],
+        min_rank_samples=min(counts),
+        max_rank_samples=max(counts),
+        evaluation=True,
     )
