@@ -135,6 +135,8 @@ def build_loader(
     device_prefetch: int | None = None,
     decode: str = "cpu",
     read_across_epochs: bool = False,
+    evaluation: bool = False,
+    all_ranks_state: bool = False,
 ) -> Loader[dict[str, torch.Tensor]]:
     """Shuffled, split-aware, resumable batches from a Zarr group.
 
@@ -197,6 +199,13 @@ def build_loader(
         read_across_epochs: read the next epoch's first blocks while the last batches of
             this one are drawn; threads and those blocks stay between epochs until the
             next one, `loader.close()` (or `with loader:`), or garbage collection.
+        evaluation: for validation and test: the split in a fixed order (the same every
+            epoch), every sample exactly once across the ranks, no padding, so the ranks'
+            last batches and batch counts may differ (`len(loader)` says each rank's);
+            `drop_last` must stay False.
+        all_ranks_state: `state_dict()` holds every rank's state, gathered over
+            torch.distributed (every rank must call it at once), so that the checkpoint
+            Lightning or accelerate writes (rank 0's) resumes every rank.
     """
     target = resolve_device(device)
     decode_on = decode_device(decode, target)
@@ -205,6 +214,9 @@ def build_loader(
     slots = PinToDeviceNode.staging_slots(prefetch)
     stack = as_bool("stack", stack)
     spatial_dims = as_int("spatial_dims", spatial_dims, minimum=0)
+    # Found before any process group exists: follow one started later (Lightning's DDP).
+    grouped = torch.distributed.is_available() and torch.distributed.is_initialized()
+    follow = rank is None and world_size is None and not grouped
     rank, world_size = resolve_rank(rank, world_size)
     if spec is not None and variables is None:
         variables = spec.variables()
@@ -217,6 +229,8 @@ def build_loader(
         rank=rank,
         world_size=world_size,
         fingerprint=opened.fingerprint(split),
+        evaluation=evaluation,
+        follow_process_group=follow,
     )
     permute.check_full_batch(batch_size, drop_last, split)
     block_chunks, memory = plan_loader_memory(
@@ -261,4 +275,4 @@ def build_loader(
     if normalise is not None:
         order = batch_channels(opened.layouts, spec, stacked=stack, spatial_dims=spatial_dims)
         node = NormaliseNode(node, normalise, order, spatial_dims=spatial_dims)
-    return Loader(node)
+    return Loader(node, all_ranks_state=all_ranks_state)

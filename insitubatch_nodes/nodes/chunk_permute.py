@@ -7,15 +7,18 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import torch
 from torchdata.nodes import BaseNode
 
 from insitubatch_nodes.core.geometry import UnitSamples
 from insitubatch_nodes.core.partition import (
     EpochAssignment,
     assign_epoch,
+    assign_evaluation,
     check_rank,
+    epoch_samples,
+    evaluation_shares,
     rank_sample_counts,
-    samples_per_rank,
 )
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.items import UnitTicket
@@ -27,6 +30,11 @@ from insitubatch_nodes.nodes.state_checks import (
     check_node_state,
     check_saved_config,
     named_state,
+)
+
+EVALUATION_DROP_LAST = (
+    "drop_last=True drops samples, and an evaluation loader yields every sample of the split "
+    "once (its ranks' last batches may be short); leave drop_last False"
 )
 
 
@@ -41,6 +49,11 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
     order every `iter()`. State is (epoch, position) plus the settings it is only valid for,
     and, given `fingerprint`, the data it was counted on.
 
+    With `evaluation=True` the rank's share is a fixed contiguous run of the split's units
+    in increasing order (`core.partition.assign_evaluation`), the same every epoch: with
+    `ShuffleBlockNode` after it, every sample of the split is yielded once across the ranks,
+    in order, without padding.
+
     Args:
         geometry: how many samples each unit holds.
         split_units: the split's units (with a sample spec, `AnchorSet.units`).
@@ -52,10 +65,18 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
             the state, so that a graph over other data (another store, variables, split or
             snapshot, or the store edited since) refuses the state instead of resuming it
             into other batches; None records and checks nothing.
+        evaluation: a fixed order with each sample once across the ranks (validation and
+            test), instead of a shuffled epoch with ranks padded to equal counts.
+        follow_process_group: `rank` and `world_size` were not chosen but found before any
+            process group existed: if `torch.distributed` is initialised by the time the
+            node is first reset (or asked for its epoch's size), its rank and world size
+            are taken instead. A framework that starts the process group after the loader
+            was built (Lightning's DDP, given the loader in `Trainer.fit`) is followed so.
     """
 
     EPOCH_KEY = "epoch"
     POSITION_KEY = "position"
+    EVALUATION_KEY = "evaluation"
 
     def __init__(
         self,
@@ -67,12 +88,16 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         world_size: int = 1,
         initial_epoch: int = 0,
         fingerprint: Mapping[str, Any] | None = None,
+        evaluation: bool = False,
+        follow_process_group: bool = False,
     ) -> None:
         super().__init__()
         seed = as_int("seed", seed, minimum=0)
         rank = as_int("rank", rank)
         world_size = as_int("world_size", world_size)
         initial_epoch = as_int("initial_epoch", initial_epoch, minimum=0)
+        self.evaluation = as_bool("evaluation", evaluation)
+        self._following = as_bool("follow_process_group", follow_process_group)
         check_rank(rank, world_size)
         self.geometry = geometry
         self.split_units = np.sort(np.asarray(split_units, dtype=np.int64))
@@ -85,22 +110,58 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
                 f"the split): pass AnchorSet.units as split_units"
             )
         self.num_samples = int(geometry.unit_sizes(self.split_units).sum())
-        counts = rank_sample_counts(geometry, self.split_units, world_size)
-        self.min_rank_samples = int(counts.min())
-        self.max_rank_samples = int(counts.max())
         self.seed = seed
         self.rank = rank
         self.world_size = world_size
+        self._count_shares()
         self.fingerprint = None if fingerprint is None else copy.deepcopy(dict(fingerprint))
         self._epoch = initial_epoch
         self._position = 0
         self._started = False
         self._assignment: EpochAssignment | None = None
+        self._full_batch_check: tuple[int, bool, str] | None = None
+        self._next_epoch: int | None = None
+
+    def _count_shares(self) -> None:
+        """Every rank's share of the split (the same every epoch): this rank's, the
+        smallest and the largest."""
+        if self.evaluation:
+            shares = evaluation_shares(self.geometry, self.split_units, self.world_size)
+            counts = np.array([self.geometry.unit_sizes(share).sum() for share in shares])
+        else:
+            counts = rank_sample_counts(self.geometry, self.split_units, self.world_size)
+        self.rank_samples = int(counts[self.rank])
+        self.min_rank_samples = int(counts.min())
+        self.max_rank_samples = int(counts.max())
+
+    def _follow_process_group(self) -> None:
+        """Take torch.distributed's rank and world size if the node follows the process
+        group and one now exists (see the class); after the first reset the node's rank is
+        fixed."""
+        if not (self._following and torch.distributed.is_available()):
+            return
+        if not torch.distributed.is_initialized():
+            return
+        self._following = False
+        rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        if (rank, world_size) == (self.rank, self.world_size):
+            return
+        check_rank(rank, world_size)
+        self.rank, self.world_size = rank, world_size
+        self._count_shares()
+        self._assignment = None
+        if self._full_batch_check is not None:
+            self.check_full_batch(*self._full_batch_check)
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
+        self._follow_process_group()
+        self._following = False  # the rank is fixed once iteration (or a restore) begins
+        next_epoch, self._next_epoch = self._next_epoch, None
         if initial_state is None:
-            if self._started:
+            if next_epoch is not None:
+                self._epoch = next_epoch
+            elif self._started:
                 self._epoch += 1
             self._position = 0
             self._started = False
@@ -108,6 +169,7 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
             return
         state = check_node_state(self, initial_state, (self.EPOCH_KEY, self.POSITION_KEY))
         check_fingerprint(state, self.fingerprint)
+        self._check_saved_mode_and_rank(state)
         check_saved_config(self, state, self._config())
         epoch = check_cursor(self, state, self.EPOCH_KEY, 0)
         assignment = self._assign(epoch)
@@ -115,7 +177,42 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         self._epoch, self._assignment = epoch, assignment
         self._started = True  # a restored run is under way, even at position 0
 
+    def _check_saved_mode_and_rank(self, state: Mapping[str, Any]) -> None:
+        """Refuse, with what to do, the two mix-ups a general settings check would name
+        unhelpfully: a training state in an evaluation loader (or the reverse), and another
+        rank's state (which is what a framework that writes rank 0's checkpoint only hands
+        every rank)."""
+        saved = state.get(CONFIG_KEY)
+        if not isinstance(saved, Mapping):
+            return  # check_saved_config names it
+        if bool(saved.get(self.EVALUATION_KEY, False)) != self.evaluation:
+            kinds = ("a training", "an evaluation")
+            raise ValueError(
+                f"this state was saved by {kinds[not self.evaluation]} loader and this is "
+                f"{kinds[self.evaluation]} loader (build_loader's evaluation=); resume it "
+                f"in a loader built as the one that saved it"
+            )
+        current = self._config()
+        others = [k for k, v in current.items() if k != "rank" and k in saved and saved[k] != v]
+        if not others and saved.get("rank", self.rank) != self.rank:
+            raise ValueError(
+                f"this state is rank {saved['rank']}'s (of {self.world_size}), and this "
+                f"process is rank {self.rank}: each rank resumes from its own state. Load "
+                f"each rank's own state, or build the loader with all_ranks_state=True so "
+                f"that one state_dict() holds every rank's (Lightning and accelerate write "
+                f"rank 0's checkpoint only)"
+            )
+
     def _assign(self, epoch: int) -> EpochAssignment:
+        if self.evaluation:
+            return assign_evaluation(
+                self.geometry,
+                self.split_units,
+                seed=self.seed,
+                epoch=epoch,
+                rank=self.rank,
+                world_size=self.world_size,
+            )
         return assign_epoch(
             self.geometry,
             self.split_units,
@@ -126,6 +223,21 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         )
 
     @property
+    def epoch(self) -> int:
+        """The epoch the node is in (or, before its first reset, begins with)."""
+        return self._epoch
+
+    def begin_epoch(self, epoch: int) -> None:
+        """Make the next `reset(None)` begin `epoch` rather than the epoch after this one
+        (a `reset(state)` drops the request: the state says where to be). What
+        `Loader.set_epoch` uses when a framework tells the loader which epoch it is in.
+
+        Args:
+            epoch: the epoch to begin (an int >= 0).
+        """
+        self._next_epoch = as_int("epoch", epoch, minimum=0)
+
+    @property
     def assignment(self) -> EpochAssignment:
         """This epoch's assignment (resets the node first if it never was)."""
         if self._assignment is None:
@@ -133,11 +245,30 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         assert self._assignment is not None
         return self._assignment
 
+    def samples_per_epoch(self, batch_size: int, drop_last: bool) -> int:
+        """Samples this rank yields per epoch under the batch settings downstream, the same
+        every epoch and known before anything is read (`len(loader)` counts batches with it).
+
+        Args:
+            batch_size: samples per batch (an int >= 1).
+            drop_last: whether only full batches are yielded (True or False).
+        """
+        self._follow_process_group()
+        return epoch_samples(
+            self.rank_samples,
+            self.min_rank_samples,
+            self.max_rank_samples,
+            as_int("batch_size", batch_size, minimum=1),
+            as_bool("drop_last", drop_last),
+            evaluation=self.evaluation,
+        )
+
     def check_full_batch(self, batch_size: int, drop_last: bool, split: str) -> None:
         """Refuse, before anything is read, a `batch_size` and `drop_last` under which the
-        smallest rank's share of the split fills no batch: this node knows every rank's
-        share now, `ShuffleBlockNode` (whose settings they are) only once its first block
-        is read.
+        smallest rank's share of the split fills no batch, and `drop_last` in evaluation
+        (which yields every sample): this node knows every rank's share now,
+        `ShuffleBlockNode` (whose settings they are) only once its first block is read.
+        Checked again if the node takes a process group's rank and world size later.
 
         Args:
             batch_size: samples per batch (an int >= 1).
@@ -146,7 +277,10 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         """
         batch_size = as_int("batch_size", batch_size, minimum=1)
         drop_last = as_bool("drop_last", drop_last)
-        if samples_per_rank(self.min_rank_samples, self.max_rank_samples, batch_size, drop_last):
+        self._full_batch_check = (batch_size, drop_last, split)
+        if self.evaluation and drop_last:
+            raise ValueError(EVALUATION_DROP_LAST)
+        if self.samples_per_epoch(batch_size, drop_last):
             return
         raise ValueError(
             f"batch_size={batch_size} with drop_last=True leaves no full batch: the smallest "
@@ -164,15 +298,19 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         return ticket
 
     def _config(self) -> dict[str, int]:
-        return {
+        config = {
             "seed": self.seed,
             "rank": self.rank,
             "world_size": self.world_size,
             "units": int(self.split_units.size),
             "samples": self.num_samples,
         }
+        if self.evaluation:  # training states keep the layout they always had
+            config[self.EVALUATION_KEY] = True
+        return config
 
     def get_state(self) -> dict[str, Any]:
+        self._follow_process_group()
         entries: dict[str, Any] = {
             self.EPOCH_KEY: self._epoch,
             self.POSITION_KEY: self._position,

@@ -1,14 +1,18 @@
 """ShuffleBlockNode: draws batches from a bounded window of resident blocks.
 
 It reproduces `core.draw_order.rank_epoch_order` incrementally: each block's samples leave
-in that block's seeded permutation, a batch may straddle blocks, and a rank that must pad
-keeps drawing from its last block. Only blocks with samples still to draw are kept, plus
-the newest one (padding may need it), so residency is bounded by the batch size and the
-block size, never by the epoch.
+in that block's seeded permutation (in order, for an evaluation share), a batch may
+straddle blocks, and a rank that must pad keeps drawing from its last block. Only blocks
+with samples still to draw are kept, plus the newest one (padding may need it), so
+residency is bounded by the batch size and the block size, never by the epoch.
 
 State is a cursor: the source state from just before the oldest resident block, how far
 into that block drawing has gone, and how many samples this epoch has yielded. Resume
 re-fetches that block; no array data is ever checkpointed.
+
+The node also knows how many batches an epoch holds before anything is read
+(`batches_per_epoch`, what `len(loader)` returns): its batch settings and the share the
+`ChunkPermuteNode` upstream deals this rank.
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ from typing import Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
-from insitubatch_nodes.core.draw_order import block_draw, padding_positions
+from insitubatch_nodes.core.draw_order import block_order, padding_positions
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.items import BatchDraw, FetchedBlock
+from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.nodes.chunk_permute import EVALUATION_DROP_LAST
 from insitubatch_nodes.nodes.state_checks import (
     CONFIG_KEY,
     check_cursor,
@@ -114,6 +120,8 @@ class ShuffleBlockNode(BaseNode[BatchDraw]):
             self._source_done = True
             return False
         a = block.plan.assignment
+        if a.evaluation and self.drop_last:
+            raise ValueError(EVALUATION_DROP_LAST)
         epoch_target = a.samples_per_rank(self.batch_size, self.drop_last)
         if self._target is not None and self._target != epoch_target:
             allowed = f"{epoch_target} .. {epoch_target} (the samples this rank's epoch yields)"
@@ -126,7 +134,7 @@ class ShuffleBlockNode(BaseNode[BatchDraw]):
                     f"the smallest rank has {a.min_rank_samples} samples; lower batch_size or "
                     f"set drop_last=False"
                 )
-        draw = block_draw(a.seed, a.epoch, a.rank, block.plan.block_index, block.plan.num_samples)
+        draw = block_order(a, block.plan.block_index, block.plan.num_samples)
         drawn = 0
         if self._restore_drawn is not None:
             drawn, self._restore_drawn = self._restore_drawn, None
@@ -173,6 +181,30 @@ class ShuffleBlockNode(BaseNode[BatchDraw]):
 
     def _config(self) -> dict[str, Any]:
         return {"batch_size": self.batch_size, "drop_last": self.drop_last}
+
+    def batches_per_epoch(self) -> int:
+        """Batches this node yields per epoch on this rank (the last one may be short),
+        computed from the share upstream without reading anything: the same number an
+        epoch yields, in training and in evaluation.
+
+        Raises:
+            TypeError: no node upstream tells this rank's share (a `ChunkPermuteNode`
+                does), or more than one does.
+        """
+        counters = [
+            n for n in graph_nodes(self.source) if callable(getattr(n, "samples_per_epoch", None))
+        ]
+        if len(counters) != 1:
+            raise TypeError(
+                f"the ShuffleBlockNode cannot count its batches: {len(counters)} nodes "
+                f"upstream of it tell a rank's share of the epoch (a ChunkPermuteNode does), "
+                f"where it needs exactly one"
+            )
+        (counter,) = counters
+        if self.drop_last and getattr(counter, "evaluation", False):
+            raise ValueError(EVALUATION_DROP_LAST)
+        samples = counter.samples_per_epoch(self.batch_size, self.drop_last)
+        return -(-samples // self.batch_size)
 
     def get_state(self) -> dict[str, Any]:
         drawn = self._window[0].drawn if self._window else (self._restore_drawn or 0)
