@@ -318,6 +318,43 @@ def _state_not_a_dict(ctx: Context) -> None:
     build_loader(url).load_state_dict([0, 1])  # type: ignore[arg-type]
 
 
+def _training_state_in_an_evaluation_loader(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    training = build_loader(url, split="all")
+    next(iter(training))
+    loader = build_loader(url, split="all", evaluation=True)
+    loader.load_state_dict(training.state_dict())
+    next(iter(loader))
+
+
+def _another_ranks_state(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    rank_0 = build_loader(url, split="all", rank=0, world_size=2)
+    next(iter(rank_0))
+    rank_1 = build_loader(url, split="all", rank=1, world_size=2)
+    rank_1.load_state_dict(rank_0.state_dict())
+    next(iter(rank_1))
+
+
+def _all_ranks_state_on_fewer_ranks(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    one = build_loader(url, split="all", all_ranks_state=True).state_dict()
+    two = {key: entries * 2 for key, entries in one.items()}  # as two ranks save it
+    build_loader(url, split="all").load_state_dict(two)
+
+
+def _evaluation_with_drop_last(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    build_loader(url, split="val", evaluation=True, drop_last=True)
+
+
+def _skip_first_batches(ctx: Context) -> None:
+    from accelerate import Accelerator
+
+    url, _ = ctx.memory_url()
+    Accelerator(cpu=True).skip_first_batches(build_loader(url), 3)
+
+
 def _batch_size_not_an_int(ctx: Context) -> None:
     url, _ = ctx.memory_url()
     build_loader(url, batch_size=32.0)  # type: ignore[arg-type]
@@ -422,6 +459,11 @@ CASES = {
     "a loader state with a cursor out of range": _state_cursor_out_of_range,
     "a loader state edited by hand": _state_edited_by_hand,
     "a loader state that is not a dict": _state_not_a_dict,
+    "a training state in an evaluation loader": _training_state_in_an_evaluation_loader,
+    "another rank's state": _another_ranks_state,
+    "a state of every rank, on fewer ranks": _all_ranks_state_on_fewer_ranks,
+    "drop_last in an evaluation loader": _evaluation_with_drop_last,
+    "accelerate's skip_first_batches on the loader": _skip_first_batches,
     "a batch_size that is not an int": _batch_size_not_an_int,
     "a seed that is not an int": _seed_not_an_int,
     "a RANK that is not an int": _rank_not_an_int,
