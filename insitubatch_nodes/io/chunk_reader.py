@@ -15,6 +15,7 @@ Arrays are opened by the first read, inside the loop they belong to.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 
 import numpy as np
@@ -131,6 +132,7 @@ class ChunkReader:
         stats = self._context.stats
 
         def decode(array: StoredArray, items: Loaded) -> None:
+            started = time.thread_time_ns()
             decoded = 0
             for read, data in items:
                 target, keep = chunk_regions(layouts[array.name], read)
@@ -142,7 +144,10 @@ class ChunkReader:
                     raise self._fetcher.error(array.name, read.coords, key, err) from scrubbed(err)
                 decoded += destination.nbytes
             stats.add(
-                bytes_decoded=int(decoded), chunks_read=len(items), fast_path_chunks=len(items)
+                bytes_decoded=int(decoded),
+                chunks_read=len(items),
+                fast_path_chunks=len(items),
+                decode_cpu_ns=time.thread_time_ns() - started,
             )
 
         return decode

@@ -29,6 +29,8 @@ class FetchStats:
         host_decoded_chunks: chunks of GPU-decoded arrays that the host decoded instead,
             because nvCOMP could not be given them checked (several zstd frames, no
             declared size, a content checksum in the frame).
+        decode_cpu_ns: CPU time the decode threads spent decoding the library's chunks
+            (their sinks: checks, decode, copies into blocks), in nanoseconds.
     """
 
     chunks_read: int = 0
@@ -41,6 +43,7 @@ class FetchStats:
     retries: int = 0
     device_decode_calls: int = 0
     host_decoded_chunks: int = 0
+    decode_cpu_ns: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(
@@ -56,6 +59,7 @@ class FetchStats:
         retries: int = 0,
         device_decode_calls: int = 0,
         host_decoded_chunks: int = 0,
+        decode_cpu_ns: int = 0,
     ) -> None:
         """Add to the named counters, atomically.
 
@@ -70,6 +74,7 @@ class FetchStats:
             retries: see the class.
             device_decode_calls: see the class.
             host_decoded_chunks: see the class.
+            decode_cpu_ns: see the class.
         """
         with self._lock:
             self.chunks_read += chunks_read
@@ -82,6 +87,7 @@ class FetchStats:
             self.retries += retries
             self.device_decode_calls += device_decode_calls
             self.host_decoded_chunks += host_decoded_chunks
+            self.decode_cpu_ns += decode_cpu_ns
 
     def count_retry(self) -> None:
         """One more retry: the `on_retry` callback of `RetryPolicy.call`."""
