@@ -12,13 +12,15 @@ from zarr.storage import WrapperStore
 
 from insitubatch_nodes import build_loader, memory_store
 from insitubatch_nodes.core.inflight_target import START, InflightTarget
+from insitubatch_nodes.io.fetch_stats import FetchStats
 from insitubatch_nodes.io.read_slots import ReadSlots
 from insitubatch_nodes.loader import graph_nodes
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 
 
 def test_reads_beyond_the_limit_wait_and_cancelled_ones_give_their_slot_back() -> None:
-    slots = ReadSlots(InflightTarget(cap=3))
+    stats = FetchStats()
+    slots = ReadSlots(InflightTarget(cap=3), stats)
     running = 0
     most = 0
 
@@ -44,7 +46,23 @@ def test_reads_beyond_the_limit_wait_and_cancelled_ones_give_their_slot_back() -
         await asyncio.wait_for(slots.run(read), timeout=1)  # every slot is free again
 
     asyncio.run(main())
-    assert most == 3
+    assert most == 3 == stats.most_in_flight
+    assert stats.gets == sum(stats.read_latency_counts) >= 21  # the 20 left, then one
+    assert stats.bytes_fetched == 100 * stats.gets
+    assert stats.slot_wait_ns > 0  # 30 reads for 3 slots: most waited
+    median = stats.latency_quantile(0.5)
+    assert median is not None and 0.01 / 2**0.25 <= median < 0.05
+
+
+def test_latency_quantiles_come_from_the_histogram_within_a_quarter_octave() -> None:
+    stats = FetchStats()
+    assert stats.latency_quantile(0.5) is None
+    for rtt in [0.001] * 90 + [0.1] * 10:
+        stats.add_read(0.0, rtt, 1, 1)
+    for q, rtt in ((0.5, 0.001), (0.89, 0.001), (0.95, 0.1), (1.0, 0.1)):
+        found = stats.latency_quantile(q)
+        assert found is not None and rtt / 2**0.25 <= found <= rtt * 2**0.25
+    assert stats.read_ns == int(0.001 * 1e9) * 90 + int(0.1 * 1e9) * 10
 
 
 class _Distant(WrapperStore[Store]):
@@ -78,3 +96,5 @@ def test_a_loader_learns_the_round_trip_of_a_distant_store(memory_url: Any) -> N
     assert inflight.estimate is not None
     assert 0.02 <= inflight.estimate.min_rtt_s < 0.5
     assert inflight.estimate.rate_bytes_s > 0
+    median = target.stats.latency_quantile(0.5)
+    assert median is not None and median >= 0.02 / 2**0.25

@@ -8,8 +8,31 @@ one lock acquisition covers every counter a read step touches.
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, field
+
+LATENCY_BUCKETS_PER_OCTAVE = 4  # read latencies are counted in quarter octaves of 1 us
+LATENCY_BUCKETS = 32 * LATENCY_BUCKETS_PER_OCTAVE  # up to about an hour
+
+
+def latency_bucket(seconds: float) -> int:
+    """The histogram bucket of a read that took `seconds`.
+
+    Args:
+        seconds: the read's round trip.
+    """
+    micros = max(1.0, seconds * 1e6)
+    return min(LATENCY_BUCKETS - 1, int(LATENCY_BUCKETS_PER_OCTAVE * math.log2(micros)))
+
+
+def bucket_seconds(bucket: int) -> float:
+    """The middle (geometric) of a latency bucket, in seconds.
+
+    Args:
+        bucket: a bucket index.
+    """
+    return 2 ** ((bucket + 0.5) / LATENCY_BUCKETS_PER_OCTAVE) / 1e6
 
 
 @dataclass
@@ -31,6 +54,13 @@ class FetchStats:
             declared size, a content checksum in the frame).
         decode_cpu_ns: CPU time the decode threads spent decoding the library's chunks
             (their sinks: checks, decode, copies into blocks), in nanoseconds.
+        gets: reads that held a read slot and completed (gets, ranged gets, zarr reads).
+        bytes_fetched: bytes those reads returned.
+        read_ns: their round trips, summed (over a span of time, that sum is the mean
+            number of reads in flight times the span).
+        slot_wait_ns: time reads waited for a slot, summed (the in-flight limit binding).
+        most_in_flight: the most reads in flight at once.
+        read_latency_counts: reads per latency bucket (`latency_bucket`).
     """
 
     chunks_read: int = 0
@@ -44,6 +74,12 @@ class FetchStats:
     device_decode_calls: int = 0
     host_decoded_chunks: int = 0
     decode_cpu_ns: int = 0
+    gets: int = 0
+    bytes_fetched: int = 0
+    read_ns: int = 0
+    slot_wait_ns: int = 0
+    most_in_flight: int = 0
+    read_latency_counts: list[int] = field(default_factory=lambda: [0] * LATENCY_BUCKETS)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(
@@ -88,6 +124,45 @@ class FetchStats:
             self.device_decode_calls += device_decode_calls
             self.host_decoded_chunks += host_decoded_chunks
             self.decode_cpu_ns += decode_cpu_ns
+
+    def add_read(self, waited_s: float, rtt_s: float, nbytes: int, in_flight: int) -> None:
+        """One read through a read slot completed.
+
+        Args:
+            waited_s: how long it waited for its slot.
+            rtt_s: its round trip once it held the slot.
+            nbytes: bytes it returned.
+            in_flight: reads in flight when it was sent, itself included.
+        """
+        bucket = latency_bucket(rtt_s)
+        with self._lock:
+            self.gets += 1
+            self.bytes_fetched += nbytes
+            self.read_ns += int(rtt_s * 1e9)
+            self.slot_wait_ns += int(waited_s * 1e9)
+            self.most_in_flight = max(self.most_in_flight, in_flight)
+            self.read_latency_counts[bucket] += 1
+
+    def latency_quantile(self, q: float, counts: list[int] | None = None) -> float | None:
+        """The `q` quantile of read latency in seconds (within a quarter octave), or None
+        before any read.
+
+        Args:
+            q: the quantile, in [0, 1].
+            counts: a histogram to read instead of the totals (e.g. one epoch's: the
+                difference of two snapshots' `read_latency_counts`).
+        """
+        counts = list(self.read_latency_counts) if counts is None else counts
+        total = sum(counts)
+        if not total:
+            return None
+        rank = q * (total - 1)
+        seen = 0
+        for bucket, count in enumerate(counts):
+            seen += count
+            if seen > rank:
+                return bucket_seconds(bucket)
+        return bucket_seconds(len(counts) - 1)
 
     def count_retry(self) -> None:
         """One more retry: the `on_retry` callback of `RetryPolicy.call`."""

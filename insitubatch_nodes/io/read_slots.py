@@ -2,8 +2,9 @@
 
 A semaphore whose size follows `core.inflight_target.InflightTarget`: each read waits for
 a slot, and when it completes its round trip and bytes go to the target, whose `limit`
-the next waits see. Made per event loop (its waiters are that loop's futures); the
-target is the `ReadContext`'s, so what one epoch learnt about the store starts the next.
+the next waits see, and to the counters (`FetchStats.add_read`: latency, bytes, waits).
+Made per event loop (its waiters are that loop's futures); the target is the
+`ReadContext`'s, so what one epoch learnt about the store starts the next.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from insitubatch_nodes.core.inflight_target import InflightTarget
+from insitubatch_nodes.io.fetch_stats import FetchStats
 
 T = TypeVar("T")
 
@@ -37,10 +39,12 @@ class ReadSlots:
 
     Args:
         target: how many reads to keep in flight, fed by every read that completes.
+        stats: the counters each completed read is added to (`FetchStats.add_read`).
     """
 
-    def __init__(self, target: InflightTarget) -> None:
+    def __init__(self, target: InflightTarget, stats: FetchStats) -> None:
         self.target = target
+        self.stats = stats
         self.in_flight = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
 
@@ -50,11 +54,16 @@ class ReadSlots:
         Args:
             read: one try of a read.
         """
+        queued = time.monotonic()
         await self._acquire()
         try:
             started = time.monotonic()
+            in_flight = self.in_flight
             found = await read()
-            self.target.observe(started, time.monotonic(), read_nbytes(found))
+            finished = time.monotonic()
+            nbytes = read_nbytes(found)
+            self.target.observe(started, finished, nbytes)
+            self.stats.add_read(started - queued, finished - started, nbytes, in_flight)
             return found
         finally:
             self.in_flight -= 1

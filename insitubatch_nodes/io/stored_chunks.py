@@ -118,7 +118,7 @@ class ChunkFetcher:
         self._retry = context.retry
         self._stats = context.stats
         self._local_root = local_root(context.store)
-        self._inflight = ReadSlots(context.inflight)
+        self._inflight = ReadSlots(context.inflight, context.stats)
         self._shard_readers: dict[str, ShardReader] = {}
         self._scratches = threading.local()
 
