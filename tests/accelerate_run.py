@@ -3,7 +3,7 @@ loader registered for checkpointing, `save_state` every few steps, `load_state` 
 and no `skip_first_batches`. tests/test_accelerate.py runs `train` in its own process, and
 this script under `torchrun --nproc_per_node 2` (gloo, CPU):
 
-    torchrun --nproc_per_node 2 tests/accelerate_run.py --store URL --workdir DIR
+    torchrun --standalone --nproc_per_node 2 tests/accelerate_run.py --store URL --workdir DIR
 
 which trains two epochs straight (`straight`), saving at step 3 (mid epoch) and at the first
 epoch's end, then resumes from each with a fresh model and loader (`mid`, `end`). Each rank

@@ -68,7 +68,8 @@ def test_two_ranks_under_torchrun_resume_exactly(store: str, tmp_path: Path) -> 
     torchrun = Path(sys.executable).parent / "torchrun"
     run = run_script(
         [
-            *(str(torchrun), "--nproc_per_node", "2", str(HERE / "accelerate_run.py")),
+            *(str(torchrun), "--standalone", "--nproc_per_node", "2"),
+            str(HERE / "accelerate_run.py"),
             *("--store", store, "--workdir", str(tmp_path)),
         ],
         timeout=120,
