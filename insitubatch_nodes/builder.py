@@ -165,9 +165,11 @@ def build_loader(
             read ahead (`core.memory_bound`); too small a budget is refused with the
             numbers.
         seed: the seed of every random order (with the epoch, it fixes every batch).
-        rank: this process's rank (default: torch.distributed, else `RANK`, else 0).
+        rank: this process's rank (default: torch.distributed, else `RANK`, else 0; with
+            neither `rank` nor `world_size` given and no process group yet, one started
+            before the loader is first used is followed, as Lightning's DDP starts it).
         world_size: the number of ranks (default: torch.distributed, else `WORLD_SIZE`,
-            else 1).
+            else 1; followed like `rank`).
         device: where batches go (default: the current CUDA device if there is one, else
             the CPU); `sample_index` stays on the host.
         manifest: the split manifest (a `SplitManifest`, its dict, its JSON text or the
