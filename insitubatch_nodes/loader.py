@@ -23,13 +23,16 @@ accelerate write rank 0's checkpoint only.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Mapping
 from typing import Any, NoReturn, TypeVar
 
 import torchdata.nodes
 from torchdata.nodes import BaseNode
 
 from insitubatch_nodes.core.settings import as_bool, as_int
+from insitubatch_nodes.core.stage_report import EpochActivity, epoch_stats
+from insitubatch_nodes.items import SAMPLE_INDEX_KEY
 from insitubatch_nodes.nodes.state_checks import (
     check_cursor,
     check_node_state,
@@ -94,6 +97,38 @@ def close_graph(root: BaseNode[Any], *, epoch_ended: bool = False) -> None:
         raise failure
 
 
+class _EpochClock:
+    """Time since an epoch's first batch was asked for, the part spent waiting for
+    batches, and the batches and samples handed out (two clock reads per batch)."""
+
+    def __init__(self) -> None:
+        self.first: float | None = None
+        self.waited_s = 0.0
+        self.batches = 0
+        self.samples = 0
+
+    def waiting(self) -> float:
+        now = time.perf_counter()
+        if self.first is None:
+            self.first = now
+        return now
+
+    def got(self, started: float, item: Any) -> None:
+        self.waited_s += time.perf_counter() - started
+        self.batches += 1
+        index = item.get(SAMPLE_INDEX_KEY) if isinstance(item, Mapping) else None
+        self.samples += 0 if index is None else len(index)
+
+    def counters(self) -> dict[str, Any]:
+        wall = 0.0 if self.first is None else time.perf_counter() - self.first
+        return {
+            "wall_s": wall,
+            "waited_s": self.waited_s,
+            "batches": self.batches,
+            "samples": self.samples,
+        }
+
+
 class PeekingIterator(BaseNode[T]):
     """Counts what it yields and can look one item ahead without losing the state from
     before that item (the Loader peeks to tell an exhausted restored state).
@@ -110,10 +145,12 @@ class PeekingIterator(BaseNode[T]):
         self.root = root
         self._num_yielded = 0
         self._peeked: tuple[T, dict[str, Any]] | None = None
+        self._clock = _EpochClock()
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         self._peeked = None
+        self._clock = _EpochClock()
         if initial_state is None:
             self.root.reset(None)
             self._num_yielded = 0
@@ -135,9 +172,16 @@ class PeekingIterator(BaseNode[T]):
             item, _ = self._peeked
             self._peeked = None
         else:
+            started = self._clock.waiting()
             item = next(self.root)
+            self._clock.got(started, item)
         self._num_yielded += 1
         return item
+
+    def stage_counters(self) -> dict[str, Any]:
+        """This epoch's batches so far and how long the consumer waited for them (what
+        `Loader.stats()` reports)."""
+        return self._clock.counters()
 
     def get_state(self) -> dict[str, Any]:
         if self._peeked is not None:
@@ -240,6 +284,22 @@ class Loader(torchdata.nodes.Loader[T]):
         assert self._iterator is not None
         state = with_digest(self._iterator.state_dict())
         return gather_rank_states(state) if self.all_ranks_state else state
+
+    def stats(self) -> dict[str, Any]:
+        """This epoch so far, as plain numbers (`core.stage_report.epoch_stats`): batches,
+        samples per second, the share of time the consumer waited for data, chunks and
+        bytes read, reads in flight (mean, max, target), read latency quantiles, retries,
+        decode CPU, gather time, read amplification, block memory held, and the
+        `limiting_stage` with its `evidence`. Cheap enough to call every step; counting
+        costs two clock reads per batch, and the stages' counters are kept anyway."""
+        counters: dict[str, Any] = {}
+        for node in graph_nodes(self.root):
+            report = getattr(node, "stage_counters", None)
+            if callable(report):
+                counters.update(report())
+        if self._iterator is not None:
+            counters.update(self._iterator.stage_counters())
+        return epoch_stats(EpochActivity(**counters))
 
     def __len__(self) -> int:
         """Batches one epoch yields on this rank (the last may be short), computed without

@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from zarr.abc.store import ByteRequest, Store
-from zarr.core.buffer import Buffer, BufferPrototype
-from zarr.storage import WrapperStore
+from distant_store import Distant
 
 from insitubatch_nodes import build_loader, memory_store
 from insitubatch_nodes.core.inflight_target import START, InflightTarget
@@ -65,27 +63,9 @@ def test_latency_quantiles_come_from_the_histogram_within_a_quarter_octave() -> 
     assert stats.read_ns == int(0.001 * 1e9) * 90 + int(0.1 * 1e9) * 10
 
 
-class _Distant(WrapperStore[Store]):
-    """Every chunk get waits `delay_s` first, concurrent gets concurrently."""
-
-    def __init__(self, store: Store, delay_s: float) -> None:
-        super().__init__(store)
-        self.delay_s = delay_s
-
-    def _with_store(self, store: Store) -> _Distant:
-        return type(self)(store, self.delay_s)
-
-    async def get(
-        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
-    ) -> Buffer | None:
-        if not key.endswith("zarr.json"):
-            await asyncio.sleep(self.delay_s)
-        return await self._store.get(key, prototype, byte_range)
-
-
 def test_a_loader_learns_the_round_trip_of_a_distant_store(memory_url: Any) -> None:
     url, _ = memory_url()
-    store = _Distant(memory_store(url.removeprefix("memory://")), 0.02)
+    store = Distant(memory_store(url.removeprefix("memory://")), 0.02)
     loader = build_loader(store, split="all", batch_size=4, block_chunks=4, device="cpu")
     target = next(n for n in graph_nodes(loader.root) if isinstance(n, AsyncFetchNode))
     inflight = target.context.inflight

@@ -8,6 +8,7 @@ one lock acquisition covers every counter a read step touches.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from dataclasses import dataclass, field
@@ -80,7 +81,9 @@ class FetchStats:
     slot_wait_ns: int = 0
     most_in_flight: int = 0
     read_latency_counts: list[int] = field(default_factory=lambda: [0] * LATENCY_BUCKETS)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _lock: threading.Lock = field(
+        default_factory=threading.Lock, init=False, repr=False, compare=False
+    )
 
     def add(
         self,
@@ -163,6 +166,13 @@ class FetchStats:
             if seen > rank:
                 return bucket_seconds(bucket)
         return bucket_seconds(len(counts) - 1)
+
+    def snapshot(self) -> FetchStats:
+        """A copy of the counters as they are now (to count an epoch from)."""
+        with self._lock:
+            copy = dataclasses.replace(self)
+            copy.read_latency_counts = list(self.read_latency_counts)
+        return copy
 
     def count_retry(self) -> None:
         """One more retry: the `on_retry` callback of `RetryPolicy.call`."""

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torchdata.nodes import BaseNode
 
+from insitubatch_nodes.core.memory_bound import sample_nbytes
 from insitubatch_nodes.core.read_plan import ReadPlan
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.device.device_block_reader import DeviceBlockReader
@@ -98,6 +99,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         self.decode_on = decode_on
         self.read_across_epochs = as_bool("read_across_epochs", read_across_epochs)
         self.stats = context.stats
+        self._epoch_start = context.stats.snapshot()  # what `stage_counters` counts from
         self._row_nbytes = {name: context.row_nbytes(name) for name in context.layouts}
         self._local = context.is_local
         self._owner_pid = os.getpid()
@@ -118,6 +120,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         check_same_process(self._owner_pid)
         super().reset(initial_state)
+        self._epoch_start = self.stats.snapshot()
         if initial_state is None and self._next_start is not None:
             self._adopt_next_epoch()
             return
@@ -264,6 +267,34 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         if not self._pending:
             self.close()  # that was the last block: no IO left to do
         return block
+
+    def stage_counters(self) -> dict[str, Any]:
+        """This epoch's reads so far, by `core.stage_report.EpochActivity`'s names (what
+        `Loader.stats()` reports)."""
+        now, then = self.stats.snapshot(), self._epoch_start
+        counts = [
+            a - b for a, b in zip(now.read_latency_counts, then.read_latency_counts, strict=True)
+        ]
+        quantiles = [now.latency_quantile(q, counts) for q in (0.5, 0.9, 0.99)]
+        estimate = self.context.inflight.estimate
+        return {
+            "sample_bytes": sample_nbytes(self.context.layouts),
+            "chunks_read": now.chunks_read - then.chunks_read,
+            "bytes_fetched": now.bytes_fetched - then.bytes_fetched,
+            "bytes_decoded": now.bytes_decoded - then.bytes_decoded,
+            "gets": now.gets - then.gets,
+            "read_s": (now.read_ns - then.read_ns) / 1e9,
+            "slot_wait_s": (now.slot_wait_ns - then.slot_wait_ns) / 1e9,
+            "most_in_flight": now.most_in_flight,  # since the node was built
+            "inflight_limit": self.context.inflight.limit,
+            "min_rtt_s": None if estimate is None else estimate.min_rtt_s,
+            "latency_s": None if quantiles[0] is None else tuple(quantiles),
+            "retries": now.retries - then.retries,
+            "decode_cpu_s": (now.decode_cpu_ns - then.decode_cpu_ns) / 1e9,
+            "decode_threads": self.context.decode_threads,
+            "memory_held_bytes": self.context.block_slots.leased_bytes,
+            "memory_allowed_bytes": self.context.block_slots.capacity_bytes,
+        }
 
     def get_state(self) -> dict[str, Any]:
         return named_state(self, {self.SOURCE_KEY: copy.deepcopy(self._delivered_source_state)})

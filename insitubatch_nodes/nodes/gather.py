@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -78,13 +79,22 @@ class GatherNode(BaseNode[Batch]):
         self.source = source
         self.staging = StagingRing(pinned_batches, page_locked) if pin_memory else None
         self._buffers = ReusedBuffers(max_idle_bytes=0)
+        self._gather_s = 0.0  # this epoch's time in the gather
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         self.source.reset(source_part(self, initial_state, self.SOURCE_KEY))
+        self._gather_s = 0.0
 
     def next(self) -> Batch:
         draw = next(self.source)
+        started = time.perf_counter()
+        try:
+            return self._gathered(draw)
+        finally:
+            self._gather_s += time.perf_counter() - started
+
+    def _gathered(self, draw: BatchDraw) -> Batch:
         device = draw.parts[0][0].device
         if device is not None:
             return Batch(gather_tensors(draw), device=device)
@@ -93,6 +103,11 @@ class GatherNode(BaseNode[Batch]):
             return Batch(gather(draw, self._recycled(shapes)))
         staged = self.staging.stage(shapes)
         return Batch(gather(draw, staged.arrays), staged=staged)
+
+    def stage_counters(self) -> dict[str, Any]:
+        """This epoch's gather time so far (what `Loader.stats()` reports as `gather_s`;
+        on a device, the time to queue the gathers)."""
+        return {"gather_s": self._gather_s}
 
     def _recycled(self, shapes: Shapes) -> dict[str, np.ndarray]:
         """Batch arrays in the memory of batches the consumer has dropped (a fresh batch of

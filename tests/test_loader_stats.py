@@ -1,0 +1,48 @@
+"""`loader.stats()`: the epoch's figures from a real run, plain numbers, counted per
+epoch, and the limiting stage named as the run's shape says."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from distant_store import Distant
+
+from insitubatch_nodes import build_loader, memory_store
+
+
+def test_a_distant_store_is_named_the_limit_and_the_figures_add_up(memory_url: Any) -> None:
+    url, _ = memory_url()
+    store = Distant(memory_store(url.removeprefix("memory://")), 0.02)
+    loader = build_loader(store, split="all", batch_size=4, block_chunks=2, device="cpu")
+    samples = sum(len(batch["sample_index"]) for batch in loader)
+    stats = loader.stats()
+    assert json.loads(json.dumps(stats)) == stats  # plain numbers and strings
+    assert stats["batches"] == len(loader) and stats["samples"] == samples
+    assert stats["chunks_read"] > 0 and stats["bytes_fetched"] > 0
+    assert stats["read_latency_p50_s"] >= 0.02 / 2**0.25
+    assert stats["data_stall_fraction"] > 0.5  # a 20 ms store, a consumer that does nothing
+    assert stats["limiting_stage"] in ("store latency", "bandwidth"), stats["evidence"]
+    assert 0 < stats["reads_in_flight_mean"] <= stats["reads_in_flight_max"]
+
+
+def test_a_slow_consumer_is_named_the_limit_and_each_epoch_counts_afresh(
+    memory_url: Any,
+) -> None:
+    url, _ = memory_url()
+    loader = build_loader(  # the next epoch's first block read ahead: no wait to start
+        url, split="all", batch_size=4, block_chunks=4, device="cpu", read_across_epochs=True
+    )
+    for _ in loader:
+        pass
+    first = loader.stats()
+    for _ in loader:
+        time.sleep(0.08)  # a training step much slower than reading from memory
+    second = loader.stats()
+    assert second["batches"] == first["batches"] == len(loader)
+    # each epoch's reads, not a running total (reads ahead for the next epoch count in the
+    # epoch they ran in)
+    assert 0.5 * first["chunks_read"] < second["chunks_read"] < 1.5 * first["chunks_read"]
+    assert second["limiting_stage"] == "consumer", second["evidence"]
+    assert second["data_stall_fraction"] < 0.05
