@@ -93,3 +93,21 @@ def test_bad_versions_are_refused(repository: tuple[Path, str, str]) -> None:
         open_icechunk(path, tag="v9")
     with pytest.raises(ValueError, match=r"cannot open Icechunk repository .*missing"):
         open_icechunk(path.parent / "missing")
+
+
+def test_a_url_is_refused_not_taken_for_a_local_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, repository: tuple[Path, str, str]
+) -> None:
+    """A string is a local path: a URL given as one used to make a directory named after
+    it (credentials and all) in the working directory, then fail as a missing repository."""
+    started = tmp_path / "cwd"
+    started.mkdir()
+    monkeypatch.chdir(started)
+    with pytest.raises(ValueError, match=r"icechunk\.s3_storage") as raised:
+        open_icechunk("https://reader:hunter2@host/repo", tag="v1")
+    assert "hunter2" not in str(raised.value)
+    assert list(started.iterdir()) == []  # nothing written where the run started
+    path, _, _ = repository
+    np.testing.assert_array_equal(  # a file:// URL is the local path it names
+        _read_all(open_icechunk(f"file://{path}")), _read_all(open_icechunk(path))
+    )

@@ -85,8 +85,7 @@ def open_icechunk(
         else:
             storage = repository
             if isinstance(repository, str | Path):
-                path = Path(repository).expanduser().resolve()
-                storage = icechunk.local_filesystem_storage(str(path))
+                storage = icechunk.local_filesystem_storage(_local_path(repository, where))
             repo = icechunk.Repository.open(storage)
         session = repo.readonly_session(**version)
     except icechunk.IcechunkError as err:
@@ -101,6 +100,22 @@ def open_icechunk(
         ) from scrubbed(err, secrets)
     label = ",".join(f"{k}={v}" for k, v in version.items())
     return NamedStore(session.store, redact(f"icechunk:{where}@{label}", secrets))
+
+
+def _local_path(repository: str | Path, where: str) -> str:
+    """The local directory a path or `file://` URL names; any other URL is refused here,
+    before icechunk would take it for a relative path and make directories named after
+    it (credentials included)."""
+    text = str(repository)
+    if text.startswith("file://"):
+        text = text.removeprefix("file://")
+    elif re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", text):
+        raise ValueError(
+            f"{where} is a URL, and open_icechunk takes a string as a local path: for a "
+            f"repository in an object store pass its storage, e.g. open_icechunk("
+            f"icechunk.s3_storage(bucket=..., prefix=..., from_env=True))"
+        )
+    return str(Path(text).expanduser().resolve())
 
 
 def snapshot_id_of(store: Store) -> str | None:
