@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
+from insitubatch_nodes.byte_sizes import parse_nbytes
 from insitubatch_nodes.channel_stats import stats_path
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
+from insitubatch_nodes.core.memory_bound import DEFAULT_MEMORY_BUDGET
 from insitubatch_nodes.demo import DemoConfig, default_cache, run_demo
+from insitubatch_nodes.io.redact import redact, secrets_in
+from insitubatch_nodes.report_text import format_report
 from insitubatch_nodes.stats_pass import compute_stats
+from insitubatch_nodes.store_report import DEFAULT_SAMPLED_CHUNKS, inspect_store
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -41,9 +48,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     stats.add_argument("--spatial-dims", type=int, default=DEFAULT_SPATIAL_DIMS)
     stats.add_argument("--anonymous", action="store_true", help="unsigned object-store reads")
+    _add_inspect(commands)
     args = parser.parse_args(argv)
     if args.command == "stats":
         return _stats(args)
+    if args.command == "inspect":
+        return _inspect(args)
     summary = run_demo(
         DemoConfig(
             cache=args.cache,
@@ -93,6 +103,134 @@ def _stats(args: argparse.Namespace) -> int:
         ):
             print(f"{name:<{width}}  mean {mean:>14.6g}  std {std:>14.6g}")
     print(f"{sum(computed.count.values())} values of split {args.split!r} -> {out}")
+    return 0
+
+
+def _add_inspect(commands: Any) -> None:
+    inspect = commands.add_parser(
+        "inspect",
+        help="a store's arrays, chunks, codecs, bytes per chunk and time range, and the "
+        "settings build_loader would choose for it on this host",
+    )
+    inspect.add_argument("url", help="the Zarr group (path or URL)")
+    inspect.add_argument("--variables", nargs="+", default=None, help="default: the loader's")
+    inspect.add_argument("--split", default="all", help="the split to plan for")
+    inspect.add_argument("--batch-size", type=int, default=32)
+    inspect.add_argument(
+        "--memory-budget",
+        default=None,
+        help="bytes, or with a unit (512MiB, 8GiB, 2GB); default build_loader's "
+        f"({DEFAULT_MEMORY_BUDGET >> 30} GiB)",
+    )
+    inspect.add_argument(
+        "--storage-options",
+        default=None,
+        help="obstore client options (credentials, endpoint, region): JSON text or the path "
+        "of a JSON file",
+    )
+    inspect.add_argument(
+        "--anonymous", action="store_true", help="unsigned requests (public s3/gs/az buckets)"
+    )
+    inspect.add_argument("--manifest", type=Path, default=None, help="split manifest JSON")
+    inspect.add_argument(
+        "--device", choices=("cpu", "cuda"), default=None, help="plan for (default: this host's)"
+    )
+    inspect.add_argument(
+        "--sample-chunks",
+        type=int,
+        default=DEFAULT_SAMPLED_CHUNKS,
+        help="stored chunks (or shards) per array whose size is measured",
+    )
+    inspect.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+# Schemes whose requests are signed, so that `--anonymous` (obstore's `skip_signature`)
+# means something; a local path or plain HTTP has nothing to skip.
+_SIGNED_SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "azure")
+
+
+_JSON_KINDS = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "true or false",
+    type(None): "null",
+}
+
+
+def storage_options_from(text: str | None, anonymous: bool, url: str) -> dict[str, Any] | None:
+    """The `storage_options` a command was given: JSON text (an object, so starting with
+    "{") or the path of a file holding it, plus `skip_signature` for `--anonymous` on a store
+    whose requests are signed.
+
+    Args:
+        text: the `--storage-options` value, or None.
+        anonymous: whether `--anonymous` was given.
+        url: the store's URL, whose scheme says whether requests are signed.
+    """
+    options: dict[str, Any] | None = None
+    if text is not None:
+        source = "--storage-options"
+        if not text.lstrip().startswith(("{", "[")):  # JSON text, else a file
+            path = Path(text).expanduser()
+            if not path.is_file():
+                raise ValueError(
+                    "--storage-options is neither JSON text (starting with '{') nor the path "
+                    'of a JSON file; give e.g. \'{"region": "us-west-2"}\' or a file holding it'
+                )
+            source = f"--storage-options file {str(path)!r}"
+            text = path.read_text(encoding="utf-8")
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as err:  # its message quotes no text, only where
+            raise ValueError(
+                f"{source} is not valid JSON ({err.msg} at line {err.lineno}, column "
+                f'{err.colno}); give an object such as \'{{"region": "us-west-2"}}\''
+            ) from None
+        if not isinstance(parsed, dict):
+            raise ValueError(
+                f"{source} must be a JSON object of obstore client options, got "
+                f"{_JSON_KINDS.get(type(parsed), 'something else')}"
+            )
+        options = parsed
+    if anonymous and urlsplit(url).scheme.lower() in _SIGNED_SCHEMES:
+        options = {**(options or {}), "skip_signature": True}
+    return options
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    """Print the report; any failure is one line on stderr (credentials redacted) and exit
+    status 2, never a traceback: the user has a URL or an option to fix, not a bug."""
+    options: dict[str, Any] | None = None
+    try:
+        options = storage_options_from(args.storage_options, args.anonymous, args.url)
+        budget = (
+            DEFAULT_MEMORY_BUDGET
+            if args.memory_budget is None
+            else parse_nbytes(args.memory_budget)
+        )
+        report = inspect_store(
+            args.url,
+            args.variables,
+            split=args.split,
+            batch_size=args.batch_size,
+            memory_budget=budget,
+            storage_options=options,
+            manifest=args.manifest,
+            device=args.device,
+            sampled_chunks=args.sample_chunks,
+        )
+    except Exception as err:
+        text = " ".join(str(err).split()) or type(err).__name__
+        print(
+            f"insitubatch inspect: {redact(text, secrets_in(options, args.url))}", file=sys.stderr
+        )
+        return 2
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(format_report(report))
     return 0
 
 
