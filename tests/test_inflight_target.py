@@ -28,9 +28,17 @@ class Link:
         return min(self.bandwidth, reads * nbytes / (self.rtt_s + crossing))
 
 
-def _run(target: InflightTarget, link: Link, nbytes: int, now: float, reads: int) -> float:
+def _run(
+    target: InflightTarget,
+    link: Link,
+    nbytes: int,
+    now: float,
+    reads: int,
+    arrivals: list[float] | None = None,
+) -> float:
     """Keep `target.limit` reads in flight (a read is sent as soon as one completes and
-    the limit allows) until `reads` have completed; the time after."""
+    the limit allows) until `reads` have completed, and then until no probe is under way;
+    the time after. Each arrival's time goes to `arrivals`."""
     crossing = nbytes / link.bandwidth
     link_free = now
     pending: list[tuple[float, float]] = []  # (arrives, sent)
@@ -43,9 +51,13 @@ def _run(target: InflightTarget, link: Link, nbytes: int, now: float, reads: int
 
     for _ in range(target.limit):
         send(now)
-    for _ in range(reads):
+    done = 0
+    while done < reads or target.probing:
         now, sent = heapq.heappop(pending)
         target.observe(sent, now, nbytes)
+        done += 1
+        if arrivals is not None:
+            arrivals.append(now)
         while len(pending) < target.limit:
             send(now)
     return now
@@ -62,9 +74,14 @@ def test_it_reaches_the_rate_the_link_allows_without_running_away(
 ) -> None:
     link = Link(rtt_ms / 1000, bandwidth_mb * 1e6)
     target = InflightTarget()
-    _run(target, link, nbytes, 0.0, reads=8000)
+    arrivals: list[float] = []
+    _run(target, link, nbytes, 0.0, reads=8000, arrivals=arrivals)
     best = link.rate(CEILING, nbytes)  # the most any allowed number of reads gets
-    assert link.rate(target.limit, nbytes) >= 0.9 * best
+    assert link.rate(target.limit, nbytes) >= 0.9 * best  # the target, between probes
+    later = arrivals[len(arrivals) // 2 :]  # and what it delivered, probes included
+    if later[-1] - later[0] > 20 * link.rtt_s:  # long enough for a rate to mean anything
+        delivered = (len(later) - 1) * nbytes / (later[-1] - later[0])
+        assert delivered >= 0.85 * best
     product = link.bandwidth * (link.rtt_s + nbytes / link.bandwidth) / nbytes  # saturating
     assert target.limit <= max(FLOOR, 8 * math.ceil(product))  # no growth past the cap
 

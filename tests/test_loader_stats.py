@@ -44,5 +44,6 @@ def test_a_slow_consumer_is_named_the_limit_and_each_epoch_counts_afresh(
     # each epoch's reads, not a running total (reads ahead for the next epoch count in the
     # epoch they ran in)
     assert 0.5 * first["chunks_read"] < second["chunks_read"] < 1.5 * first["chunks_read"]
+    loader.close()  # it reads across epochs: its threads would outlive the test
     assert second["limiting_stage"] == "consumer", second["evidence"]
     assert second["data_stall_fraction"] < 0.05
