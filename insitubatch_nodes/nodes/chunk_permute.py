@@ -204,16 +204,8 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
             )
 
     def _assign(self, epoch: int) -> EpochAssignment:
-        if self.evaluation:
-            return assign_evaluation(
-                self.geometry,
-                self.split_units,
-                seed=self.seed,
-                epoch=epoch,
-                rank=self.rank,
-                world_size=self.world_size,
-            )
-        return assign_epoch(
+        assign = assign_evaluation if self.evaluation else assign_epoch
+        return assign(
             self.geometry,
             self.split_units,
             seed=self.seed,
