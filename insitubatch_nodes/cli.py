@@ -16,9 +16,10 @@ from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
 from insitubatch_nodes.core.memory_bound import DEFAULT_MEMORY_BUDGET
 from insitubatch_nodes.demo import DemoConfig, default_cache, run_demo
 from insitubatch_nodes.io.redact import redact, secrets_in
+from insitubatch_nodes.io.stored_sizes import DEFAULT_SAMPLED_CHUNKS
 from insitubatch_nodes.report_text import format_report
 from insitubatch_nodes.stats_pass import compute_stats
-from insitubatch_nodes.store_report import DEFAULT_SAMPLED_CHUNKS, inspect_store
+from insitubatch_nodes.store_report import inspect_store
 
 
 def main(argv: Sequence[str] | None = None) -> int:

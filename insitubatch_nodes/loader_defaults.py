@@ -1,0 +1,194 @@
+"""What `build_loader`'s defaults would choose for a store on this host, without building
+a loader: the block size, the memory plan and the decode threads, or the refusal and a
+budget that fits. `insitubatch inspect` prints it; it calls the functions
+`build_loader` calls, so what it says is what a loader would do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+from insitubatch_nodes.builder import split_anchors
+from insitubatch_nodes.byte_sizes import parse_nbytes, size_argument
+from insitubatch_nodes.core.anchors import AnchorSet
+from insitubatch_nodes.core.geometry import VariableLayout
+from insitubatch_nodes.core.inflight_target import CEILING
+from insitubatch_nodes.core.memory_bound import MemoryPlan, plan_loader_memory
+from insitubatch_nodes.io.event_loop import default_decode_threads
+from insitubatch_nodes.io.redact import redact
+from insitubatch_nodes.io.zarr_source import ZarrSource
+from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode, default_prefetch
+
+LARGEST_BUDGET = 1 << 50  # bytes: the search for a budget that fits gives up beyond it
+
+
+@dataclass(frozen=True)
+class LoaderDefaults:
+    """What `build_loader` would choose for these settings on this host.
+
+    Args:
+        split: the split planned for.
+        split_samples: its samples (time steps).
+        unit_steps: steps in one unit (what the loader shuffles and splits by).
+        batch_size: samples per batch.
+        memory_budget: the budget, in bytes.
+        device: where batches would go ("cpu" or "cuda").
+        batches_held: gathered batches alive at once (the staging ring on CUDA).
+        decode_threads: threads of the decode pool.
+        block_chunks: units per block, or None when refused.
+        block_samples: buffer rows of one block, at most, or None when refused.
+        plan: how the budget splits (`MemoryPlan`), or None when refused.
+        reads_in_flight: about how many reads of this store's stored chunks the
+            budget's share for reads in flight holds (at most the ceiling), or None.
+        refused: the loader's refusal (a budget too small), or None.
+        fitting_budget: a budget the defaults fit in (one byte less does not), when refused.
+        fitting_argument: that budget as a `--memory-budget` value, short to type.
+    """
+
+    split: str
+    split_samples: int
+    unit_steps: int
+    batch_size: int
+    memory_budget: int
+    device: str
+    batches_held: int
+    decode_threads: int
+    block_chunks: int | None
+    block_samples: int | None
+    plan: MemoryPlan | None
+    reads_in_flight: int | None
+    refused: str | None
+    fitting_budget: int | None
+    fitting_argument: str | None
+
+
+def _planned(
+    budget: int, anchors: AnchorSet, layouts: Mapping[str, VariableLayout], batch: int, held: int
+) -> tuple[int, MemoryPlan] | None:
+    try:
+        return plan_loader_memory(
+            budget,
+            anchors,
+            layouts,
+            batch_size=batch,
+            block_chunks=None,
+            max_inflight=None,
+            batches_held=held,
+        )
+    except ValueError:
+        return None
+
+
+def budget_that_fits(
+    anchors: AnchorSet,
+    layouts: Mapping[str, VariableLayout],
+    *,
+    batch_size: int,
+    batches_held: int,
+    above: int,
+) -> int | None:
+    """A budget above `above` that `build_loader`'s defaults fit in, and one byte less
+    does not: found by bisection, since the default block grows with the budget (so the
+    need is not a formula of the settings alone). Fitting is not quite monotone in the
+    budget (where the default block gains a unit, a byte more can need more than it
+    gives), so a somewhat smaller budget may fit too; None when nothing up to
+    `LARGEST_BUDGET` fits.
+
+    Args:
+        anchors: the split's samples.
+        layouts: the selected arrays.
+        batch_size: samples per batch.
+        batches_held: gathered batches alive at once.
+        above: a budget known not to fit.
+    """
+    low, high = above, max(2 * above, 1)
+    while _planned(high, anchors, layouts, batch_size, batches_held) is None:
+        if high >= LARGEST_BUDGET:
+            return None
+        low, high = high, 2 * high
+    while high - low > 1:  # low never fits, high does
+        middle = (low + high) // 2
+        fits = _planned(middle, anchors, layouts, batch_size, batches_held) is not None
+        low, high = (low, middle) if fits else (middle, high)
+    return high
+
+
+def loader_defaults(
+    opened: ZarrSource,
+    split: str,
+    *,
+    batch_size: int,
+    memory_budget: int,
+    device: str | None,
+    mean_read_bytes: float | None,
+    secrets: Iterable[str],
+) -> LoaderDefaults:
+    """What `build_loader(url, variables, split, batch_size=..., memory_budget=...)`
+    would plan: the same anchors, device default, staging slots and memory plan.
+
+    Args:
+        opened: the opened store and its selected arrays.
+        split: the split planned for.
+        batch_size: samples per batch.
+        memory_budget: the budget, in bytes.
+        device: "cpu" or "cuda", or None for build_loader's default.
+        mean_read_bytes: mean stored bytes of one chunk read, or None when unmeasured.
+        secrets: texts to keep out of the refusal message.
+    """
+    if device is None:  # build_loader's default, without starting a CUDA context
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    held = PinToDeviceNode.staging_slots(default_prefetch(torch.device(device)))
+    anchors = split_anchors(opened, split, None)
+    samples = int(anchors.unit_sizes(anchors.units).sum())
+    refused: str | None = None
+    fitting: int | None = None
+    argument: str | None = None
+    block_chunks: int | None = None
+    block_samples: int | None = None
+    plan: MemoryPlan | None = None
+    reads: int | None = None
+    try:
+        block_chunks, plan = plan_loader_memory(
+            memory_budget,
+            anchors,
+            opened.layouts,
+            batch_size=batch_size,
+            block_chunks=None,
+            max_inflight=None,
+            batches_held=held,
+        )
+    except ValueError as err:
+        refused = redact(str(err), secrets)
+        fitting = budget_that_fits(
+            anchors, opened.layouts, batch_size=batch_size, batches_held=held, above=memory_budget
+        )
+        if fitting is not None:  # a rounder value above the least may not fit: check it
+            argument = size_argument(fitting)
+            if _planned(parse_nbytes(argument), anchors, opened.layouts, batch_size, held) is None:
+                argument = str(fitting)
+    else:
+        block_samples = anchors.block_rows_bound(block_chunks)
+        if mean_read_bytes:
+            reads = max(1, min(CEILING, int(plan.inflight_bytes // mean_read_bytes)))
+    return LoaderDefaults(
+        split=split,
+        split_samples=samples,
+        unit_steps=opened.geometry.unit_length,
+        batch_size=batch_size,
+        memory_budget=memory_budget,
+        device=device,
+        batches_held=held,
+        decode_threads=default_decode_threads(),
+        block_chunks=block_chunks,
+        block_samples=block_samples,
+        plan=plan,
+        reads_in_flight=reads,
+        refused=refused,
+        fitting_budget=fitting,
+        fitting_argument=argument,
+    )
