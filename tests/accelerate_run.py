@@ -89,7 +89,8 @@ def main() -> None:
     parser.add_argument("--store", required=True)
     parser.add_argument("--workdir", type=Path, required=True)
     args = parser.parse_args()
-    rank = Accelerator(cpu=True).process_index  # starts the process group (gloo)
+    accelerator = Accelerator(cpu=True)  # starts the process group (gloo)
+    rank = accelerator.process_index
     per_epoch = len(ib.build_loader(args.store, split="all", batch_size=BATCH))
     saves = {3: args.workdir / "mid", per_epoch: args.workdir / "end"}
     runs: dict[str, Any] = {"straight": train(args.store, 2, saves=saves)}
@@ -98,6 +99,11 @@ def main() -> None:
     for name, trained in runs.items():
         out = args.workdir / f"{name}-rank{rank}.json"
         out.write_text(json.dumps(trained))
+    # Left to interpreter exit, gloo's threads can abort the process ("terminate called
+    # without an active exception", exit -6): end the group while every rank is here.
+    accelerator.wait_for_everyone()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
