@@ -24,7 +24,7 @@ accelerate write rank 0's checkpoint only.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NoReturn, TypeVar
 
 import torchdata.nodes
@@ -218,6 +218,7 @@ class Loader(torchdata.nodes.Loader[T]):
         self._started_for_state_dict = False
         self._fresh = False  # the latest iter() has handed nothing out yet
         self._next_epoch: int | None = None  # set_epoch's, for the next iter()
+        self._stats_hook: tuple[Callable[[dict[str, float]], None], int] | None = None
 
     def __iter__(self) -> Iterator[T]:  # type: ignore[override]
         if (
@@ -251,10 +252,14 @@ class Loader(torchdata.nodes.Loader[T]):
             self._iterator.reset(None)  # the state was an epoch's end: begin the next one
 
     def _closing(self, iterator: Iterator[T]) -> Iterator[T]:
+        handed = 0
         try:
             for item in iterator:
                 self._fresh = False
                 yield item
+                handed += 1
+                if self._stats_hook is not None and handed % self._stats_hook[1] == 0:
+                    self._stats_hook[0](self.scalar_stats())
         except BaseException:  # break (GeneratorExit), an error, or garbage collection
             self.close()
             raise
@@ -300,6 +305,26 @@ class Loader(torchdata.nodes.Loader[T]):
         if self._iterator is not None:
             counters.update(self._iterator.stage_counters())
         return epoch_stats(EpochActivity(**counters))
+
+    def scalar_stats(self) -> dict[str, float]:
+        """`stats()`'s numbers as floats, for a metrics logger (the verdict and its
+        evidence, which are words, left out)."""
+        return {
+            key: float(value)
+            for key, value in self.stats().items()
+            if isinstance(value, int | float) and not isinstance(value, bool)
+        }
+
+    def log_stats_every(self, batches: int, hook: Callable[[dict[str, float]], None]) -> None:
+        """Call `hook(loader.scalar_stats())` after every `batches` batches an iteration
+        hands out, in the consumer's thread, between batches: e.g. `lambda s: [writer
+        .add_scalar(f"loader/{k}", v, step) for k, v in s.items()]` for TensorBoard.
+
+        Args:
+            batches: how many batches apart (an int >= 1).
+            hook: what takes the figures.
+        """
+        self._stats_hook = (hook, as_int("batches", batches, minimum=1))
 
     def __len__(self) -> int:
         """Batches one epoch yields on this rank (the last may be short), computed without

@@ -47,3 +47,15 @@ def test_a_slow_consumer_is_named_the_limit_and_each_epoch_counts_afresh(
     loader.close()  # it reads across epochs: its threads would outlive the test
     assert second["limiting_stage"] == "consumer", second["evidence"]
     assert second["data_stall_fraction"] < 0.05
+
+
+def test_a_hook_gets_the_figures_as_floats_every_n_batches(memory_url: Any) -> None:
+    url, _ = memory_url()
+    loader = build_loader(url, split="all", batch_size=4, block_chunks=2, device="cpu")
+    logged: list[dict[str, float]] = []
+    loader.log_stats_every(5, logged.append)
+    batches = sum(1 for _ in loader)
+    assert len(logged) == batches // 5 > 0
+    assert [entry["batches"] for entry in logged] == [5.0 * (i + 1) for i in range(len(logged))]
+    assert all(isinstance(v, float) for entry in logged for v in entry.values())
+    assert "limiting_stage" not in logged[0] and "data_stall_fraction" in logged[0]
