@@ -23,6 +23,7 @@ from insitubatch_nodes.core.settings import (
     as_optional_int,
     int_from_environment,
 )
+from insitubatch_nodes.io.fork_guard import check_object_stores_usable
 from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
 from insitubatch_nodes.loader import Loader
@@ -209,6 +210,9 @@ def build_loader(
             torch.distributed (every rank must call it at once), so that the checkpoint
             Lightning or accelerate writes (rank 0's) resumes every rank.
     """
+    # first: in a fork of a process that read through us, the store would hang and CUDA
+    # cannot start (resolving device="auto" asks it), so name the fork before either does
+    check_object_stores_usable()
     target = resolve_device(device)
     decode_on = decode_device(decode, target)
     prefetch = as_optional_int("device_prefetch", device_prefetch, minimum=0)
