@@ -34,6 +34,7 @@ from insitubatch_nodes import (
 )
 from insitubatch_nodes.device.device_block_reader import DeviceBlockReader
 from insitubatch_nodes.device.gpu_codecs import DeviceCodec, device_codec, load_nvcomp
+from insitubatch_nodes.device.nvcomp_scratch import TORCH_SCRATCH
 from insitubatch_nodes.io.chunk_codec import fast_decoder
 from insitubatch_nodes.io.chunk_errors import ChunkReadError, CorruptChunkError
 from insitubatch_nodes.loader import graph_nodes
@@ -239,6 +240,18 @@ def test_gpu_decode_yields_the_cpu_batches(
     assert [batch_key(b) for b in batches] == on_cpu
     fallbacks = [r for r in caplog.records if "decoded on the CPU" in r.getMessage()]
     assert len(fallbacks) == (2 if codec in ("blosc", "gzip") else 0)  # sharded ones too
+
+
+@needs_nvcomp
+def test_nvcomp_takes_its_scratch_from_torchs_pool(tmp_path: Path) -> None:
+    """Scratch nvCOMP allocates itself is freed with a device-wide wait, which stalls the
+    training step; from torch's pool it is reused stream-ordered and counted."""
+    url = _write(tmp_path, {"a": "zstd"}, shape=(64, 33, 20))
+    on_cpu = [batch_key(b) for b in build_loader(url, split="all", batch_size=6, device="cuda")]
+    asked_before = TORCH_SCRATCH.requests
+    batches = list(build_loader(url, split="all", batch_size=6, device="cuda", decode="gpu"))
+    assert [batch_key(b) for b in batches] == on_cpu
+    assert TORCH_SCRATCH.requests > asked_before and TORCH_SCRATCH.bytes_requested > 0
 
 
 @needs_nvcomp

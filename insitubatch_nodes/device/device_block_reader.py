@@ -33,6 +33,7 @@ from insitubatch_nodes.core.read_plan import ChunkRead, Keep, ReadPlan, chunk_re
 from insitubatch_nodes.device.batch_layout import ALIGNMENT
 from insitubatch_nodes.device.gpu_codecs import DeviceCodec, device_codec, load_nvcomp
 from insitubatch_nodes.device.grouped_calls import GroupedCalls
+from insitubatch_nodes.device.nvcomp_scratch import use_torch_scratch
 from insitubatch_nodes.io.block_reader import ReadContext
 from insitubatch_nodes.io.block_slots import BlockMemory
 from insitubatch_nodes.io.chunk_codec import ChunkDecoder
@@ -422,6 +423,7 @@ class DeviceBlockReader:
         assert nvcomp is not None and self._stream is not None
         codec = self._nvcomp_codecs.get(algorithm)
         if codec is None:
+            use_torch_scratch(nvcomp)  # before the codec, which may take scratch as it starts
             codec = nvcomp.Codec(
                 algorithm=algorithm,
                 bitstream_kind=nvcomp.BitstreamKind.RAW,
