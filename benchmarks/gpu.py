@@ -97,14 +97,24 @@ def h2d(batch_size: int) -> dict[str, float]:
     torch.cuda.synchronize()
     result["ring_GBps"] = repeats * nbytes / (time.perf_counter() - start) / GB
     spec = {name: (array.shape, array.dtype) for name, array in batch.items()}
+    staging = StagingRing(3, page_locked)  # the pinned gather's ring
+    for _ in range(3):  # its slots allocated (cudaHostAlloc) before the clock, as in a run
+        staged = staging.stage(spec)
+        copier.deliver(copier.submit(staged.arrays, staged))
+    packed_before = copier.packed
     torch.cuda.synchronize()
     start = time.perf_counter()
-    staging = StagingRing(3, page_locked)  # the pinned gather's ring
     for _ in range(repeats):  # as the node runs it: the gather fills the slot in place
         staged = staging.stage(spec)
         copier.deliver(copier.submit(staged.arrays, staged))
     torch.cuda.synchronize()
     result["ring_staged_GBps"] = repeats * nbytes / (time.perf_counter() - start) / GB
+    result["ring_staged_counts"] = {  # what the ring did: a copy per batch and nothing else?
+        "packed": copier.packed - packed_before,
+        "slot_allocations": staging.stats.allocations,
+        "copy_waits": staging.stats.waits,
+        "held": staging.stats.held,
+    }
     result["ring_staged_over_peak"] = result["ring_staged_GBps"] / result["pinned_peak_GBps"]
     result["ring_over_peak"] = result["ring_GBps"] / result["pinned_peak_GBps"]
     result["pageable_over_peak"] = result["pageable_GBps"] / result["pinned_peak_GBps"]
@@ -159,18 +169,24 @@ def _train_run(args: dict[str, Any], queue: Any) -> None:
     )
     (fetch,) = [n for n in graph_nodes(loader.root) if isinstance(n, AsyncFetchNode)]
     steps_per_epoch = len(list(range(0, args["samples"], args["batch_size"])))
-    fixed = None
+    kept: list[dict[str, torch.Tensor]] = []  # one batch of each size an epoch has
     for batch in loader:  # warm-up epoch: cudnn autotune, allocator, page cache, threads
         step(batch)
-        fixed = {k: v.clone() for k, v in batch.items() if k != "sample_index"}
-    assert fixed is not None
+        if not kept or len(batch["sample_index"]) != len(kept[-1]["sample_index"]):
+            kept.append({k: v.clone() for k, v in batch.items()})
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     steps = steps_per_epoch * args["epochs"]
+    # the compute-only run steps through an epoch's batch sizes as the fed run does: full
+    # batches, then the short last one. (Until 2026-11-24 it timed the short one alone, so
+    # the fed run's full batches counted as a 38% data stall.)
+    sizes = [kept[0]] * (steps_per_epoch - len(kept) + 1) + kept[1:]
+    assert len(sizes) == steps_per_epoch
 
     start = time.perf_counter()
-    for _ in range(steps):
-        step(fixed)
+    for _ in range(args["epochs"]):
+        for fixed in sizes:
+            step(fixed)
     torch.cuda.synchronize()
     compute_s = time.perf_counter() - start
 
@@ -197,6 +213,7 @@ def _train_run(args: dict[str, Any], queue: Any) -> None:
     torch.cuda.synchronize()
     fed_s = time.perf_counter() - start
     assert fed_steps == steps, (fed_steps, steps)
+    verdict = loader.stats()  # the last fed epoch's own reading of what limited it
     calls = fetch.stats.device_decode_calls
     queue.put(
         {
@@ -219,31 +236,47 @@ def _train_run(args: dict[str, Any], queue: Any) -> None:
             "peak_rss_growth_MB": _peak_rss_mb() - rss_before,
             "peak_device_MB": torch.cuda.max_memory_allocated() / 2**20,
             "params_M": sum(p.numel() for p in model.parameters()) / 1e6,
+            "steps_per_chunk": args["steps_per_chunk"],
+            "limiting_stage": verdict.get("limiting_stage"),
+            "loader_stall_own_view": verdict.get("data_stall_fraction"),
         }
     )
 
 
-def train(path: str, samples: int, args: argparse.Namespace) -> list[dict[str, Any]]:
-    context = multiprocessing.get_context("spawn")
-    results = []
+def train_runs(steps_per_chunk: int, args: argparse.Namespace) -> list[tuple[Any, ...]]:
+    """(width, decode, threads, prefetch, read-ahead, across) for one store. The full set at
+    24 steps per chunk; at 1 step per chunk the widest model with each decode, reading
+    across epochs or not (the comparisons that store adds)."""
     default = args.decode_threads
     widest = max(args.widths)
+    if steps_per_chunk == 1:
+        return [
+            (widest, d, default, None, 8 if d == "gpu" else 2, a)
+            for a in (False, True)
+            for d in ("cpu", "gpu")
+        ]
     runs = [(w, d, default, None, 2, False) for w in args.widths for d in ("cpu", "gpu")]
-    runs += [(widest, d, 4, None, 2, False) for d in ("cpu", "gpu") if default != 4]
     # no prefetch: the gather and the copy on the training thread, as before the producer
     runs += [(widest, "cpu", default, 0, 2, False)]
     # deeper read-ahead: more blocks decoded per nvCOMP call
     runs += [(widest, "gpu", default, None, 8, False)]
     # the next epoch's first blocks read while this one ends
     runs += [(widest, "cpu", default, None, 2, True), (widest, "gpu", default, None, 8, True)]
-    for width, decode, threads, prefetch, read_ahead, across in runs:
+    return runs
+
+
+def train(path: str, steps_per_chunk: int, args: argparse.Namespace) -> list[dict[str, Any]]:
+    context = multiprocessing.get_context("spawn")
+    results = []
+    for width, decode, threads, prefetch, read_ahead, across in train_runs(steps_per_chunk, args):
         queue = context.Queue()
         process = context.Process(
             target=_train_run,
             args=(
                 {
                     "path": path,
-                    "samples": samples,
+                    "samples": args.time_steps,
+                    "steps_per_chunk": steps_per_chunk,
                     "decode": decode,
                     "batch_size": args.batch_size,
                     "epochs": args.epochs,
@@ -261,6 +294,7 @@ def train(path: str, samples: int, args: argparse.Namespace) -> list[dict[str, A
         results.append({"decode": decode, **_result_of(process, queue)})
         process.join()
         print(_train_row(results[-1]), flush=True)
+        _save(args, results)
     return results
 
 
@@ -334,10 +368,121 @@ def decode_throughput(path: Path, raw_chunk_nbytes: int) -> dict[str, float]:
     return result
 
 
+_REPORT: dict[str, Any] = {}
+
+
+def _save(args: argparse.Namespace, rows: list[dict[str, Any]] | None = None) -> None:
+    """Write what is measured so far, so a run cut short still leaves its rows."""
+    if rows is not None:
+        _REPORT["train"] = [*_REPORT.get("train_done", []), *rows]
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "gpu.json").write_text(json.dumps(_REPORT, indent=2))
+
+
+def _store(args: argparse.Namespace, steps_per_chunk: int) -> Path:
+    path = args.store / f"era5-{args.time_steps}-{steps_per_chunk}.zarr"
+    if not path.exists():
+        write_era5_like(path, time_steps=args.time_steps, steps_per_chunk=steps_per_chunk)
+    return path
+
+
+def _chunk_files(path: Path) -> list[Path]:
+    return [
+        file
+        for name in ERA5_VARIABLES
+        for file in sorted((path / name / "c").rglob("*"))
+        if file.is_file()
+    ]
+
+
+def _evict(files: list[Path]) -> None:
+    """Drop these files' pages from the page cache, so the next read comes from the disk."""
+    for file in files:
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def _kvikio_mode(kvikio: Any) -> str:
+    import importlib
+
+    defaults = importlib.import_module("kvikio.defaults")
+    for read in (lambda: defaults.get("compat_mode"), lambda: defaults.compat_mode()):
+        try:
+            return str(read())
+        except Exception:
+            continue
+    return "unknown"
+
+
+def file_to_device(path: Path) -> dict[str, Any]:
+    """The stored (compressed) bytes of every chunk file into device memory: a host read
+    into pinned memory plus one copy each, against kvikio's reads (GPUDirect Storage where
+    the machine has it, else kvikio's own host path), from the page cache and from disk."""
+    files = _chunk_files(path)
+    sizes = [f.stat().st_size for f in files]
+    total = sum(sizes)
+    result: dict[str, Any] = {"files": len(files), "MB": total / 1e6}
+    pinned = torch.empty(max(sizes), dtype=torch.uint8).pin_memory()
+    device = torch.empty(total, dtype=torch.uint8, device="cuda")
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()
+
+    def host_then_copy() -> float:
+        start = time.perf_counter()
+        view = pinned.numpy()
+        for file, size, offset in zip(files, sizes, offsets, strict=True):
+            with open(file, "rb", buffering=0) as f:
+                f.readinto(memoryview(view)[:size])
+            device[offset : offset + size].copy_(pinned[:size])  # synchronous: the slot is reused
+        torch.cuda.synchronize()
+        return total / (time.perf_counter() - start) / GB
+
+    host_then_copy()
+    result["host_pinned_copy_cached_GBps"] = host_then_copy()
+    _evict(files)
+    result["host_pinned_copy_disk_GBps"] = host_then_copy()
+    try:
+        import kvikio
+    except ImportError as err:
+        result["kvikio"] = f"not installed ({err})"
+        return result
+    result["kvikio"] = f"{kvikio.__version__}, compat_mode={_kvikio_mode(kvikio)}"
+
+    def kvikio_reads() -> float:
+        start = time.perf_counter()
+        handles = [kvikio.CuFile(file, "r") for file in files]
+        futures = [
+            handle.pread(device[offset : offset + size])
+            for handle, size, offset in zip(handles, sizes, offsets, strict=True)
+        ]
+        for future in futures:
+            future.get()
+        for handle in handles:
+            handle.close()
+        torch.cuda.synchronize()
+        return total / (time.perf_counter() - start) / GB
+
+    try:
+        kvikio_reads()
+        result["kvikio_cached_GBps"] = kvikio_reads()
+        _evict(files)
+        result["kvikio_disk_GBps"] = kvikio_reads()
+    except Exception as err:  # a machine without GDS or cuFile: say so, keep the rest
+        result["kvikio_error"] = repr(err)[:300]
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--time-steps", type=int, default=1460)
-    parser.add_argument("--steps-per-chunk", type=int, default=24)
+    parser.add_argument(
+        "--steps-per-chunk",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[24, 1],
+        help="one store per entry, comma-separated",
+    )
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument(
@@ -345,87 +490,118 @@ def main() -> None:
     )
     parser.add_argument("--depth", type=int, default=4)
     parser.add_argument("--decode-threads", type=int, default=None)
+    parser.add_argument("--skip", default="", help="comma-separated: h2d, decode, files, train")
     parser.add_argument("--store", type=Path, default=Path("/tmp/insitubatch-gpu-bench"))
     parser.add_argument("--out", type=Path, default=Path("."))
     args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks.gpu needs a CUDA device")
-    path = args.store / f"era5-{args.time_steps}-{args.steps_per_chunk}.zarr"
-    if not path.exists():
-        write_era5_like(path, time_steps=args.time_steps, steps_per_chunk=args.steps_per_chunk)
-    report: dict[str, Any] = {
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "store": {
-            "time_steps": args.time_steps,
-            "steps_per_chunk": args.steps_per_chunk,
-            "grid": ERA5_GRID,
-            "variables": len(ERA5_VARIABLES),
-        },
-        "model": {"widths": args.widths, "depth": args.depth, "batch_size": args.batch_size},
-    }
-    report["h2d"] = h2d(args.batch_size)
-    print(json.dumps({"h2d": report["h2d"]}), flush=True)
-    raw_chunk = args.steps_per_chunk * ERA5_GRID[0] * ERA5_GRID[1] * 4
-    report["decode"] = decode_throughput(path, raw_chunk)
-    print(json.dumps({"decode": report["decode"]}), flush=True)
-    report["train"] = train(str(path), args.time_steps, args)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "gpu.json").write_text(json.dumps(report, indent=2))
+    report = _REPORT
+    report.update(
+        {
+            "device": torch.cuda.get_device_name(),
+            "torch": torch.__version__,
+            "store": {
+                "time_steps": args.time_steps,
+                "steps_per_chunk": args.steps_per_chunk,
+                "grid": ERA5_GRID,
+                "variables": len(ERA5_VARIABLES),
+            },
+            "model": {"widths": args.widths, "depth": args.depth, "batch_size": args.batch_size},
+        }
+    )
+    stores = {n: _store(args, n) for n in args.steps_per_chunk}
+    first = args.steps_per_chunk[0]
+    if "h2d" not in skip:
+        report["h2d"] = h2d(args.batch_size)
+        print(json.dumps({"h2d": report["h2d"]}), flush=True)
+    raw_chunk = first * ERA5_GRID[0] * ERA5_GRID[1] * 4
+    if "decode" not in skip:
+        report["decode"] = decode_throughput(stores[first], raw_chunk)
+        print(json.dumps({"decode": report["decode"]}), flush=True)
+    if "files" not in skip:
+        try:
+            report["files"] = file_to_device(stores[first])
+        except Exception as err:  # a measurement of an option: never the end of the run
+            report["files"] = {"files": 0, "MB": 0.0, "error": repr(err)[:300]}
+        print(json.dumps({"files": report["files"]}), flush=True)
+    _save(args)
+    if "train" not in skip:
+        for steps_per_chunk, path in stores.items():
+            rows = train(str(path), steps_per_chunk, args)
+            report["train_done"] = [*report.get("train_done", []), *rows]
+        report["train"] = report.pop("train_done", [])
+    _save(args)
     print(render(report))
 
 
 def render(report: dict[str, Any]) -> str:
-    h, d = report["h2d"], report["decode"]
     lines = [
         f"## {report['device']}, torch {report['torch']}",
         f"store: {report['store']}; model: {report['model']}",
-        "",
-        f"### Host to device, batch of {h['batch_MB']:.1f} MB",
-        "| path | GB/s | of pinned peak |",
-        "|---|---:|---:|",
-        f"| pageable | {h['pageable_GBps']:.1f} | {h['pageable_over_peak']:.0%} |",
-        f"| pinned | {h['pinned_GBps']:.1f} | {h['pinned_over_peak']:.0%} |",
-        f"| staging ring (pack + copy) | {h['ring_GBps']:.1f} | {h['ring_over_peak']:.0%} |",
-        f"| staging ring (staged in place + copy) | {h['ring_staged_GBps']:.1f} | "
-        f"{h['ring_staged_over_peak']:.0%} |",
-        f"| pinned peak (512 MiB) | {h['pinned_peak_GBps']:.1f} | 100% |",
-        "",
-        f"### Decode of all {d['chunks']} chunks, bytes in memory (GB/s decoded)",
-        f"CPU numcodecs, {d['cpu_threads']} threads: {d['cpu_GBps']:.2f}",
     ]
-    if "gpu_GBps" in d:
-        for key, value in d.items():
-            if key.startswith("gpu_GBps_"):
-                per_call = key.removeprefix("gpu_GBps_").removesuffix("_per_call")
-                lines.append(f"GPU nvCOMP, {per_call} chunks per call: {value:.2f}")
-        lines.append(f"best GPU over CPU: {d['gpu_over_cpu']:.2f}x")
-    else:
-        lines.append("GPU nvCOMP: not installed")
+    if "h2d" in report:
+        h = report["h2d"]
+        lines += [
+            "",
+            f"### Host to device, batch of {h['batch_MB']:.1f} MB",
+            "| path | GB/s | of pinned peak |",
+            "|---|---:|---:|",
+            f"| pageable | {h['pageable_GBps']:.1f} | {h['pageable_over_peak']:.0%} |",
+            f"| pinned | {h['pinned_GBps']:.1f} | {h['pinned_over_peak']:.0%} |",
+            f"| staging ring (pack + copy) | {h['ring_GBps']:.1f} | {h['ring_over_peak']:.0%} |",
+            f"| staging ring (staged in place + copy) | {h['ring_staged_GBps']:.1f} | "
+            f"{h['ring_staged_over_peak']:.0%} |",
+            f"| pinned peak (512 MiB) | {h['pinned_peak_GBps']:.1f} | 100% |",
+        ]
+    if "decode" in report:
+        d = report["decode"]
+        lines += [
+            "",
+            f"### Decode of all {d['chunks']} chunks, bytes in memory (GB/s decoded)",
+            f"CPU numcodecs, {d['cpu_threads']} threads: {d['cpu_GBps']:.2f}",
+        ]
+        if "gpu_GBps" in d:
+            for key, value in d.items():
+                if key.startswith("gpu_GBps_"):
+                    per_call = key.removeprefix("gpu_GBps_").removesuffix("_per_call")
+                    lines.append(f"GPU nvCOMP, {per_call} chunks per call: {value:.2f}")
+            lines.append(f"best GPU over CPU: {d['gpu_over_cpu']:.2f}x")
+        else:
+            lines.append("GPU nvCOMP: not installed")
+    if "files" in report:
+        f = report["files"]
+        lines += ["", f"### Stored bytes to device memory: {f['files']} files, {f['MB']:.0f} MB"]
+        lines += [
+            f"{key}: {value:.2f}" if isinstance(value, float) else f"{key}: {value}"
+            for key, value in f.items()
+            if key not in ("files", "MB")
+        ]
     lines += [
         "",
         "### Training step fed by the loader",
-        "| width | decode | threads | prefetch | read-ahead | across | blocks/call | steps "
-        "| compute ms/step | loader-only ms/batch | fed ms/step | in next() ms/step "
-        "| batches/s | data stall | peak RSS growth MB | peak device MB |",
-        "|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| steps/chunk | width | decode | threads | prefetch | read-ahead | across | blocks/call "
+        "| steps | compute ms/step | loader-only ms/batch | fed ms/step | in next() ms/step "
+        "| batches/s | data stall | loader's verdict | peak RSS growth MB | peak device MB |",
+        "|---:|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
     ]
-    lines += [_train_row(t) for t in report["train"]]
+    lines += [_train_row(t) for t in report.get("train", [])]
     return "\n".join(lines)
 
 
 def _train_row(t: dict[str, Any]) -> str:
     if "error" in t:
-        return f"| | {t.get('decode', '?')} | {t['error']} |"
+        return f"| | | {t.get('decode', '?')} | {t['error']} |"
     per_call = t["blocks_per_decode_call"]
     return (
-        f"| {t['width']} | {t['decode']} | {t['threads']} | {t['device_prefetch']} | "
-        f"{t['read_ahead']} | {'yes' if t['across'] else 'no'} | "
+        f"| {t['steps_per_chunk']} | {t['width']} | {t['decode']} | {t['threads']} | "
+        f"{t['device_prefetch']} | {t['read_ahead']} | {'yes' if t['across'] else 'no'} | "
         f"{'' if per_call is None else f'{per_call:.2f}'} | {t['steps']} | "
         f"{t['compute_ms_per_step']:.2f} | "
         f"{t['loader_only_ms_per_batch']:.2f} | {t['fed_ms_per_step']:.2f} | "
         f"{t['host_in_next_ms_per_step']:.2f} | {t['batches_per_s']:.1f} | {t['data_stall']:.1%} | "
-        f"{t['peak_rss_growth_MB']:.0f} | {t['peak_device_MB']:.0f} |"
+        f"{t['limiting_stage']} | {t['peak_rss_growth_MB']:.0f} | {t['peak_device_MB']:.0f} |"
     )
 
 
