@@ -13,7 +13,6 @@ from urllib.parse import urlsplit
 from insitubatch_nodes.byte_sizes import parse_nbytes
 from insitubatch_nodes.channel_stats import stats_path
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
-from insitubatch_nodes.core.memory_bound import DEFAULT_MEMORY_BUDGET
 from insitubatch_nodes.demo import DemoConfig, default_cache, run_demo
 from insitubatch_nodes.io.redact import redact, secrets_in
 from insitubatch_nodes.io.stored_sizes import DEFAULT_SAMPLED_CHUNKS
@@ -120,8 +119,8 @@ def _add_inspect(commands: Any) -> None:
     inspect.add_argument(
         "--memory-budget",
         default=None,
-        help="bytes, or with a unit (512MiB, 8GiB, 2GB); default build_loader's "
-        f"({DEFAULT_MEMORY_BUDGET >> 30} GiB)",
+        help="bytes, or with a unit (512MiB, 8GiB, 2GB); default build_loader's: half of "
+        "this rank's share of the memory available on this host",
     )
     inspect.add_argument(
         "--storage-options",
@@ -206,11 +205,7 @@ def _inspect(args: argparse.Namespace) -> int:
     options: dict[str, Any] | None = None
     try:
         options = storage_options_from(args.storage_options, args.anonymous, args.url)
-        budget = (
-            DEFAULT_MEMORY_BUDGET
-            if args.memory_budget is None
-            else parse_nbytes(args.memory_budget)
-        )
+        budget = None if args.memory_budget is None else parse_nbytes(args.memory_budget)
         report = inspect_store(
             args.url,
             args.variables,

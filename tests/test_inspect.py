@@ -6,6 +6,7 @@ checked against the files themselves and against what `build_loader` picks."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,9 +20,10 @@ import zarr
 from s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server
 
 from insitubatch_nodes import AsyncFetchNode, ReadPlanNode, ZarrSource, build_loader, make_manifest
-from insitubatch_nodes.byte_sizes import parse_nbytes, size_argument
+from insitubatch_nodes.byte_sizes import nbytes_text, parse_nbytes, size_argument
 from insitubatch_nodes.cf_time import cf_reference, decode_cf_times
 from insitubatch_nodes.cli import main
+from insitubatch_nodes.host_resources import HostResources
 from insitubatch_nodes.loader import graph_nodes
 from insitubatch_nodes.synthetic import write_era5_like
 
@@ -95,8 +97,14 @@ def test_the_synthetic_store_in_text(era5: Path, capsys: pytest.CaptureFixture[s
     assert f"{chunk_bytes / 1024:.1f} KiB" in out  # decoded bytes per chunk
     assert "others  latitude (16), longitude (32)" in out
     assert "time    no 1-D time coordinate" in out
-    assert "block_chunks       32 (64 samples, 512.0 KiB per block at most)" in out
-    assert "total               1.0 GiB  (1073741824 bytes)" in out
+    assert "block_chunks       32 (64 samples, 512.0 KiB per block at most" in out
+    # the budget is half of what the host has available, as the report says it read it
+    available = re.search(r"1/2 of (\d+) bytes available \(MemAvailable\)", out)
+    assert available is not None, out
+    budget = int(available[1]) // 2
+    assert f"memory_budget      {nbytes_text(budget)} ({budget} bytes): 1/2 of" in out
+    assert re.search(rf"\n    total +{nbytes_text(budget)}  \({budget} bytes\)\n", out), out
+    assert "decode threads     " in out and " cores)" in out
 
 
 def test_every_chunk_sampled_gives_the_files_sizes(
@@ -140,7 +148,8 @@ def test_the_settings_are_those_build_loader_picks(
     args = [str(era5), "--device", "cpu", "--batch-size", str(batch_size)]
     args += [] if budget is None else ["--memory-budget", budget]
     loader = inspect_json(capsys, *args)["loader"]
-    settings: dict[str, Any] = {"batch_size": batch_size}
+    # the host the report planned for: what build_loader would read on this host then
+    settings: dict[str, Any] = {"batch_size": batch_size, "host": HostResources(**loader["host"])}
     if budget is not None:
         settings["memory_budget"] = parse_nbytes(budget)
     built = built_settings(str(era5), **settings)
