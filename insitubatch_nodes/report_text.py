@@ -133,9 +133,10 @@ def _time_lines(time: TimeReport | None) -> list[str]:
 def _host_line(loader: LoaderDefaults) -> str:
     host = loader.host
     ranks = "1 local rank" if host.local_ranks == 1 else f"{host.local_ranks} local ranks"
+    cores = "1 core" if host.cores == 1 else f"{host.cores} cores"
     return (
         f"  host: {nbytes_text(host.memory_bytes)} available ({host.memory_from}), "
-        f"{host.cores} cores, {ranks} ({host.local_ranks_from})"
+        f"{cores}, {ranks} ({host.local_ranks_from})"
     )
 
 

@@ -25,6 +25,8 @@ from insitubatch_nodes.cf_time import cf_reference, decode_cf_times
 from insitubatch_nodes.cli import main
 from insitubatch_nodes.host_resources import HostResources
 from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.report_text import format_report
+from insitubatch_nodes.store_report import inspect_store
 from insitubatch_nodes.synthetic import write_era5_like
 
 GRID = (16, 32)
@@ -181,6 +183,37 @@ def test_a_budget_too_small_says_which_fits(era5: Path, capsys: pytest.CaptureFi
     argument = loader["loader"]["fitting_argument"]
     assert f"--memory-budget {argument}" in out and f"memory_budget={least})" in out
     built_settings(str(era5), memory_budget=parse_nbytes(argument))  # the value shown fits
+
+
+def test_the_host_is_shared_by_its_local_ranks(
+    era5: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")  # as torchrun --nproc_per_node 8 sets it
+    loader = inspect_json(capsys, str(era5), "--device", "cpu")["loader"]
+    host = loader["host"]
+    assert (host["local_ranks"], host["local_ranks_from"]) == (8, "LOCAL_WORLD_SIZE")
+    assert loader["memory_budget"] == host["memory_bytes"] // 8 // 2
+    assert "shared by 8 local ranks (LOCAL_WORLD_SIZE)" in loader["memory_from"]
+    assert loader["decode_threads"] == max(1, host["cores"] // 8)
+    assert loader["block_chunks"] == 32  # as on one rank: the block never follows the host
+
+
+def test_a_host_too_small_is_reported_with_the_budget_that_fits(era5: Path) -> None:
+    tiny = HostResources(memory_bytes=400 * 1024, cores=1)
+    report = inspect_store(str(era5), device="cpu", host=tiny)
+    loader = report.loader
+    assert loader.plan is None and loader.refused is not None
+    with pytest.raises(ValueError) as refused:
+        build_loader(str(era5), split="all", device="cpu", host=tiny)
+    assert loader.refused == str(refused.value)
+    assert "this host has 409600 bytes available for this rank" in loader.refused
+    least = loader.fitting_budget
+    assert least is not None and least > 400 * 1024
+    built = built_settings(str(era5), memory_budget=least, block_chunks=32)  # the need, exactly
+    assert built["block_chunks"] == 32
+    text = format_report(report)
+    assert "host: 400.0 KiB available (given), 1 core, 1 local rank (given)" in text
+    assert f"  refused: {loader.refused}" in text
 
 
 def test_the_split_and_the_batch_are_planned_for(
