@@ -24,8 +24,6 @@ from insitubatch_nodes.io.zarr_source import ZarrSource
 from insitubatch_nodes.loader_choices import HostTooSmallError, choose_loader_settings
 from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode, default_prefetch
 
-__all__ = ["LARGEST_BUDGET", "LoaderDefaults", "budget_that_fits", "loader_defaults"]
-
 
 @dataclass(frozen=True)
 class LoaderDefaults:

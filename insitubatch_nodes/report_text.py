@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from insitubatch_nodes.byte_sizes import nbytes_text
+from insitubatch_nodes.core.memory_bound import LARGEST_BUDGET
 from insitubatch_nodes.io.stored_sizes import StoredSizes
-from insitubatch_nodes.loader_defaults import LARGEST_BUDGET, LoaderDefaults
+from insitubatch_nodes.loader_defaults import LoaderDefaults
 from insitubatch_nodes.store_report import StoreReport, TimeReport
 
 
