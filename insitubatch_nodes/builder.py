@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,7 +15,6 @@ from zarr.abc.store import Store
 from insitubatch_nodes.channel_stats import StatsLike
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS, batch_channels
-from insitubatch_nodes.core.memory_bound import DEFAULT_MEMORY_BUDGET, plan_loader_memory
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.core.settings import (
@@ -23,10 +23,12 @@ from insitubatch_nodes.core.settings import (
     as_optional_int,
     int_from_environment,
 )
+from insitubatch_nodes.host_resources import HostResources
 from insitubatch_nodes.io.fork_guard import check_object_stores_usable
 from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
 from insitubatch_nodes.loader import Loader
+from insitubatch_nodes.loader_choices import choose_loader_settings
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
 from insitubatch_nodes.nodes.gather import GatherNode
@@ -35,6 +37,8 @@ from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode, default_prefe
 from insitubatch_nodes.nodes.read_plan import ReadPlanNode
 from insitubatch_nodes.nodes.shuffle_block import ShuffleBlockNode
 from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
+
+log = logging.getLogger(__name__)
 
 
 def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -117,7 +121,7 @@ def build_loader(
     block_chunks: int | None = None,
     max_inflight: int | None = None,
     prefetch_blocks: int = 2,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    memory_budget: int | None = None,
     seed: int = 0,
     rank: int | None = None,
     world_size: int | None = None,
@@ -138,12 +142,15 @@ def build_loader(
     read_across_epochs: bool = False,
     evaluation: bool = False,
     all_ranks_state: bool = False,
+    host: HostResources | None = None,
 ) -> Loader[dict[str, torch.Tensor]]:
     """Shuffled, split-aware, resumable batches from a Zarr group.
 
     Each batch is `{variable: tensor (batch, *sample_shape), "sample_index": int64}`;
     every rank yields the same number of batches per epoch, and `loader.state_dict()`
-    resumes exactly (refused, by name, on other data or another graph).
+    resumes exactly (refused, by name, on other data or another graph). What the settings
+    left out were chosen as, and why, is logged once (logger `insitubatch_nodes.builder`,
+    INFO): the budget and decode threads follow the host, the block size never does.
 
     Args:
         source: the Zarr group: a URL (`file://`, a path, `memory://NAME`, `s3://`,
@@ -155,7 +162,9 @@ def build_loader(
         batch_size: samples per batch.
         block_chunks: units read and shuffled together: larger blocks shuffle better
             and hold more memory; by default at least 64 samples and 8 chunks, within an
-            eighth of `memory_budget` (`core.memory_bound.default_block_chunks`).
+            eighth of a fixed 1 GiB, or of a smaller `memory_budget` given
+            (`core.memory_bound.default_block_chunks`): never of the host's memory, since
+            the block decides the batches.
         max_inflight: chunk reads under way at once at most; by default as many as the
             store shows it takes (its delivered rate times its round trip, measured as
             reads complete, `core.inflight_target`), within an eighth of the budget and
@@ -164,7 +173,10 @@ def build_loader(
         memory_budget: bytes the loader holds at most: the shuffle window, the batches
             being gathered and the reads in flight come first, the rest caps the blocks
             read ahead (`core.memory_bound`); too small a budget is refused with the
-            numbers.
+            numbers. By default half of this rank's share of the host's available
+            memory (shared by `LOCAL_WORLD_SIZE` ranks), raised to what the settings need
+            if this rank's share holds that, else refused with the numbers
+            (`loader_choices`).
         seed: the seed of every random order (with the epoch, it fixes every batch).
         rank: this process's rank (default: torch.distributed, else `RANK`, else 0; with
             neither `rank` nor `world_size` given and no process group yet, one started
@@ -177,7 +189,8 @@ def build_loader(
             path of its file); default: contiguous train/val/test at 0.8/0.1/0.1.
         drop_last: yield only full batches (no padding repeats).
         storage_options: object-store client options (obstore's), e.g. credentials.
-        decode_threads: threads that decode chunks (default: from the host's cores).
+        decode_threads: threads that decode chunks (default: this rank's share of the
+            cores it may run on, `cores // LOCAL_WORLD_SIZE`, at least 1 and at most 32).
         zarr_pipeline: `"zarrs"` to let the Rust pipeline decode the arrays zarr must
             decode itself (filters, F order); common layouts are decoded by the library.
         retry: how reads that fail transiently (HTTP 5xx, timeouts, dropped connections)
@@ -209,6 +222,8 @@ def build_loader(
         all_ranks_state: `state_dict()` holds every rank's state, gathered over
             torch.distributed (every rank must call it at once), so that the checkpoint
             Lightning or accelerate writes (rank 0's) resumes every rank.
+        host: the host's available memory, cores and ranks the defaults follow (default
+            `HostResources.read()`, once, now).
     """
     # first: in a fork of a process that read through us, the store would hang and CUDA
     # cannot start (resolving device="auto" asks it), so name the fork before either does
@@ -239,25 +254,28 @@ def build_loader(
         follow_process_group=follow,
     )
     permute.check_full_batch(batch_size, drop_last, split)
-    block_chunks, memory = plan_loader_memory(
-        memory_budget,
+    chosen = choose_loader_settings(
         anchors,
         opened.layouts,
+        HostResources.read() if host is None else host,
         batch_size=batch_size,
         block_chunks=block_chunks,
         max_inflight=max_inflight,
+        memory_budget=memory_budget,
+        decode_threads=decode_threads,
         batches_held=slots,
     )
+    memory = chosen.plan
     reading = opened.read_context(
         retry=retry,
         max_inflight=max_inflight,
-        decode_threads=decode_threads,
+        decode_threads=chosen.decode_threads,
         zarr_pipeline=zarr_pipeline,
         block_memory_bytes=memory.blocks_alive_bytes,
         inflight_bytes=memory.inflight_bytes,
     )
     blocks = AsyncFetchNode(
-        ReadPlanNode(permute, anchors, block_chunks=block_chunks),
+        ReadPlanNode(permute, anchors, block_chunks=chosen.block_chunks),
         reading,
         prefetch_blocks=prefetch_blocks,
         memory_budget=memory.read_ahead_bytes,
@@ -281,4 +299,6 @@ def build_loader(
     if normalise is not None:
         order = batch_channels(opened.layouts, spec, stacked=stack, spatial_dims=spatial_dims)
         node = NormaliseNode(node, normalise, order, spatial_dims=spatial_dims)
-    return Loader(node, all_ranks_state=all_ranks_state)
+    loader = Loader(node, all_ranks_state=all_ranks_state)
+    log.info("build_loader on %s, split %r: %s", opened.where, split, chosen.summary())
+    return loader

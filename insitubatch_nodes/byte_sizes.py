@@ -1,8 +1,8 @@
 """Byte counts as people type and read them: "8GiB" in, "1.5 MiB" out.
 
-Binary units (KiB, MiB, GiB) are what memory is sized in, and what the loader's
-`memory_budget` default is (1 GiB); decimal ones (KB, MB, GB) are accepted on the way in
-because people type them.
+Binary units (KiB, MiB, GiB) are what memory is sized in (default blocks are sized
+against 1 GiB); decimal ones (KB, MB, GB) are accepted on the way in because people type
+them.
 """
 
 from __future__ import annotations

@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from insitubatch_nodes.bench_plot import require_matplotlib, save_png
+from insitubatch_nodes.bench_run import DEFAULT_SECONDS, run_bench
+from insitubatch_nodes.bench_text import format_bench
 from insitubatch_nodes.byte_sizes import parse_nbytes
 from insitubatch_nodes.channel_stats import stats_path
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
-from insitubatch_nodes.core.memory_bound import DEFAULT_MEMORY_BUDGET
 from insitubatch_nodes.demo import DemoConfig, default_cache, run_demo
 from insitubatch_nodes.io.redact import redact, secrets_in
 from insitubatch_nodes.io.stored_sizes import DEFAULT_SAMPLED_CHUNKS
@@ -50,11 +52,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     stats.add_argument("--spatial-dims", type=int, default=DEFAULT_SPATIAL_DIMS)
     stats.add_argument("--anonymous", action="store_true", help="unsigned object-store reads")
     _add_inspect(commands)
+    _add_bench(commands)
     args = parser.parse_args(argv)
     if args.command == "stats":
         return _stats(args)
     if args.command == "inspect":
         return _inspect(args)
+    if args.command == "bench":
+        return _bench(args)
     summary = run_demo(
         DemoConfig(
             cache=args.cache,
@@ -120,18 +125,10 @@ def _add_inspect(commands: Any) -> None:
     inspect.add_argument(
         "--memory-budget",
         default=None,
-        help="bytes, or with a unit (512MiB, 8GiB, 2GB); default build_loader's "
-        f"({DEFAULT_MEMORY_BUDGET >> 30} GiB)",
+        help="bytes, or with a unit (512MiB, 8GiB, 2GB); default build_loader's: half of "
+        "this rank's share of the memory available on this host",
     )
-    inspect.add_argument(
-        "--storage-options",
-        default=None,
-        help="obstore client options (credentials, endpoint, region): JSON text or the path "
-        "of a JSON file",
-    )
-    inspect.add_argument(
-        "--anonymous", action="store_true", help="unsigned requests (public s3/gs/az buckets)"
-    )
+    _add_store_options(inspect)
     inspect.add_argument("--manifest", type=Path, default=None, help="split manifest JSON")
     inspect.add_argument(
         "--device", choices=("cpu", "cuda"), default=None, help="plan for (default: this host's)"
@@ -143,6 +140,45 @@ def _add_inspect(commands: Any) -> None:
         help="stored chunks (or shards) per array whose size is measured",
     )
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _add_store_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--storage-options",
+        default=None,
+        help="obstore client options (credentials, endpoint, region): JSON text or the path "
+        "of a JSON file",
+    )
+    command.add_argument(
+        "--anonymous", action="store_true", help="unsigned requests (public s3/gs/az buckets)"
+    )
+
+
+def _add_bench(commands: Any) -> None:
+    bench = commands.add_parser(
+        "bench",
+        help="build_loader's default graph on a store for some seconds: samples/s, MB/s, "
+        "reads, reads in flight, read latency and the limiting stage",
+    )
+    bench.add_argument("url", help="the Zarr group (path or URL)")
+    bench.add_argument("--variables", nargs="+", default=None, help="default: the loader's")
+    bench.add_argument("--split", default="all", help="the split to read")
+    bench.add_argument("--batch-size", type=int, default=32)
+    bench.add_argument(
+        "--seconds", type=float, default=DEFAULT_SECONDS, help="how long to draw batches"
+    )
+    bench.add_argument(
+        "--device", choices=("cpu", "cuda"), default=None, help="default: build_loader's"
+    )
+    _add_store_options(bench)
+    bench.add_argument(
+        "--png",
+        type=Path,
+        default=None,
+        help="also draw throughput and reads in flight over time into this PNG (matplotlib)",
+    )
+    bench.add_argument("--json", action="store_true", help="print the result as JSON")
+    bench.add_argument("--no-progress", action="store_true", help="no live progress bar")
 
 
 # Schemes whose requests are signed, so that `--anonymous` (obstore's `skip_signature`)
@@ -200,17 +236,48 @@ def storage_options_from(text: str | None, anonymous: bool, url: str) -> dict[st
     return options
 
 
+def _refused(command: str, err: Exception, options: dict[str, Any] | None, url: str) -> int:
+    """One line on stderr for a failed command (credentials redacted), exit status 2."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    print(f"insitubatch {command}: {redact(text, secrets_in(options, url))}", file=sys.stderr)
+    return 2
+
+
+def _bench(args: argparse.Namespace) -> int:
+    """Run the bench and print its table (or JSON); a failure is one line on stderr
+    (credentials redacted) and exit status 2, as for `inspect`."""
+    options: dict[str, Any] | None = None
+    try:
+        options = storage_options_from(args.storage_options, args.anonymous, args.url)
+        if args.png is not None:
+            require_matplotlib()  # before the run, not after it
+        result = run_bench(
+            args.url,
+            args.variables,
+            seconds=args.seconds,
+            split=args.split,
+            batch_size=args.batch_size,
+            device=args.device,
+            storage_options=options,
+            progress=not args.no_progress,
+        )
+        if args.png is not None:
+            save_png(result, args.png)
+    except Exception as err:
+        return _refused("bench", err, options, args.url)
+    print(json.dumps(result.to_json(), indent=2) if args.json else format_bench(result))
+    if args.png is not None and not args.json:
+        print(f"\nthroughput and reads in flight over time: {args.png}")
+    return 0
+
+
 def _inspect(args: argparse.Namespace) -> int:
     """Print the report; any failure is one line on stderr (credentials redacted) and exit
     status 2, never a traceback: the user has a URL or an option to fix, not a bug."""
     options: dict[str, Any] | None = None
     try:
         options = storage_options_from(args.storage_options, args.anonymous, args.url)
-        budget = (
-            DEFAULT_MEMORY_BUDGET
-            if args.memory_budget is None
-            else parse_nbytes(args.memory_budget)
-        )
+        budget = None if args.memory_budget is None else parse_nbytes(args.memory_budget)
         report = inspect_store(
             args.url,
             args.variables,
@@ -223,11 +290,7 @@ def _inspect(args: argparse.Namespace) -> int:
             sampled_chunks=args.sample_chunks,
         )
     except Exception as err:
-        text = " ".join(str(err).split()) or type(err).__name__
-        print(
-            f"insitubatch inspect: {redact(text, secrets_in(options, args.url))}", file=sys.stderr
-        )
-        return 2
+        return _refused("inspect", err, options, args.url)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:

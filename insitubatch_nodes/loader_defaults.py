@@ -1,7 +1,8 @@
 """What `build_loader`'s defaults would choose for a store on this host, without building
-a loader: the block size, the memory plan and the decode threads, or the refusal and a
-budget that fits. `insitubatch inspect` prints it; it calls the functions
-`build_loader` calls, so what it says is what a loader would do.
+a loader: the block size, the memory plan and the decode threads, with why, or the
+refusal and a budget that fits. `insitubatch inspect` prints it; it calls the function
+`build_loader` calls (`loader_choices.choose_loader_settings`), so what it says is what a
+loader would do.
 """
 
 from __future__ import annotations
@@ -16,13 +17,12 @@ from insitubatch_nodes.byte_sizes import parse_nbytes, size_argument
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.inflight_target import CEILING
-from insitubatch_nodes.core.memory_bound import MemoryPlan, plan_loader_memory
-from insitubatch_nodes.io.event_loop import default_decode_threads
+from insitubatch_nodes.core.memory_bound import LARGEST_BUDGET, MemoryPlan, plan_loader_memory
+from insitubatch_nodes.host_resources import HostResources
 from insitubatch_nodes.io.redact import redact
 from insitubatch_nodes.io.zarr_source import ZarrSource
+from insitubatch_nodes.loader_choices import HostTooSmallError, choose_loader_settings
 from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode, default_prefetch
-
-LARGEST_BUDGET = 1 << 50  # bytes: the search for a budget that fits gives up beyond it
 
 
 @dataclass(frozen=True)
@@ -34,11 +34,16 @@ class LoaderDefaults:
         split_samples: its samples (time steps).
         unit_steps: steps in one unit (what the loader shuffles and splits by).
         batch_size: samples per batch.
-        memory_budget: the budget, in bytes.
+        memory_budget: the budget, in bytes: the one given, else the host's choice (the
+            host's share of memory when refused).
+        memory_from: why that budget ("given", or how the host's share makes it).
         device: where batches would go ("cpu" or "cuda").
         batches_held: gathered batches alive at once (the staging ring on CUDA).
         decode_threads: threads of the decode pool.
+        threads_from: why that many ("given", or the host's cores and ranks).
+        host: the host the defaults follow (its memory, cores and local ranks).
         block_chunks: units per block, or None when refused.
+        block_from: why that many, or None when refused.
         block_samples: buffer rows of one block, at most, or None when refused.
         plan: how the budget splits (`MemoryPlan`), or None when refused.
         reads_in_flight: about how many reads of this store's stored chunks the
@@ -53,10 +58,14 @@ class LoaderDefaults:
     unit_steps: int
     batch_size: int
     memory_budget: int
+    memory_from: str
     device: str
     batches_held: int
     decode_threads: int
+    threads_from: str
+    host: HostResources
     block_chunks: int | None
+    block_from: str | None
     block_samples: int | None
     plan: MemoryPlan | None
     reads_in_flight: int | None
@@ -121,27 +130,31 @@ def loader_defaults(
     split: str,
     *,
     batch_size: int,
-    memory_budget: int,
+    memory_budget: int | None,
     device: str | None,
     mean_read_bytes: float | None,
     secrets: Iterable[str],
+    host: HostResources | None = None,
 ) -> LoaderDefaults:
     """What `build_loader(url, variables, split, batch_size=..., memory_budget=...)`
-    would plan: the same anchors, device default, staging slots and memory plan.
+    would plan: the same anchors, device default, staging slots and choices.
 
     Args:
         opened: the opened store and its selected arrays.
         split: the split planned for.
         batch_size: samples per batch.
-        memory_budget: the budget, in bytes.
+        memory_budget: the budget, in bytes, or None for the host's share (as
+            `build_loader`'s default).
         device: "cpu" or "cuda", or None for build_loader's default.
         mean_read_bytes: mean stored bytes of one chunk read, or None when unmeasured.
         secrets: texts to keep out of the refusal message.
+        host: the host to plan for (default `HostResources.read()`, as `build_loader`).
     """
     if device is None:  # build_loader's default, without starting a CUDA context
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    host = HostResources.read() if host is None else host
     held = PinToDeviceNode.staging_slots(default_prefetch(torch.device(device)))
     anchors = split_anchors(opened, split, None)
     samples = int(anchors.unit_sizes(anchors.units).sum())
@@ -149,42 +162,56 @@ def loader_defaults(
     fitting: int | None = None
     argument: str | None = None
     block_chunks: int | None = None
+    block_from: str | None = None
     block_samples: int | None = None
     plan: MemoryPlan | None = None
     reads: int | None = None
+    budget = host.memory_budget() if memory_budget is None else memory_budget
+    memory_from = host.memory_text() if memory_budget is None else "given"
     try:
-        block_chunks, plan = plan_loader_memory(
-            memory_budget,
+        chosen = choose_loader_settings(
             anchors,
             opened.layouts,
+            host,
             batch_size=batch_size,
             block_chunks=None,
             max_inflight=None,
+            memory_budget=memory_budget,
+            decode_threads=None,
             batches_held=held,
         )
+    except HostTooSmallError as err:
+        refused = redact(str(err), secrets)
+        fitting = err.least_budget
     except ValueError as err:
         refused = redact(str(err), secrets)
         fitting = budget_that_fits(
-            anchors, opened.layouts, batch_size=batch_size, batches_held=held, above=memory_budget
+            anchors, opened.layouts, batch_size=batch_size, batches_held=held, above=budget
         )
-        if fitting is not None:  # a rounder value above the least may not fit: check it
-            argument = size_argument(fitting)
-            if _planned(parse_nbytes(argument), anchors, opened.layouts, batch_size, held) is None:
-                argument = str(fitting)
     else:
+        budget, memory_from, plan = chosen.memory_budget, chosen.memory_from, chosen.plan
+        block_chunks, block_from = chosen.block_chunks, chosen.block_from
         block_samples = anchors.block_rows_bound(block_chunks)
         if mean_read_bytes:
             reads = max(1, min(CEILING, int(plan.inflight_bytes // mean_read_bytes)))
+    if fitting is not None:  # a rounder value above the least may not fit: check it
+        argument = size_argument(fitting)
+        if _planned(parse_nbytes(argument), anchors, opened.layouts, batch_size, held) is None:
+            argument = str(fitting)
     return LoaderDefaults(
         split=split,
         split_samples=samples,
         unit_steps=opened.geometry.unit_length,
         batch_size=batch_size,
-        memory_budget=memory_budget,
+        memory_budget=budget,
+        memory_from=memory_from,
         device=device,
         batches_held=held,
-        decode_threads=default_decode_threads(),
+        decode_threads=host.decode_threads(),
+        threads_from=host.threads_text(),
+        host=host,
         block_chunks=block_chunks,
+        block_from=block_from,
         block_samples=block_samples,
         plan=plan,
         reads_in_flight=reads,

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from insitubatch_nodes.byte_sizes import nbytes_text
+from insitubatch_nodes.core.memory_bound import LARGEST_BUDGET
 from insitubatch_nodes.io.stored_sizes import StoredSizes
-from insitubatch_nodes.loader_defaults import LARGEST_BUDGET, LoaderDefaults
+from insitubatch_nodes.loader_defaults import LoaderDefaults
 from insitubatch_nodes.store_report import StoreReport, TimeReport
 
 
@@ -130,15 +131,27 @@ def _time_lines(time: TimeReport | None) -> list[str]:
     return [line]
 
 
+def _host_line(loader: LoaderDefaults) -> str:
+    host = loader.host
+    ranks = "1 local rank" if host.local_ranks == 1 else f"{host.local_ranks} local ranks"
+    cores = "1 core" if host.cores == 1 else f"{host.cores} cores"
+    return (
+        f"  host: {nbytes_text(host.memory_bytes)} available ({host.memory_from}), "
+        f"{cores}, {ranks} ({host.local_ranks_from})"
+    )
+
+
 def _loader_lines(loader: LoaderDefaults) -> list[str]:
     lines = [
         f"build_loader defaults on this host, for batch_size={loader.batch_size}, "
-        f"memory_budget={loader.memory_budget} ({nbytes_text(loader.memory_budget)}), "
         f"device {loader.device}",
+        _host_line(loader),
         f"  split {loader.split!r}: {loader.split_samples} samples, shuffled in units of "
         f"{loader.unit_steps} step" + ("" if loader.unit_steps == 1 else "s"),
     ]
+    budget = f"{nbytes_text(loader.memory_budget)} ({loader.memory_budget} bytes)"
     if loader.plan is None:
+        lines.append(f"  memory_budget {budget}: {loader.memory_from}")
         lines.append(f"  refused: {loader.refused}")
         if loader.fitting_budget is None:
             lines.append(
@@ -152,7 +165,7 @@ def _loader_lines(loader: LoaderDefaults) -> list[str]:
                 f"{loader.fitting_argument}, or build_loader(memory_budget="
                 f"{loader.fitting_budget})"
             )
-        lines.append(f"  decode threads    {loader.decode_threads}")
+        lines.append(f"  decode threads    {loader.decode_threads} ({loader.threads_from})")
         return lines
     plan = loader.plan
     held = loader.batches_held
@@ -162,12 +175,13 @@ def _loader_lines(loader: LoaderDefaults) -> list[str]:
     )
     blocks_ahead = plan.read_ahead_bytes // max(1, plan.block_bytes)
     rows = [
+        ("memory_budget", f"{budget}: {loader.memory_from}"),
         (
             "block_chunks",
             f"{loader.block_chunks} ({loader.block_samples} samples, "
-            f"{nbytes_text(plan.block_bytes)} per block at most)",
+            f"{nbytes_text(plan.block_bytes)} per block at most; the same on every host)",
         ),
-        ("decode threads", str(loader.decode_threads)),
+        ("decode threads", f"{loader.decode_threads} ({loader.threads_from})"),
         ("reads in flight", f"{reads} (within {nbytes_text(plan.inflight_bytes)})"),
         ("memory plan", ""),
         ("  shuffle window", _plan_bytes(plan.window_bytes)),

@@ -3,15 +3,16 @@
 Before a first training run a user wants to know, without reading a byte of data or
 writing a line of code: which arrays the loader would take, how they are chunked and
 compressed, how many time steps a read brings, how big a chunk is stored and decoded, the
-time range, and whether `build_loader`'s defaults fit this host's memory budget (and if
-not, which budget would). `inspect_store` gathers that into a `StoreReport` (plain data,
+time range, and what `build_loader`'s defaults choose on this host (the memory budget
+and decode threads from its memory, cores and ranks, with why), or why they do not fit
+and which budget would. `inspect_store` gathers that into a `StoreReport` (plain data,
 `to_json`), `format_report` lays it out for a terminal.
 
 What it reads: the group's metadata, the stored sizes of a few chunks (a size request per
 chunk, or the index of a few shards of a sharded array), and three values of the time
 coordinate. The loader's settings come from the same functions `build_loader` calls
-(`split_anchors`, `plan_loader_memory`, the device and decode-thread defaults), so what is
-printed is what a loader built with the same settings would choose.
+(`split_anchors`, `loader_choices.choose_loader_settings`, the device default), so what is
+printed is what a loader built with the same settings on this host would choose.
 
 Everything printed names the store as `ZarrSource.where` does: credentials redacted.
 """
@@ -29,10 +30,8 @@ import zarr
 
 from insitubatch_nodes.cf_time import SINCE, dates_text, decode_cf_times, step_text
 from insitubatch_nodes.core.geometry import VariableLayout
-from insitubatch_nodes.core.memory_bound import (
-    DEFAULT_MEMORY_BUDGET,
-)
-from insitubatch_nodes.core.settings import as_int
+from insitubatch_nodes.core.settings import as_int, as_optional_int
+from insitubatch_nodes.host_resources import HostResources
 from insitubatch_nodes.io.redact import secrets_in
 from insitubatch_nodes.io.stored_sizes import (
     DEFAULT_SAMPLED_CHUNKS,
@@ -147,11 +146,12 @@ def inspect_store(
     *,
     split: str = "all",
     batch_size: int = 32,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    memory_budget: int | None = None,
     storage_options: dict[str, Any] | None = None,
     manifest: ManifestLike | None = None,
     device: str | None = None,
     sampled_chunks: int = DEFAULT_SAMPLED_CHUNKS,
+    host: HostResources | None = None,
 ) -> StoreReport:
     """Describe `source` and the settings `build_loader` would choose for it.
 
@@ -165,14 +165,16 @@ def inspect_store(
         variables: the arrays to describe (default: those the loader would load).
         split: the split to plan for (`"all"`, `"train"`, ... or a manifest's own).
         batch_size: samples per batch to plan for.
-        memory_budget: bytes the loader may hold, to plan for.
+        memory_budget: bytes the loader may hold, to plan for, or None for
+            `build_loader`'s default (the host's share).
         storage_options: obstore client options, as `build_loader` takes them.
         manifest: the split manifest, as `build_loader` takes it (default: 0.8/0.1/0.1).
         device: "cpu" or "cuda" to plan for (default: this host's, as `build_loader`).
         sampled_chunks: stored objects (chunks, or shards) measured per array.
+        host: the host to plan for (default `HostResources.read()`, as `build_loader`).
     """
     batch_size = as_int("batch_size", batch_size, minimum=1)
-    memory_budget = as_int("memory_budget", memory_budget, minimum=1)
+    memory_budget = as_optional_int("memory_budget", memory_budget, minimum=1)
     sampled_chunks = as_int("sampled_chunks", sampled_chunks, minimum=1)
     opened = ZarrSource.open(source, variables, manifest=manifest, storage_options=storage_options)
     secrets = secrets_in(storage_options, source if isinstance(source, str) else None)
@@ -191,6 +193,7 @@ def inspect_store(
         device=device,
         mean_read_bytes=_mean_read_bytes(reports, opened.layouts, opened.geometry.unit_length),
         secrets=secrets,
+        host=host,
     )
     return StoreReport(opened.where, group.metadata.zarr_format, reports, others, time, loader)
 

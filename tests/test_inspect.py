@@ -6,6 +6,7 @@ checked against the files themselves and against what `build_loader` picks."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,10 +20,13 @@ import zarr
 from s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server
 
 from insitubatch_nodes import AsyncFetchNode, ReadPlanNode, ZarrSource, build_loader, make_manifest
-from insitubatch_nodes.byte_sizes import parse_nbytes, size_argument
+from insitubatch_nodes.byte_sizes import nbytes_text, parse_nbytes, size_argument
 from insitubatch_nodes.cf_time import cf_reference, decode_cf_times
 from insitubatch_nodes.cli import main
+from insitubatch_nodes.host_resources import HostResources
 from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.report_text import format_report
+from insitubatch_nodes.store_report import inspect_store
 from insitubatch_nodes.synthetic import write_era5_like
 
 GRID = (16, 32)
@@ -95,8 +99,14 @@ def test_the_synthetic_store_in_text(era5: Path, capsys: pytest.CaptureFixture[s
     assert f"{chunk_bytes / 1024:.1f} KiB" in out  # decoded bytes per chunk
     assert "others  latitude (16), longitude (32)" in out
     assert "time    no 1-D time coordinate" in out
-    assert "block_chunks       32 (64 samples, 512.0 KiB per block at most)" in out
-    assert "total               1.0 GiB  (1073741824 bytes)" in out
+    assert "block_chunks       32 (64 samples, 512.0 KiB per block at most" in out
+    # the budget is half of what the host has available, as the report says it read it
+    available = re.search(r"1/2 of (\d+) bytes available \(MemAvailable\)", out)
+    assert available is not None, out
+    budget = int(available[1]) // 2
+    assert f"memory_budget      {nbytes_text(budget)} ({budget} bytes): 1/2 of" in out
+    assert re.search(rf"\n    total +{nbytes_text(budget)}  \({budget} bytes\)\n", out), out
+    assert "decode threads     " in out and " cores)" in out
 
 
 def test_every_chunk_sampled_gives_the_files_sizes(
@@ -140,7 +150,8 @@ def test_the_settings_are_those_build_loader_picks(
     args = [str(era5), "--device", "cpu", "--batch-size", str(batch_size)]
     args += [] if budget is None else ["--memory-budget", budget]
     loader = inspect_json(capsys, *args)["loader"]
-    settings: dict[str, Any] = {"batch_size": batch_size}
+    # the host the report planned for: what build_loader would read on this host then
+    settings: dict[str, Any] = {"batch_size": batch_size, "host": HostResources(**loader["host"])}
     if budget is not None:
         settings["memory_budget"] = parse_nbytes(budget)
     built = built_settings(str(era5), **settings)
@@ -172,6 +183,37 @@ def test_a_budget_too_small_says_which_fits(era5: Path, capsys: pytest.CaptureFi
     argument = loader["loader"]["fitting_argument"]
     assert f"--memory-budget {argument}" in out and f"memory_budget={least})" in out
     built_settings(str(era5), memory_budget=parse_nbytes(argument))  # the value shown fits
+
+
+def test_the_host_is_shared_by_its_local_ranks(
+    era5: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")  # as torchrun --nproc_per_node 8 sets it
+    loader = inspect_json(capsys, str(era5), "--device", "cpu")["loader"]
+    host = loader["host"]
+    assert (host["local_ranks"], host["local_ranks_from"]) == (8, "LOCAL_WORLD_SIZE")
+    assert loader["memory_budget"] == host["memory_bytes"] // 8 // 2
+    assert "shared by 8 local ranks (LOCAL_WORLD_SIZE)" in loader["memory_from"]
+    assert loader["decode_threads"] == max(1, host["cores"] // 8)
+    assert loader["block_chunks"] == 32  # as on one rank: the block never follows the host
+
+
+def test_a_host_too_small_is_reported_with_the_budget_that_fits(era5: Path) -> None:
+    tiny = HostResources(memory_bytes=400 * 1024, cores=1)
+    report = inspect_store(str(era5), device="cpu", host=tiny)
+    loader = report.loader
+    assert loader.plan is None and loader.refused is not None
+    with pytest.raises(ValueError) as refused:
+        build_loader(str(era5), split="all", device="cpu", host=tiny)
+    assert loader.refused == str(refused.value)
+    assert "this host has 409600 bytes available for this rank" in loader.refused
+    least = loader.fitting_budget
+    assert least is not None and least > 400 * 1024
+    built = built_settings(str(era5), memory_budget=least, block_chunks=32)  # the need, exactly
+    assert built["block_chunks"] == 32
+    text = format_report(report)
+    assert "host: 400.0 KiB available (given), 1 core, 1 local rank (given)" in text
+    assert f"  refused: {loader.refused}" in text
 
 
 def test_the_split_and_the_batch_are_planned_for(

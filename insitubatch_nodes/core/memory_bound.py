@@ -7,6 +7,12 @@ bytes of chunk reads in flight, and the blocks read ahead. The first three are f
 the settings; read-ahead gets what is left, and at least one block must fit.
 `plan_loader_memory` makes that plan for a loader, the block size included, before any
 node that the settings go to exists.
+
+The block size changes the batches (samples are shuffled within blocks), so its default
+is a pure function of the settings and the store, never of the host's memory: it is sized
+against the fixed `BLOCK_SIZING_BUDGET`, or a smaller budget the user gave
+(`block_sizing_budget`). A budget left to the host (`loader_choices`) or raised above it
+never changes the batches.
 """
 
 from __future__ import annotations
@@ -22,7 +28,11 @@ from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.inflight_target import CEILING
 from insitubatch_nodes.core.settings import as_int, as_optional_int
 
-DEFAULT_MEMORY_BUDGET = 1 << 30  # bytes: build_loader's default
+# bytes: what default blocks are sized against when the memory budget is left to the host
+# (build_loader's fixed default before it read the host, so default batches did not change)
+BLOCK_SIZING_BUDGET = 1 << 30
+DEFAULT_MEMORY_BUDGET = BLOCK_SIZING_BUDGET  # a hand-built graph's block memory (ReadContext)
+LARGEST_BUDGET = 1 << 50  # bytes: searches for a budget that fits give up beyond it
 MIN_BLOCK_CHUNKS = 8
 MIN_BLOCK_SAMPLES = 64  # per-block work (plan, reads, wake-ups) spread over this many
 BLOCKS_PER_BUDGET = 8  # a default block takes at most this fraction of the budget
@@ -131,6 +141,44 @@ def plan_memory(
     return MemoryPlan(window, batch, inflight, block, read_ahead)
 
 
+def block_sizing_budget(memory_budget: int | None) -> int:
+    """The budget a default block is sized against: `BLOCK_SIZING_BUDGET`, or a smaller
+    `memory_budget` the user gave. Never the host's: a budget left to the host (None)
+    sizes blocks like the fixed default, so every machine draws the same batches, and a
+    budget raised above it does not change them.
+
+    Args:
+        memory_budget: the budget the user gave, or None when it is the host's.
+    """
+    if memory_budget is None:
+        return BLOCK_SIZING_BUDGET
+    return min(memory_budget, BLOCK_SIZING_BUDGET)
+
+
+def loader_block_chunks(
+    anchors: AnchorSet,
+    layouts: Mapping[str, VariableLayout],
+    block_chunks: int | None,
+    block_budget: int,
+) -> int:
+    """`block_chunks` if given, else the default block (`default_block_chunks`) of the
+    split's units, sized against `block_budget` (`block_sizing_budget`).
+
+    Args:
+        anchors: the samples of the split (their units and the rows a block holds).
+        layouts: the selected arrays, by name.
+        block_chunks: units per block, or None for the default.
+        block_budget: the budget a default block is sized against.
+    """
+    if block_chunks is not None:
+        return block_chunks
+    return default_block_chunks(
+        anchors.geometry.unit_length,
+        anchors.block_rows_bound(1) * sample_nbytes(layouts),
+        block_budget,
+    )
+
+
 def plan_loader_memory(
     memory_budget: int,
     anchors: AnchorSet,
@@ -159,12 +207,9 @@ def plan_loader_memory(
     block_chunks = as_optional_int("block_chunks", block_chunks, minimum=1)
     max_inflight = as_optional_int("max_inflight", max_inflight, minimum=1)
     memory_budget = as_int("memory_budget", memory_budget, minimum=1)
-    if block_chunks is None:
-        block_chunks = default_block_chunks(
-            anchors.geometry.unit_length,
-            anchors.block_rows_bound(1) * sample_nbytes(layouts),
-            memory_budget,
-        )
+    block_chunks = loader_block_chunks(
+        anchors, layouts, block_chunks, block_sizing_budget(memory_budget)
+    )
     plan = plan_memory(
         memory_budget,
         layouts,
@@ -174,3 +219,50 @@ def plan_loader_memory(
         batches_held=batches_held,
     )
     return block_chunks, plan
+
+
+def least_budget(
+    layouts: Mapping[str, VariableLayout],
+    *,
+    batch_size: int,
+    block_samples: int,
+    max_inflight: int | None,
+    batches_held: int,
+) -> int | None:
+    """The least `memory_budget` that `plan_memory` accepts for a block of
+    `block_samples` rows (one byte less is refused), or None when none up to
+    `LARGEST_BUDGET` is. Found by bisection: with the block fixed, what is left for
+    read-ahead only grows with the budget (reads in flight take at most an
+    `INFLIGHT_SHARE` of each byte more), so fitting is monotone.
+
+    Args:
+        layouts: the selected arrays, by name.
+        batch_size: samples per batch.
+        block_samples: buffer rows of one block, at most.
+        max_inflight: chunk reads under way at once at most, or None (see `plan_memory`).
+        batches_held: gathered batches alive at once.
+    """
+
+    def fits(budget: int) -> bool:
+        try:
+            plan_memory(
+                budget,
+                layouts,
+                batch_size=batch_size,
+                block_samples=block_samples,
+                max_inflight=max_inflight,
+                batches_held=batches_held,
+            )
+        except ValueError:
+            return False
+        return True
+
+    low, high = 0, 1  # low never fits
+    while not fits(high):
+        if high >= LARGEST_BUDGET:
+            return None
+        low, high = high, 2 * high
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if fits(middle) else (middle, high)
+    return high

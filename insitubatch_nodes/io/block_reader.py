@@ -32,8 +32,8 @@ from insitubatch_nodes.core.inflight_target import InflightTarget
 from insitubatch_nodes.core.memory_bound import DEFAULT_MEMORY_BUDGET
 from insitubatch_nodes.core.read_plan import ReadPlan
 from insitubatch_nodes.core.settings import as_bool, as_int, as_optional_int
+from insitubatch_nodes.host_resources import HostResources
 from insitubatch_nodes.io.block_slots import BlockMemory, BlockSlots
-from insitubatch_nodes.io.event_loop import default_decode_threads
 from insitubatch_nodes.io.fetch_stats import FetchStats
 from insitubatch_nodes.io.opened_arrays import OpenedArrays
 from insitubatch_nodes.io.retry import RetryPolicy
@@ -118,8 +118,8 @@ class ReadContext:
             retry: how transient read errors are retried (default `RetryPolicy()`).
             max_inflight: chunk reads under way at once at most (an int >= 1), or None to
                 follow what the store shows (`core.inflight_target`).
-            decode_threads: threads of the decode pool (an int >= 1; default from the
-                host's cores).
+            decode_threads: threads of the decode pool (an int >= 1; default this rank's
+                share of the host's cores, `HostResources.decode_threads`).
             fast_path: decode common layouts with the library's own decoder.
             zarr_pipeline: `"zarrs"` or a codec pipeline class path for the arrays zarr
                 decodes itself, or None for zarr's own.
@@ -138,7 +138,9 @@ class ReadContext:
                 cap=as_optional_int("max_inflight", max_inflight, minimum=1),
                 max_bytes=as_optional_int("inflight_bytes", inflight_bytes, minimum=1),
             ),
-            decode_threads=default_decode_threads() if decode_threads is None else decode_threads,
+            decode_threads=(
+                HostResources.read().decode_threads() if decode_threads is None else decode_threads
+            ),
             fast_path=as_bool("fast_path", fast_path),
             zarr_pipeline=resolve_pipeline(zarr_pipeline),
             stats=FetchStats(),

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import os
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -19,10 +18,6 @@ T = TypeVar("T")
 
 THREAD_PREFIX = "insitubatch"
 STOP_TIMEOUT_S = 10.0
-
-
-def default_decode_threads() -> int:
-    return max(1, min(32, os.cpu_count() or 1))
 
 
 class EventLoopThread:
