@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from zarr.abc.store import Store
 from insitubatch_nodes.channel_stats import StatsLike
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS, batch_channels
+from insitubatch_nodes.core.date_ranges import RangeLike
 from insitubatch_nodes.core.memory_bound import DEFAULT_MEMORY_BUDGET, plan_loader_memory
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.sample_spec import SampleSpec
@@ -78,7 +79,7 @@ def split_anchors(
                 f"the sample spec names variable(s) {missing} that are not selected; the "
                 f"loader has {sorted(opened.layouts)}: add them to variables=[...]"
             )
-    anchors = AnchorSet.for_split(opened.geometry, opened.split_units(split), spec, patches)
+    anchors = AnchorSet.for_steps(opened.geometry, opened.step_ranges(split), spec, patches)
     if anchors.units.size == 0:
         lo, hi = spec.span if spec is not None else (0, 0)
         raise ValueError(
@@ -122,6 +123,7 @@ def build_loader(
     world_size: int | None = None,
     device: str | torch.device | None = None,
     manifest: ManifestLike | None = None,
+    splits: Mapping[str, RangeLike] | None = None,
     drop_last: bool = False,
     storage_options: dict[str, Any] | None = None,
     decode_threads: int | None = None,
@@ -174,6 +176,12 @@ def build_loader(
             the CPU); `sample_index` stays on the host.
         manifest: the split manifest (a `SplitManifest`, its dict, its JSON text or the
             path of its file); default: contiguous train/val/test at 0.8/0.1/0.1.
+        splits: splits by dates instead of a manifest: split name -> an inclusive
+            `(first, last)` pair of dates or one date for its whole period, e.g.
+            `{"train": ("1979", "2015"), "val": "2016", "test": ("2017", "2018")}`, found
+            in the store's time coordinate (`make_date_manifest`). Exact to the step: a
+            chunk across a boundary is read by both splits, each using its own anchors,
+            and no window or lead crosses a boundary.
         drop_last: yield only full batches (no padding repeats).
         storage_options: object-store client options (obstore's), e.g. credentials.
         decode_threads: threads that decode chunks (default: from the host's cores).
@@ -222,7 +230,9 @@ def build_loader(
     rank, world_size = resolve_rank(rank, world_size)
     if spec is not None and variables is None:
         variables = spec.variables()
-    opened = ZarrSource.open(source, variables, manifest=manifest, storage_options=storage_options)
+    opened = ZarrSource.open(
+        source, variables, manifest=manifest, storage_options=storage_options, splits=splits
+    )
     anchors = split_anchors(opened, split, spec, patches)
     permute = ChunkPermuteNode(
         anchors,
@@ -230,7 +240,7 @@ def build_loader(
         seed=seed,
         rank=rank,
         world_size=world_size,
-        fingerprint=opened.fingerprint(split),
+        fingerprint=opened.fingerprint(split, anchors.anchors),
         evaluation=evaluation,
         follow_process_group=follow,
     )
