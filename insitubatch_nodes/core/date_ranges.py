@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -152,7 +153,7 @@ def check_no_overlap(ranges: Mapping[str, DateRange]) -> None:
             raise ValueError(
                 f"splits {a!r} ({first.text()}) and {b!r} ({second.text()}) overlap: a step "
                 f"must belong to one split only, or the model is evaluated on steps it "
-                f"trained on; make the ranges disjoint (e.g. end {a!r} a year earlier)"
+                f"trained on; end {a!r} before {b!r} begins"
             )
 
 
@@ -194,3 +195,30 @@ def range_steps(axis: TimeAxis, dates: DateRange) -> tuple[int, int]:
     start = np.searchsorted(compared, dates.start.astype(_COMPARED), side="left")
     stop = np.searchsorted(compared, dates.stop.astype(_COMPARED), side="left")
     return int(start), int(stop)
+
+
+_YEAR_FIRST = re.compile(r"^\s*[+-]?\d{4}")
+
+
+def range_from_text(text: str, what: str) -> tuple[str, str]:
+    """An inclusive range written on a command line: "1979:2015", "1979..2015", or one
+    date ("2016"). A colon separates the dates only where a date (a 4-digit year) follows
+    it, so "2015-12-31T23:00" stays one date.
+
+    Args:
+        text: the range as typed.
+        what: what it is, for the message ("--train").
+    """
+    text = text.strip()
+    if ".." in text:
+        first, _, last = text.partition("..")
+        return first.strip(), last.strip()
+    cuts = [i for i, c in enumerate(text) if c == ":" and _YEAR_FIRST.match(text[i + 1 :])]
+    if len(cuts) > 1:
+        raise ValueError(
+            f"{what} is {text!r}: write one range as FIRST:LAST (e.g. 1979:2015 or "
+            f"1979-01-01:2015-12-31T23), or FIRST..LAST"
+        )
+    if cuts:
+        return text[: cuts[0]].strip(), text[cuts[0] + 1 :].strip()
+    return text, text
