@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 from zarr.abc.store import Store
@@ -35,6 +36,7 @@ from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode, default_prefe
 from insitubatch_nodes.nodes.read_plan import ReadPlanNode
 from insitubatch_nodes.nodes.shuffle_block import ShuffleBlockNode
 from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
+from insitubatch_nodes.time_selection import Duration, time_selection
 
 
 def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -62,6 +64,7 @@ def split_anchors(
     split: str,
     spec: SampleSpec | None,
     patches: PatchSpec | None = None,
+    allowed: np.ndarray | None = None,
 ) -> AnchorSet:
     """The anchors of `split` that `spec` may use; an error if the spec names a variable
     not opened, or if its windows leave no anchor.
@@ -69,8 +72,9 @@ def split_anchors(
     Args:
         opened: the opened source.
         split: the split's name.
-        spec: the sample spec, or None for one step per sample.
+        spec: the sample spec (offsets in stored steps), or None for one step per sample.
         patches: the patch spec, or None for whole samples.
+        allowed: which steps may be anchors (`time_selection`), or None for every one.
     """
     if spec is not None:
         missing = [v for v in spec.variables() if v not in opened.layouts]
@@ -79,9 +83,17 @@ def split_anchors(
                 f"the sample spec names variable(s) {missing} that are not selected; the "
                 f"loader has {sorted(opened.layouts)}: add them to variables=[...]"
             )
-    anchors = AnchorSet.for_steps(opened.geometry, opened.step_ranges(split), spec, patches)
+    anchors = AnchorSet.for_steps(
+        opened.geometry, opened.step_ranges(split), spec, patches, allowed=allowed
+    )
     if anchors.units.size == 0:
         lo, hi = spec.span if spec is not None else (0, 0)
+        if allowed is not None:
+            raise ValueError(
+                f"split {split!r} has no anchor that the stride, frequency or max_gap allows "
+                f"and whose steps t{lo:+d} .. t{hi:+d} stay inside it; use a larger split, a "
+                f"shorter window / lead, or a larger max_gap"
+            )
         raise ValueError(
             f"split {split!r} has no anchor whose steps t{lo:+d} .. t{hi:+d} all stay inside "
             f"it: its runs are shorter than the sample spec's span of {hi - lo + 1} steps; "
@@ -124,6 +136,9 @@ def build_loader(
     device: str | torch.device | None = None,
     manifest: ManifestLike | None = None,
     splits: Mapping[str, RangeLike] | None = None,
+    stride: int | None = None,
+    frequency: Duration | None = None,
+    max_gap: Duration | None = None,
     drop_last: bool = False,
     storage_options: dict[str, Any] | None = None,
     decode_threads: int | None = None,
@@ -182,6 +197,17 @@ def build_loader(
             in the store's time coordinate (`make_date_manifest`). Exact to the step: a
             chunk across a boundary is read by both splits, each using its own anchors,
             and no window or lead crosses a boundary.
+        stride: keep every `stride`-th step (counted from the store's first) as an
+            anchor, and count the spec's windows and leads in strides (`window(steps=2)`
+            at a stride of 6 is t-6, t); `sample_index` still holds stored steps. The
+            chunks read are those the anchors need. Windows, leads and strides count
+            steps: where the time coordinate has a gap, they span it (see `max_gap`).
+        frequency: instead of `stride`, a duration ("6h", a timedelta): the anchors are
+            the steps at the store's first date plus a whole number of it, and windows
+            and leads count it in steps of the time coordinate (which it must be a whole
+            number of).
+        max_gap: a duration ("1h"): anchors whose window or leads span two neighbouring
+            dates further apart are not used (gaps in the time coordinate).
         drop_last: yield only full batches (no padding repeats).
         storage_options: object-store client options (obstore's), e.g. credentials.
         decode_threads: threads that decode chunks (default: from the host's cores).
@@ -233,7 +259,9 @@ def build_loader(
     opened = ZarrSource.open(
         source, variables, manifest=manifest, storage_options=storage_options, splits=splits
     )
-    anchors = split_anchors(opened, split, spec, patches)
+    timing = time_selection(opened, spec, stride=stride, frequency=frequency, max_gap=max_gap)
+    spec = timing.spec
+    anchors = split_anchors(opened, split, spec, patches, timing.allowed)
     permute = ChunkPermuteNode(
         anchors,
         anchors.units,
