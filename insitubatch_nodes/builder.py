@@ -25,6 +25,7 @@ from insitubatch_nodes.core.settings import (
     as_optional_int,
     int_from_environment,
 )
+from insitubatch_nodes.io.levels import LevelsLike
 from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
 from insitubatch_nodes.loader import Loader
@@ -139,6 +140,7 @@ def build_loader(
     stride: int | None = None,
     frequency: Duration | None = None,
     max_gap: Duration | None = None,
+    levels: LevelsLike | None = None,
     drop_last: bool = False,
     storage_options: dict[str, Any] | None = None,
     decode_threads: int | None = None,
@@ -208,6 +210,11 @@ def build_loader(
             number of).
         max_gap: a duration ("1h"): anchors whose window or leads span two neighbouring
             dates further apart are not used (gaps in the time coordinate).
+        levels: pressure levels by value, as `ds.sel(level=[500, 850])` picks them: one
+            list for every variable with a level axis (the axis between time and the grid
+            with a coordinate), or variable -> list. Only those levels are kept from each
+            chunk decoded (chunks holding none are not read), in the store's order, and
+            their channels are named by value (`temperature_500`).
         drop_last: yield only full batches (no padding repeats).
         storage_options: object-store client options (obstore's), e.g. credentials.
         decode_threads: threads that decode chunks (default: from the host's cores).
@@ -257,7 +264,13 @@ def build_loader(
     if spec is not None and variables is None:
         variables = spec.variables()
     opened = ZarrSource.open(
-        source, variables, manifest=manifest, storage_options=storage_options, splits=splits
+        source,
+        variables,
+        manifest=manifest,
+        storage_options=storage_options,
+        splits=splits,
+        levels=levels,
+        spatial_dims=spatial_dims,
     )
     timing = time_selection(opened, spec, stride=stride, frequency=frequency, max_gap=max_gap)
     spec = timing.spec

@@ -49,6 +49,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "./STORE.stats.json)",
     )
     stats.add_argument("--spatial-dims", type=int, default=DEFAULT_SPATIAL_DIMS)
+    stats.add_argument(
+        "--levels",
+        nargs="+",
+        type=_number,
+        default=None,
+        help="level values to keep, e.g. 500 850 (per level: temperature_500)",
+    )
     stats.add_argument("--anonymous", action="store_true", help="unsigned object-store reads")
     _add_inspect(commands)
     _add_split(commands)
@@ -73,6 +80,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0 if summary["resume_matches"] else 1
 
 
+def _number(text: str) -> int | float:
+    """A level value typed on the command line: 500 as an int, 0.5 as a float."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
 def default_stats_file(url: str, suffix: str = ".stats.json") -> Path:
     """`NAME.stats.json` in the working directory, NAME from the store's last path part: a
     URL's query (a signature) and userinfo never make it into a file name that is printed.
@@ -94,6 +109,7 @@ def _stats(args: argparse.Namespace) -> int:
         manifest=args.manifest,
         spatial_dims=args.spatial_dims,
         storage_options={"skip_signature": True} if args.anonymous else None,
+        levels=args.levels,
     )
     if args.out is not None:
         out = args.out

@@ -74,6 +74,9 @@ def source_fingerprint(
                 "dtype": layout.dtype,
                 "codecs": codecs.get(name, ""),
                 "fill_value": fill_values.get(name, ""),
+                "pick": None
+                if layout.pick is None
+                else [layout.pick.axis, list(layout.pick.indices)],
             }
             for name, layout in sorted(layouts.items())
         },
@@ -93,6 +96,7 @@ _ARRAY_FIELDS = (
     ("dtype", "dtype was", str),
     ("codecs", "codecs were", repr),
     ("fill_value", "fill value was", str),
+    ("pick", "kept positions (levels) were", str),
 )
 
 

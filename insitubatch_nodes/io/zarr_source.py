@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from zarr.abc.store import Store
 
+from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
 from insitubatch_nodes.core.date_manifest import make_date_manifest, time_differences
 from insitubatch_nodes.core.date_ranges import RangeLike, TimeAxis
 from insitubatch_nodes.core.fingerprint import source_fingerprint
@@ -18,6 +19,7 @@ from insitubatch_nodes.core.manifest import SplitManifest, make_manifest
 from insitubatch_nodes.io.array_metadata import codec_summary, fill_value_text
 from insitubatch_nodes.io.block_reader import ReadContext
 from insitubatch_nodes.io.icechunk_store import snapshot_id_of
+from insitubatch_nodes.io.levels import LevelsLike, level_picks
 from insitubatch_nodes.io.redact import secrets_in
 from insitubatch_nodes.io.stores import describe, open_store
 from insitubatch_nodes.io.time_axis import read_time_axis
@@ -97,6 +99,8 @@ class ZarrSource:
         manifest: ManifestLike | None = None,
         storage_options: dict[str, Any] | None = None,
         splits: Mapping[str, RangeLike] | None = None,
+        levels: LevelsLike | None = None,
+        spatial_dims: int = DEFAULT_SPATIAL_DIMS,
     ) -> ZarrSource:
         """Open `source`, pick the variables, and check (or make) the split manifest.
 
@@ -111,6 +115,9 @@ class ZarrSource:
             storage_options: object-store client options (obstore's).
             splits: split name -> an inclusive range of dates (`make_date_manifest`), cut
                 on the store's time coordinate; instead of `manifest`.
+            levels: level values to keep (`[500, 850]` for every variable with a level
+                axis, or variable -> values), found in the level coordinate (`io.levels`).
+            spatial_dims: the trailing grid axes (the level axis lies before them).
         """
         if splits is not None and manifest is not None:
             raise ValueError(
@@ -146,6 +153,10 @@ class ZarrSource:
                         f"the manifest does not match this store: {changed}. Cut a new "
                         f"manifest for this store (insitubatch split, or splits=)"
                     )
+        if levels is not None:
+            picks = level_picks(arrays, layouts, levels, spatial_dims)
+            layouts = {n: replace(lay, pick=picks.get(n)) for n, lay in layouts.items()}
+            geometry = SampleGeometry.from_layouts(layouts, unit_length=geometry.unit_length)
         codecs = {name: codec_summary(arrays[name]) for name in layouts}
         fills = {name: fill_value_text(arrays[name]) for name in layouts}
         snapshot = snapshot_id_of(store)
