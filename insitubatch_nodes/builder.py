@@ -27,6 +27,7 @@ from insitubatch_nodes.core.settings import (
 )
 from insitubatch_nodes.io.levels import LevelsLike
 from insitubatch_nodes.io.retry import RetryPolicy
+from insitubatch_nodes.io.xarray_source import dataset_request, is_dataset
 from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
 from insitubatch_nodes.loader import Loader
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
@@ -122,7 +123,7 @@ def decode_device(decode: str, target: torch.device) -> torch.device | None:
 
 
 def build_loader(
-    source: str | Path | Store,
+    source: str | Path | Store | Any,
     variables: Sequence[str] | None = None,
     split: str = "train",
     *,
@@ -165,7 +166,12 @@ def build_loader(
 
     Args:
         source: the Zarr group: a URL (`file://`, a path, `memory://NAME`, `s3://`,
-            `gs://`, `az://`, `http(s)://`) or an open zarr `Store`.
+            `gs://`, `az://`, `http(s)://`) or an open zarr `Store`; or an xarray
+            `Dataset` opened from one (`xr.open_zarr(url)`, after `.sel`/`.isel` and a
+            variable subset): its store is read in place with its selection as settings
+            (`io/xarray_source.py`): its variables, its time selection as split `split`
+            (`splits=`, and `stride=` for every k-th step), its levels as `levels=`; what
+            stored chunks cannot give (computed variables, part of the grid) is refused.
         variables: the arrays to load (default: every array of 2 or more dimensions, or
             the spec's variables); they must share axis 0, the sample axis.
         split: the split to read (`"train"`, `"val"`, `"test"`, a manifest's own, or
@@ -250,6 +256,23 @@ def build_loader(
             torch.distributed (every rank must call it at once), so that the checkpoint
             Lightning or accelerate writes (rank 0's) resumes every rank.
     """
+    if is_dataset(source):
+        request = dataset_request(
+            source, storage_options=storage_options, spatial_dims=spatial_dims
+        )
+        given = {
+            "variables": variables,
+            "splits": splits,
+            "manifest": manifest,
+            "levels": levels,
+            "stride": stride,
+            "frequency": frequency,
+        }
+        chosen = request.settings(split, given)
+        source, variables = request.url, chosen["variables"]
+        splits = chosen.get("splits", splits)
+        stride = chosen.get("stride", stride)
+        levels = chosen.get("levels", levels)
     target = resolve_device(device)
     decode_on = decode_device(decode, target)
     prefetch = as_optional_int("device_prefetch", device_prefetch, minimum=0)

@@ -29,9 +29,6 @@ from insitubatch_nodes.cf_time import dates_text
 DateLike = str | np.datetime64 | datetime.date
 RangeLike = DateLike | Sequence[DateLike]
 
-# the finest unit dates are compared in: microseconds hold +-290,000 years
-_COMPARED = "M8[us]"
-
 
 @dataclass(frozen=True)
 class TimeAxis:
@@ -147,9 +144,9 @@ def check_no_overlap(ranges: Mapping[str, DateRange]) -> None:
     Args:
         ranges: each split's dates.
     """
-    ordered = sorted(ranges.items(), key=lambda item: item[1].start.astype(_COMPARED))
+    ordered = sorted(ranges.items(), key=lambda item: item[1].start)
     for (a, first), (b, second) in itertools.pairwise(ordered):
-        if second.start.astype(_COMPARED) < first.stop.astype(_COMPARED):
+        if second.start < first.stop:  # numpy compares in the finer unit of the two
             raise ValueError(
                 f"splits {a!r} ({first.text()}) and {b!r} ({second.text()}) overlap: a step "
                 f"must belong to one split only, or the model is evaluated on steps it "
@@ -191,9 +188,12 @@ def range_steps(axis: TimeAxis, dates: DateRange) -> tuple[int, int]:
         axis: the time coordinate, strictly increasing (`check_increasing`).
         dates: the range of dates.
     """
-    compared = axis.dates.astype(_COMPARED)
-    start = np.searchsorted(compared, dates.start.astype(_COMPARED), side="left")
-    stop = np.searchsorted(compared, dates.stop.astype(_COMPARED), side="left")
+    # in the finest unit of the three, so that no bound is rounded ("2015" and the
+    # coordinate's hours compare in hours; a bound to the nanosecond, in nanoseconds)
+    unit = np.result_type(axis.dates.dtype, dates.start.dtype, dates.stop.dtype)
+    compared = axis.dates.astype(unit)
+    start = np.searchsorted(compared, dates.start.astype(unit), side="left")
+    stop = np.searchsorted(compared, dates.stop.astype(unit), side="left")
     return int(start), int(stop)
 
 
