@@ -4,6 +4,7 @@ from insitubatch_nodes.builder import build_loader
 from insitubatch_nodes.channel_stats import ChannelStats, stats_path
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.channels import batch_channels
+from insitubatch_nodes.core.date_manifest import make_date_manifest
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.manifest import SplitManifest, make_manifest
 from insitubatch_nodes.core.patches import PatchSpec
@@ -59,6 +60,7 @@ __all__ = [
     "compute_stats",
     "forget_memory_store",
     "leads",
+    "make_date_manifest",
     "make_manifest",
     "memory_store",
     "open_icechunk",

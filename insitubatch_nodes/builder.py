@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 from zarr.abc.store import Store
@@ -15,6 +16,7 @@ from zarr.abc.store import Store
 from insitubatch_nodes.channel_stats import StatsLike
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS, batch_channels
+from insitubatch_nodes.core.date_ranges import RangeLike
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.core.settings import (
@@ -25,7 +27,9 @@ from insitubatch_nodes.core.settings import (
 )
 from insitubatch_nodes.host_resources import HostResources
 from insitubatch_nodes.io.fork_guard import check_object_stores_usable
+from insitubatch_nodes.io.levels import LevelsLike
 from insitubatch_nodes.io.retry import RetryPolicy
+from insitubatch_nodes.io.xarray_source import dataset_request, is_dataset
 from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
 from insitubatch_nodes.loader import Loader
 from insitubatch_nodes.loader_choices import choose_loader_settings
@@ -37,6 +41,7 @@ from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode, default_prefe
 from insitubatch_nodes.nodes.read_plan import ReadPlanNode
 from insitubatch_nodes.nodes.shuffle_block import ShuffleBlockNode
 from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
+from insitubatch_nodes.time_selection import Duration, time_selection
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +71,7 @@ def split_anchors(
     split: str,
     spec: SampleSpec | None,
     patches: PatchSpec | None = None,
+    allowed: np.ndarray | None = None,
 ) -> AnchorSet:
     """The anchors of `split` that `spec` may use; an error if the spec names a variable
     not opened, or if its windows leave no anchor.
@@ -73,8 +79,9 @@ def split_anchors(
     Args:
         opened: the opened source.
         split: the split's name.
-        spec: the sample spec, or None for one step per sample.
+        spec: the sample spec (offsets in stored steps), or None for one step per sample.
         patches: the patch spec, or None for whole samples.
+        allowed: which steps may be anchors (`time_selection`), or None for every one.
     """
     if spec is not None:
         missing = [v for v in spec.variables() if v not in opened.layouts]
@@ -83,9 +90,17 @@ def split_anchors(
                 f"the sample spec names variable(s) {missing} that are not selected; the "
                 f"loader has {sorted(opened.layouts)}: add them to variables=[...]"
             )
-    anchors = AnchorSet.for_split(opened.geometry, opened.split_units(split), spec, patches)
+    anchors = AnchorSet.for_steps(
+        opened.geometry, opened.step_ranges(split), spec, patches, allowed=allowed
+    )
     if anchors.units.size == 0:
         lo, hi = spec.span if spec is not None else (0, 0)
+        if allowed is not None:
+            raise ValueError(
+                f"split {split!r} has no anchor that the stride, frequency or max_gap allows "
+                f"and whose steps t{lo:+d} .. t{hi:+d} stay inside it; use a larger split, a "
+                f"shorter window / lead, or a larger max_gap"
+            )
         raise ValueError(
             f"split {split!r} has no anchor whose steps t{lo:+d} .. t{hi:+d} all stay inside "
             f"it: its runs are shorter than the sample spec's span of {hi - lo + 1} steps; "
@@ -113,7 +128,7 @@ def decode_device(decode: str, target: torch.device) -> torch.device | None:
 
 
 def build_loader(
-    source: str | Path | Store,
+    source: str | Path | Store | Any,
     variables: Sequence[str] | None = None,
     split: str = "train",
     *,
@@ -127,6 +142,11 @@ def build_loader(
     world_size: int | None = None,
     device: str | torch.device | None = None,
     manifest: ManifestLike | None = None,
+    splits: Mapping[str, RangeLike] | None = None,
+    stride: int | None = None,
+    frequency: Duration | None = None,
+    max_gap: Duration | None = None,
+    levels: LevelsLike | None = None,
     drop_last: bool = False,
     storage_options: dict[str, Any] | None = None,
     decode_threads: int | None = None,
@@ -154,7 +174,12 @@ def build_loader(
 
     Args:
         source: the Zarr group: a URL (`file://`, a path, `memory://NAME`, `s3://`,
-            `gs://`, `az://`, `http(s)://`) or an open zarr `Store`.
+            `gs://`, `az://`, `http(s)://`) or an open zarr `Store`; or an xarray
+            `Dataset` opened from one (`xr.open_zarr(url)`, after `.sel`/`.isel` and a
+            variable subset): its store is read in place with its selection as settings
+            (`io/xarray_source.py`): its variables, its time selection as split `split`
+            (`splits=`, and `stride=` for every k-th step), its levels as `levels=`; what
+            stored chunks cannot give (computed variables, part of the grid) is refused.
         variables: the arrays to load (default: every array of 2 or more dimensions, or
             the spec's variables); they must share axis 0, the sample axis.
         split: the split to read (`"train"`, `"val"`, `"test"`, a manifest's own, or
@@ -187,6 +212,28 @@ def build_loader(
             the CPU); `sample_index` stays on the host.
         manifest: the split manifest (a `SplitManifest`, its dict, its JSON text or the
             path of its file); default: contiguous train/val/test at 0.8/0.1/0.1.
+        splits: splits by dates instead of a manifest: split name -> an inclusive
+            `(first, last)` pair of dates or one date for its whole period, e.g.
+            `{"train": ("1979", "2015"), "val": "2016", "test": ("2017", "2018")}`, found
+            in the store's time coordinate (`make_date_manifest`). Exact to the step: a
+            chunk across a boundary is read by both splits, each using its own anchors,
+            and no window or lead crosses a boundary.
+        stride: keep every `stride`-th step (counted from the store's first) as an
+            anchor, and count the spec's windows and leads in strides (`window(steps=2)`
+            at a stride of 6 is t-6, t); `sample_index` still holds stored steps. The
+            chunks read are those the anchors need. Windows, leads and strides count
+            steps: where the time coordinate has a gap, they span it (see `max_gap`).
+        frequency: instead of `stride`, a duration ("6h", a timedelta): the anchors are
+            the steps at the store's first date plus a whole number of it, and windows
+            and leads count it in steps of the time coordinate (which it must be a whole
+            number of).
+        max_gap: a duration ("1h"): anchors whose window or leads span two neighbouring
+            dates further apart are not used (gaps in the time coordinate).
+        levels: pressure levels by value, as `ds.sel(level=[500, 850])` picks them: one
+            list for every variable with a level axis (the axis between time and the grid
+            with a coordinate), or variable -> list. Only those levels are kept from each
+            chunk decoded (chunks holding none are not read), in the store's order, and
+            their channels are named by value (`temperature_500`).
         drop_last: yield only full batches (no padding repeats).
         storage_options: object-store client options (obstore's), e.g. credentials.
         decode_threads: threads that decode chunks (default: this rank's share of the
@@ -228,6 +275,23 @@ def build_loader(
     # first: in a fork of a process that read through us, the store would hang and CUDA
     # cannot start (resolving device="auto" asks it), so name the fork before either does
     check_object_stores_usable()
+    if is_dataset(source):
+        request = dataset_request(
+            source, storage_options=storage_options, spatial_dims=spatial_dims
+        )
+        given = {
+            "variables": variables,
+            "splits": splits,
+            "manifest": manifest,
+            "levels": levels,
+            "stride": stride,
+            "frequency": frequency,
+        }
+        chosen = request.settings(split, given)
+        source, variables = request.url, chosen["variables"]
+        splits = chosen.get("splits", splits)
+        stride = chosen.get("stride", stride)
+        levels = chosen.get("levels", levels)
     target = resolve_device(device)
     decode_on = decode_device(decode, target)
     prefetch = as_optional_int("device_prefetch", device_prefetch, minimum=0)
@@ -241,15 +305,25 @@ def build_loader(
     rank, world_size = resolve_rank(rank, world_size)
     if spec is not None and variables is None:
         variables = spec.variables()
-    opened = ZarrSource.open(source, variables, manifest=manifest, storage_options=storage_options)
-    anchors = split_anchors(opened, split, spec, patches)
+    opened = ZarrSource.open(
+        source,
+        variables,
+        manifest=manifest,
+        storage_options=storage_options,
+        splits=splits,
+        levels=levels,
+        spatial_dims=spatial_dims,
+    )
+    timing = time_selection(opened, spec, stride=stride, frequency=frequency, max_gap=max_gap)
+    spec = timing.spec
+    anchors = split_anchors(opened, split, spec, patches, timing.allowed)
     permute = ChunkPermuteNode(
         anchors,
         anchors.units,
         seed=seed,
         rank=rank,
         world_size=world_size,
-        fingerprint=opened.fingerprint(split),
+        fingerprint=opened.fingerprint(split, anchors.anchors),
         evaluation=evaluation,
         follow_process_group=follow,
     )

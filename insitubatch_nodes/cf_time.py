@@ -93,19 +93,31 @@ def decode_cf_times(
     return reference + values.astype(np.int64).astype(f"m8[{unit}]")
 
 
-def dates_text(dates: Sequence[np.datetime64] | np.ndarray) -> list[str]:
-    """Dates as ISO text, all to the same precision, the coarsest that loses nothing:
-    days, minutes, seconds, else numpy's own.
+def date_unit(dates: Sequence[np.datetime64] | np.ndarray) -> str:
+    """The coarsest of days, minutes and seconds that holds every one of `dates` exactly,
+    else numpy's own unit: the precision to write them in.
 
     Args:
         dates: numpy datetimes.
     """
     values = np.asarray(dates)
     for unit in ("D", "m", "s"):
-        coarse = values.astype(f"M8[{unit}]")
-        if np.array_equal(coarse.astype(values.dtype), values):
-            return [str(v) for v in coarse]
-    return [str(v) for v in values]
+        if np.array_equal(values.astype(f"M8[{unit}]").astype(values.dtype), values):
+            return unit
+    return np.datetime_data(values.dtype)[0]
+
+
+def dates_text(dates: Sequence[np.datetime64] | np.ndarray, unit: str | None = None) -> list[str]:
+    """Dates as ISO text, all to the same precision: `unit`, or by default the coarsest
+    that loses nothing (`date_unit`).
+
+    Args:
+        dates: numpy datetimes.
+        unit: numpy's unit to write them in ("D", "m", "s", ...), or None.
+    """
+    values = np.asarray(dates)
+    unit = date_unit(values) if unit is None else unit
+    return [str(v) for v in values.astype(f"M8[{unit}]")]
 
 
 def step_text(step: np.timedelta64) -> str:

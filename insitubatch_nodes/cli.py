@@ -20,6 +20,7 @@ from insitubatch_nodes.demo import DemoConfig, default_cache, run_demo
 from insitubatch_nodes.io.redact import redact, secrets_in
 from insitubatch_nodes.io.stored_sizes import DEFAULT_SAMPLED_CHUNKS
 from insitubatch_nodes.report_text import format_report
+from insitubatch_nodes.split_command import parsed_splits, split_manifest, split_text
 from insitubatch_nodes.stats_pass import compute_stats
 from insitubatch_nodes.store_report import inspect_store
 
@@ -50,9 +51,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "./STORE.stats.json)",
     )
     stats.add_argument("--spatial-dims", type=int, default=DEFAULT_SPATIAL_DIMS)
+    stats.add_argument(
+        "--levels",
+        nargs="+",
+        type=_number,
+        default=None,
+        help="level values to keep, e.g. 500 850 (per level: temperature_500)",
+    )
     stats.add_argument("--anonymous", action="store_true", help="unsigned object-store reads")
     _add_inspect(commands)
     _add_bench(commands)
+    _add_split(commands)
     args = parser.parse_args(argv)
     if args.command == "stats":
         return _stats(args)
@@ -60,6 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _inspect(args)
     if args.command == "bench":
         return _bench(args)
+    if args.command == "split":
+        return _split(args)
     summary = run_demo(
         DemoConfig(
             cache=args.cache,
@@ -74,16 +85,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0 if summary["resume_matches"] else 1
 
 
-def default_stats_file(url: str) -> Path:
+def _number(text: str) -> int | float:
+    """A level value typed on the command line: 500 as an int, 0.5 as a float."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def default_stats_file(url: str, suffix: str = ".stats.json") -> Path:
     """`NAME.stats.json` in the working directory, NAME from the store's last path part: a
     URL's query (a signature) and userinfo never make it into a file name that is printed.
 
     Args:
         url: the store's URL or path, as given on the command line.
+        suffix: the file's suffix (`.splits.json` for `insitubatch split`).
     """
     parts = urlsplit(url)
     name = Path(parts.path.rstrip("/")).name or parts.hostname or "store"
-    return Path(name).with_suffix(".stats.json")
+    return Path(name).with_suffix(suffix)
 
 
 def _stats(args: argparse.Namespace) -> int:
@@ -94,6 +114,7 @@ def _stats(args: argparse.Namespace) -> int:
         manifest=args.manifest,
         spatial_dims=args.spatial_dims,
         storage_options={"skip_signature": True} if args.anonymous else None,
+        levels=args.levels,
     )
     if args.out is not None:
         out = args.out
@@ -179,6 +200,69 @@ def _add_bench(commands: Any) -> None:
     )
     bench.add_argument("--json", action="store_true", help="print the result as JSON")
     bench.add_argument("--no-progress", action="store_true", help="no live progress bar")
+
+
+def _add_split(commands: Any) -> None:
+    split = commands.add_parser(
+        "split",
+        help="a split manifest cut by dates of the store's time coordinate, and what each "
+        "split holds",
+        description="Ranges are inclusive and a date covers its whole period: --train "
+        "1979:2015 is 1979-01-01T00 through 2015-12-31T23:59; --val 2016 is all of 2016. "
+        "Write FIRST:LAST or FIRST..LAST, dates as YYYY[-MM[-DD[THH[:MM]]]] (UTC).",
+    )
+    split.add_argument("url", help="the Zarr group (path or URL)")
+    for name in ("train", "val", "test"):
+        split.add_argument(f"--{name}", default=None, metavar="FIRST:LAST")
+    split.add_argument(
+        "--split",
+        action="append",
+        default=[],
+        metavar="NAME=FIRST:LAST",
+        help="a split of another name (repeatable)",
+    )
+    split.add_argument("--variables", nargs="+", default=None, help="default: the loader's")
+    split.add_argument(
+        "--unit-steps", type=int, default=None, help="steps per unit (default: the arrays' own)"
+    )
+    split.add_argument(
+        "--out", type=Path, default=None, help="manifest file (default: ./STORE.splits.json)"
+    )
+    _add_store_options(split)
+
+
+def _split(args: argparse.Namespace) -> int:
+    """Write the manifest and print what it holds; any failure is one line on stderr
+    (credentials redacted) and exit status 2, as for inspect."""
+    options: dict[str, Any] | None = None
+    try:
+        options = storage_options_from(args.storage_options, args.anonymous, args.url)
+        ranges = {n: getattr(args, n) for n in ("train", "val", "test") if getattr(args, n)}
+        for item in args.split:
+            name, sep, text = item.partition("=")
+            if not sep or not name.strip():
+                raise ValueError(f"--split {item!r}: write NAME=FIRST:LAST, e.g. val=2016")
+            if name.strip() in ranges:
+                raise ValueError(f"--split {item!r}: split {name.strip()!r} is given twice")
+            ranges[name.strip()] = text
+        if not ranges:
+            raise ValueError("give at least one split, e.g. --train 1979:2015 --val 2016")
+        manifest = split_manifest(
+            args.url,
+            parsed_splits(ranges),
+            args.variables,
+            unit_steps=args.unit_steps,
+            storage_options=options,
+        )
+        out = args.out if args.out is not None else default_stats_file(args.url, ".splits.json")
+        out.write_text(manifest.dumps())
+    except Exception as err:
+        text = " ".join(str(err).split()) or type(err).__name__
+        print(f"insitubatch split: {redact(text, secrets_in(options, args.url))}", file=sys.stderr)
+        return 2
+    print(split_text(manifest))
+    print(f"-> {out}")
+    return 0
 
 
 # Schemes whose requests are signed, so that `--anonymous` (obstore's `skip_signature`)

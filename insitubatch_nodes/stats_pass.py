@@ -19,6 +19,7 @@ from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS, channel_names
 from insitubatch_nodes.core.manifest import units_to_ranges
 from insitubatch_nodes.core.moments import RunningMoments
 from insitubatch_nodes.core.settings import as_int
+from insitubatch_nodes.io.levels import LevelsLike
 from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
 
 
@@ -33,13 +34,22 @@ def compute_stats(
     batch_size: int = 8,
     block_chunks: int = 2,
     memory_budget: int = 1 << 30,
+    levels: LevelsLike | None = None,
 ) -> ChannelStats:
     """Mean and std per channel over every step of `split`, in one pass over its chunks.
 
     The batch and block sizes only set how much is held at once (`memory_budget`), not the
-    result beyond float64 rounding."""
+    result beyond float64 rounding. With `levels` (as `build_loader` takes them) the
+    channels are the levels kept, one statistic per level (`temperature_500`)."""
     spatial_dims = as_int("spatial_dims", spatial_dims, minimum=0)
-    opened = ZarrSource.open(source, variables, manifest=manifest, storage_options=storage_options)
+    opened = ZarrSource.open(
+        source,
+        variables,
+        manifest=manifest,
+        storage_options=storage_options,
+        levels=levels,
+        spatial_dims=spatial_dims,
+    )
     channels = {v: channel_names(v, layout, spatial_dims) for v, layout in opened.layouts.items()}
     moments = {v: RunningMoments(len(names)) for v, names in channels.items()}
     loader = build_loader(
@@ -53,6 +63,8 @@ def compute_stats(
         world_size=1,
         device="cpu",
         manifest=opened.manifest,
+        levels=levels,
+        spatial_dims=spatial_dims,
     )
     for batch in loader:
         for variable, running in moments.items():

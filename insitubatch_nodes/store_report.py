@@ -28,22 +28,22 @@ from typing import Any
 import numpy as np
 import zarr
 
-from insitubatch_nodes.cf_time import SINCE, dates_text, decode_cf_times, step_text
+from insitubatch_nodes.cf_time import dates_text, decode_cf_times, step_text
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.settings import as_int, as_optional_int
 from insitubatch_nodes.host_resources import HostResources
+from insitubatch_nodes.io.dimensions import dimension_names
 from insitubatch_nodes.io.redact import secrets_in
 from insitubatch_nodes.io.stored_sizes import (
     DEFAULT_SAMPLED_CHUNKS,
     StoredSizes,
     measure_stored_sizes,
 )
+from insitubatch_nodes.io.time_axis import cf_attributes, find_time_array
 from insitubatch_nodes.io.zarr_compat import run_on_zarr_loop
 from insitubatch_nodes.io.zarr_layout import arrays_of, open_root_group
 from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
 from insitubatch_nodes.loader_defaults import LoaderDefaults, loader_defaults
-
-TIME_NAMES = ("time", "valid_time", "date", "dates")  # checked after the variables' axis 0
 
 
 @dataclass(frozen=True)
@@ -201,23 +201,6 @@ def inspect_store(
 # --- the arrays ---------------------------------------------------------------------------
 
 
-def dimension_names(array: zarr.Array) -> tuple[str, ...] | None:
-    """The array's dimension names: Zarr v3 `dimension_names`, else the
-    `_ARRAY_DIMENSIONS` attribute xarray writes (Zarr v2); None when neither names all.
-
-    Args:
-        array: an opened zarr array.
-    """
-    names = getattr(array.metadata, "dimension_names", None)
-    if names is None:
-        names = array.attrs.get("_ARRAY_DIMENSIONS")
-    if not isinstance(names, list | tuple) or len(names) != array.ndim:
-        return None
-    if any(not isinstance(n, str) for n in names):
-        return None
-    return tuple(names)
-
-
 _COMPRESSOR_SETTINGS = {
     "zstd": ("level",),
     "blosc": ("cname", "clevel", "shuffle"),
@@ -295,46 +278,15 @@ def _array_report(
 # --- the time coordinate ------------------------------------------------------------------
 
 
-def _time_array(
-    arrays: Mapping[str, zarr.Array], reports: Sequence[ArrayReport], length: int
-) -> tuple[str, zarr.Array] | None:
-    """The 1-D array of `length` values that names the variables' first axis, else one
-    with a usual time name, else one whose attributes say it is time (CF `axis: T`,
-    `standard_name: time`, or units "... since ...")."""
-
-    def fits(name: str) -> bool:
-        array = arrays.get(name)
-        return array is not None and array.ndim == 1 and array.shape[0] == length
-
-    first_dims = [r.dims[0] for r in reports if r.dims]
-    for name in [*first_dims, *TIME_NAMES]:
-        if fits(name):
-            return name, arrays[name]
-    for name, array in sorted(arrays.items()):
-        attrs = array.attrs
-        units = attrs.get("units")
-        timely = (
-            attrs.get("axis") == "T"
-            or attrs.get("standard_name") == "time"
-            or (isinstance(units, str) and SINCE.match(units) is not None)
-        )
-        if timely and fits(name):
-            return name, array
-    return None
-
-
 def _time_report(
     arrays: Mapping[str, zarr.Array], reports: Sequence[ArrayReport], length: int
 ) -> TimeReport | None:
-    found = _time_array(arrays, reports, length)
+    found = find_time_array(arrays, [r.name for r in reports], length)
     if found is None:
         return None
     name, array = found
     raw = np.concatenate([np.asarray(array[0:2]), np.asarray(array[-1:])])  # 3 values at most
-    units = array.attrs.get("units")
-    calendar = array.attrs.get("calendar")
-    units = units if isinstance(units, str) else None
-    calendar = calendar if isinstance(calendar, str) else None
+    units, calendar = cf_attributes(array)
     dates = decode_cf_times(raw, units, calendar)
     step: str | None = None
     if dates is not None:

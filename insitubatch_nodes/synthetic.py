@@ -96,6 +96,21 @@ WB2_LEVEL_VARIABLES = ("geopotential",)
 WB2_LEVELS = (50, 100, 150, 200, 250, 300, 400, 500, 600, 700, 850, 925, 1000)
 
 
+WB2_YEARS = ("1979-01-01", "2019-01-01")  # ClimaX's years: train 1979-2015 .. test 2018
+
+
+def coarse_hours(time_steps: int, years: tuple[str, str] = WB2_YEARS) -> int:
+    """The step, in whole multiples of 6 hours, at which `time_steps` steps span `years`
+    ([first, end)): 6 when there are steps enough for 6-hourly data, coarser otherwise.
+
+    Args:
+        time_steps: the store's length.
+        years: the first date and the date after the last.
+    """
+    span = (np.datetime64(years[1]) - np.datetime64(years[0])) // np.timedelta64(6, "h")
+    return 6 * max(1, int(span) // max(time_steps - 1, 1))
+
+
 def write_weatherbench2_like(
     path: str | Path,
     *,
@@ -106,15 +121,25 @@ def write_weatherbench2_like(
     levels: Sequence[int] = WB2_LEVELS,
 ) -> Path:
     """WeatherBench2's 1.5 degree ERA5 copy, scaled down in time: Zarr format 2, float32,
-    one 6-hourly step per chunk ((1, lat, lon) and (1, level, lat, lon)), Blosc lz4."""
+    one step per chunk ((1, lat, lon) and (1, level, lat, lon)), Blosc lz4, coordinates
+    as xarray writes them. Its time coordinate ("hours since 1979-01-01", Gregorian)
+    spans 1979-2018 at a coarse step (`coarse_hours`), so that date splits are written
+    as on the real archive ("1979:2015", "2016", "2017:2018")."""
     path = Path(path)
     staging, group = _staged_group(path, zarr_format=2)
-    group.create_array("latitude", data=np.linspace(90, -90, grid[0], dtype=np.float32))
-    group.create_array(
-        "longitude", data=np.linspace(0, 360, grid[1], endpoint=False, dtype=np.float32)
+    hours = np.arange(time_steps, dtype=np.int64) * coarse_hours(time_steps)
+    coordinates = {
+        "latitude": np.linspace(90, -90, grid[0], dtype=np.float32),
+        "longitude": np.linspace(0, 360, grid[1], endpoint=False, dtype=np.float32),
+        "level": np.array(levels, dtype=np.int64),
+        "time": hours,
+    }
+    for name, values in coordinates.items():
+        array = group.create_array(name, data=values)
+        array.attrs["_ARRAY_DIMENSIONS"] = [name]
+    group["time"].attrs.update(
+        {"units": f"hours since {WB2_YEARS[0]}", "calendar": "proleptic_gregorian"}
     )
-    group.create_array("level", data=np.array(levels, dtype=np.int64))
-    group.create_array("time", data=np.arange(time_steps, dtype=np.int64) * 6)
     times = np.arange(time_steps)
     for v, name in enumerate(surface):
         array = group.create_array(

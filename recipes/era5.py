@@ -1,11 +1,13 @@
 """ERA5, GraphCast style: two input steps (t-6h, t) -> the state at t+6h, trained in place.
 
 By default this writes a synthetic look-alike of WeatherBench2's 1.5 degree ERA5 copy
-(the real layout: Zarr format 2, float32, 121 x 240 grid, one 6-hourly step per chunk,
-(1, 121, 240) surface and (1, 13, 121, 240) pressure-level chunks, Blosc lz4), scaled down
-to a few weeks, then:
+(the real layout: Zarr format 2, float32, 121 x 240 grid, one step per chunk, (1, 121,
+240) surface and (1, 13, 121, 240) pressure-level chunks, Blosc lz4), scaled down to a
+few hundred steps whose time coordinate spans 1979-2018 at a coarse step, then:
 
-1. cuts a train/val/test manifest (units of 4 steps, so a block's halo chunks are shared);
+1. cuts a train/val/test manifest by dates, as ClimaX splits ERA5 (--train 1979:2015
+   --val 2016 --test 2017:2018), printing the dates each split holds (units of 4 steps,
+   so a block's halo chunks are shared);
 2. computes per-channel mean/std over the train split in one pass, beside the manifest;
 3. builds the loader: window(2 steps) -> leads([1]), variables and levels stacked into
    channels, normalised after the device copy;
@@ -13,6 +15,7 @@ to a few weeks, then:
 
     python recipes/era5.py                      # write the store, train, checkpoint
     python recipes/era5.py --resume             # continue from the last checkpoint
+    python recipes/era5.py --train 1979:2010 --pressure-levels 500 850  # other years, 2 levels
     torchrun --nproc_per_node 2 recipes/era5.py # two ranks (nccl on GPUs, else gloo), own data each
 
 Each step prints a hash of its batch: after a kill, `--resume` prints the same hashes and
@@ -26,7 +29,9 @@ The real archives (anonymous reads; `--url` plus the options below):
   Its variable names are the defaults below.
 - ARCO-ERA5 (hourly, 0.25 degree, one step per chunk, 721 x 1440):
   `gs://gcp-public-data-arco-era5/ar/full_37-1h-0p25deg-chunk-1.zarr-v3` with
-  `--lead-steps 6 --stride 6` for t-6h, t -> t+6h. The statistics pass reads the whole
+  `--frequency 6h --unit-steps 6` for t-6h, t -> t+6h (6-hourly anchors; windows and
+  leads in 6-hour steps), and `--pressure-levels 500 850` to keep 2 of its 37 levels
+  (chunks are decoded whole, only those levels kept). The statistics pass reads the whole
   train split; on the real archives compute it once (`insitubatch stats URL --anonymous
   --manifest M`) and pass `--stats M.stats.json`.
 """
@@ -39,6 +44,7 @@ from pathlib import Path
 import train_loop
 
 import insitubatch_nodes as ib
+from insitubatch_nodes.split_command import parsed_splits
 from insitubatch_nodes.synthetic import WB2_LEVEL_VARIABLES, WB2_SURFACE, write_weatherbench2_like
 
 
@@ -56,6 +62,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--stride", type=int, default=1, help="steps between the two inputs")
     parser.add_argument("--lead-steps", type=int, default=1, help="target lead in steps")
     parser.add_argument("--stats", type=Path, default=None, help="precomputed stats JSON")
+    for name, default in (("train", "1979:2015"), ("val", "2016"), ("test", "2017:2018")):
+        parser.add_argument(f"--{name}", default=default, metavar="FIRST:LAST")
+    parser.add_argument(
+        "--pressure-levels", nargs="+", type=int, default=None, help="levels kept, by value"
+    )
+    parser.add_argument(
+        "--frequency", default=None, help="anchors every so often, e.g. 6h (hourly archives)"
+    )
     return parser.parse_args(argv)
 
 
@@ -75,6 +89,8 @@ def main(argv: list[str] | None = None) -> None:
                 ),
             ),
             archive_options={"skip_signature": True},
+            date_splits=parsed_splits({"train": args.train, "val": args.val, "test": args.test}),
+            levels=args.pressure_levels,
             stats=args.stats,
         )
         spec = ib.SampleSpec(
@@ -83,9 +99,20 @@ def main(argv: list[str] | None = None) -> None:
                 "targets": ib.leads(variables, [args.lead_steps]),
             }
         )
-        loader = data.loader(args, "train", spec, batch_size=args.batch_size, drop_last=True)
+        loader = data.loader(
+            args,
+            "train",
+            spec,
+            batch_size=args.batch_size,
+            drop_last=True,
+            frequency=args.frequency,
+        )
         layouts = ib.ZarrSource.open(
-            data.url, variables, manifest=data.manifest, storage_options=data.options
+            data.url,
+            variables,
+            manifest=data.manifest,
+            storage_options=data.options,
+            levels=data.levels,
         ).layouts
         channels = ib.batch_channels(layouts, spec, stacked=True)["inputs"]
         if where.rank == 0:

@@ -29,6 +29,7 @@ from insitubatch_nodes import SAMPLE_INDEX_KEY, AsyncFetchNode, Loader
 from insitubatch_nodes.core.manifest import DEFAULT_FRACTIONS
 from insitubatch_nodes.core.settings import int_from_environment
 from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.split_command import split_text
 
 Options = dict[str, object] | None  # storage_options of the store, None for local files
 
@@ -148,6 +149,7 @@ class Data:
     manifest: Path
     stats: Path
     device: torch.device
+    levels: list[int] | None = None  # pressure levels kept, by value (all: None)
 
     def loader(
         self, args: argparse.Namespace, split: str, spec: ib.SampleSpec, **more: Any
@@ -166,6 +168,7 @@ class Data:
             device=self.device,
             decode=args.decode,
             storage_options=self.options,
+            levels=self.levels,
             **more,
         )
 
@@ -178,6 +181,8 @@ def open_data(
     look_alike: tuple[str, Callable[[Path], None]],
     archive_options: dict[str, object],
     fractions: Mapping[str, float] = DEFAULT_FRACTIONS,
+    date_splits: Mapping[str, tuple[str, str]] | None = None,
+    levels: list[int] | None = None,
     stats: Path | None = None,
     widen_unit: bool = False,
 ) -> Data:
@@ -187,6 +192,10 @@ def open_data(
     train split beside it (or the precomputed `stats`). Whatever is missing is made
     once, by rank 0; a barrier then keeps the other ranks from opening it before it
     exists.
+
+    `date_splits` cuts the manifest by dates of the store's time coordinate (split name
+    -> (first, last)) instead of `fractions`, and prints what each split holds; `levels`
+    keeps those pressure levels (by value) in the statistics and the loaders.
 
     `widen_unit` takes the arrays' own unit instead where it is longer than --unit-steps
     (a time axis chunked by many steps); without it such a unit is refused."""
@@ -209,9 +218,16 @@ def open_data(
         if widen_unit:
             unit = max(unit, source.geometry.unit_length)
         geometry = ib.SampleGeometry.from_layouts(source.layouts, unit_length=unit)
-        manifest_path.write_text(ib.make_manifest(geometry, fractions).dumps())
+        if date_splits is None:
+            manifest = ib.make_manifest(geometry, fractions)
+        else:
+            manifest = ib.make_date_manifest(geometry, source.time_axis(), date_splits)
+            print(split_text(manifest), flush=True)
+        manifest_path.write_text(manifest.dumps())
     if where.rank == 0 and not stats_file.exists():
-        computed = ib.compute_stats(url, variables, manifest=manifest_path, storage_options=options)
+        computed = ib.compute_stats(
+            url, variables, manifest=manifest_path, storage_options=options, levels=levels
+        )
         computed.save(stats_file)
         print(
             f"stats of {sum(len(c) for c in computed.channels.values())} channels -> "
@@ -220,7 +236,7 @@ def open_data(
         )
     if dist.is_initialized():
         dist.barrier()
-    return Data(url, options, manifest_path, stats_file, where.device)
+    return Data(url, options, manifest_path, stats_file, where.device, levels)
 
 
 class ResidualConvNet(torch.nn.Module):

@@ -26,13 +26,25 @@ from insitubatch_nodes.core.sample_spec import SampleSpec
 
 @dataclass(frozen=True, eq=False)
 class AnchorSet:
-    """The valid anchors of one split under one spec, unit by unit."""
+    """The valid anchors of one split under one spec, unit by unit.
+
+    Args:
+        geometry: the variables and their unit grid.
+        spec: the sample spec the anchors were chosen for (its offsets in stored steps), or
+            None for one step per sample.
+        anchors: every anchor, sorted, each once (int64 steps of the sample axis).
+        patches: the patch spec, or None for whole samples.
+        samples_per_anchor: > 1 for evaluation tiles: one sample per (anchor, tile).
+        full_unit: the anchors a unit holds when no split edge, gap or store end cuts it;
+            None for every step of a unit (a stride keeps fewer: `for_steps(allowed=...)`).
+    """
 
     geometry: SampleGeometry
     spec: SampleSpec | None
-    runs: np.ndarray  # (R, 2) [start, stop) anchor ranges, one per contiguous run of units
+    anchors: np.ndarray
     patches: PatchSpec | None = None
-    samples_per_anchor: int = 1  # > 1 for evaluation tiles: one sample per (anchor, tile)
+    samples_per_anchor: int = 1
+    full_unit: int | None = None
 
     @classmethod
     def for_split(
@@ -42,27 +54,77 @@ class AnchorSet:
         spec: SampleSpec | None = None,
         patches: PatchSpec | None = None,
     ) -> AnchorSet:
-        lo, hi = spec.span if spec is not None else (0, 0)
+        """The anchors of a split made of whole units (`SplitManifest.units`).
+
+        Args:
+            geometry: the variables and their unit grid.
+            split_units: the split's unit ids.
+            spec: the sample spec, or None for one step per sample.
+            patches: the patch spec, or None for whole samples.
+        """
         ranges = np.asarray(units_to_ranges(split_units), dtype=np.int64).reshape(-1, 2)
-        starts = ranges[:, 0] * geometry.unit_length
-        stops = np.minimum(ranges[:, 1] * geometry.unit_length, geometry.num_samples)
-        runs = np.stack([starts - lo, stops - hi], axis=1)
+        steps = np.minimum(ranges * geometry.unit_length, geometry.num_samples)
+        return cls.for_steps(geometry, steps, spec, patches)
+
+    @classmethod
+    def for_steps(
+        cls,
+        geometry: SampleGeometry,
+        step_ranges: np.ndarray,
+        spec: SampleSpec | None = None,
+        patches: PatchSpec | None = None,
+        *,
+        allowed: np.ndarray | None = None,
+    ) -> AnchorSet:
+        """The anchors of a split given as [start, stop) ranges of steps, which may cut
+        through units (a split by dates): a unit shared with another split holds only
+        this split's anchors, and THE RULE keeps every window inside this split's steps.
+
+        Args:
+            geometry: the variables and their unit grid.
+            step_ranges: (R, 2) [start, stop) step ranges, disjoint, in any order.
+            spec: the sample spec (offsets in stored steps), or None for one step per sample.
+            patches: the patch spec, or None for whole samples.
+            allowed: a bool per step of the sample axis: which steps may be anchors at all
+                (a stride, a frequency, no gap inside the window: `core.time_steps`), or
+                None for every one.
+        """
+        lo, hi = spec.span if spec is not None else (0, 0)
+        ranges = np.asarray(step_ranges, dtype=np.int64).reshape(-1, 2)
+        runs = np.stack([ranges[:, 0] - lo, ranges[:, 1] - hi], axis=1)
         runs = runs[runs[:, 1] > runs[:, 0]]
+        anchors = np.sort(
+            np.concatenate(
+                [np.zeros(0, dtype=np.int64)]
+                + [np.arange(a, b, dtype=np.int64) for a, b in runs.tolist()]
+            )
+        )
+        full_unit = None
+        if allowed is not None:
+            allowed = np.asarray(allowed, dtype=bool)
+            if allowed.shape != (geometry.num_samples,):
+                raise ValueError(
+                    f"allowed must hold one bool per step ({geometry.num_samples}), got shape "
+                    f"{allowed.shape}"
+                )
+            anchors = anchors[allowed[anchors]]
+            full_unit = _full_unit(geometry, allowed)
         per_anchor = 1
         if patches is not None:
             names = spec.variables() if spec is not None else list(geometry.variables)
             per_anchor = patches.samples_per_anchor(patch_grid(geometry, names, patches))
-        return cls(geometry, spec, runs.reshape(-1, 2), patches, per_anchor)
+        return cls(geometry, spec, anchors, patches, per_anchor, full_unit)
 
     @classmethod
     def everything(cls, geometry: SampleGeometry) -> AnchorSet:
         """Every time step of the array, one step per sample: the spec-less loader."""
-        return cls(geometry, None, np.array([[0, geometry.num_samples]], dtype=np.int64))
+        return cls(geometry, None, np.arange(geometry.num_samples, dtype=np.int64))
 
     @property
     def unit_length(self) -> int:
-        """Samples in a full unit (its steps, times the tiles per anchor)."""
-        return self.geometry.unit_length * self.samples_per_anchor
+        """Samples in a full unit (its anchors, times the tiles per anchor)."""
+        full = self.geometry.unit_length if self.full_unit is None else self.full_unit
+        return full * self.samples_per_anchor
 
     @property
     def grid(self) -> tuple[int, ...]:
@@ -73,45 +135,34 @@ class AnchorSet:
         return patch_grid(self.geometry, names, self.patches)
 
     def _bounds(self, units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """First and one-past-last anchor of each unit (empty when stop <= start)."""
-        units = np.asarray(units, dtype=np.int64)
-        starts = units * self.geometry.unit_length
-        stops = np.minimum(starts + self.geometry.unit_length, self.geometry.num_samples)
-        if self.runs.size == 0:
-            return starts, starts
-        # each unit lies inside at most one run: the last run starting at or before it
-        which = np.clip(np.searchsorted(self.runs[:, 0], stops - 1, side="right") - 1, 0, None)
-        lo = np.maximum(starts, self.runs[which, 0])
-        hi = np.minimum(stops, self.runs[which, 1])
-        return lo, np.maximum(hi, lo)
+        """Where each unit's anchors start and stop in `anchors` (equal when it has none)."""
+        starts = np.asarray(units, dtype=np.int64) * self.geometry.unit_length
+        first = np.searchsorted(self.anchors, starts, side="left")
+        last = np.searchsorted(self.anchors, starts + self.geometry.unit_length, side="left")
+        return first, last
 
     def unit_sizes(self, units: np.ndarray) -> np.ndarray:
-        lo, hi = self._bounds(units)
-        return (hi - lo) * self.samples_per_anchor
+        first, last = self._bounds(units)
+        return (last - first) * self.samples_per_anchor
 
     def unit_samples(self, units: np.ndarray) -> np.ndarray:
         """Sample ids of `units` (`anchor * samples_per_anchor + tile`; the anchor itself
         without tiles), in the given unit order, ascending in each."""
-        lo, hi = self._bounds(units)
-        m = self.samples_per_anchor
-        lo, sizes = lo * m, (hi - lo) * m
-        offsets = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(
-            np.cumsum(sizes) - sizes, sizes
+        first, last = self._bounds(units)
+        counts = last - first
+        at = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(
+            np.cumsum(counts) - counts, counts
         )
-        return np.repeat(lo, sizes) + offsets
+        chosen = self.anchors[np.repeat(first, counts) + at]
+        m = self.samples_per_anchor
+        if m == 1:
+            return chosen
+        return (chosen[:, None] * m + np.arange(m, dtype=np.int64)[None, :]).reshape(-1)
 
     @property
     def units(self) -> np.ndarray:
         """Sorted units holding at least one anchor: what an epoch permutes."""
-        length = self.geometry.unit_length
-        candidates = [
-            np.arange(start // length, -(-stop // length), dtype=np.int64)
-            for start, stop in self.runs.tolist()
-        ]
-        if not candidates:
-            return np.zeros(0, dtype=np.int64)
-        units = np.unique(np.concatenate(candidates))
-        return units[self.unit_sizes(units) > 0]
+        return np.unique(self.anchors // self.geometry.unit_length)
 
     def block_rows_bound(self, block_chunks: int) -> int:
         """Most buffer rows a block of `block_chunks` units holds: its steps plus, with a
@@ -125,7 +176,17 @@ class AnchorSet:
 
     @property
     def num_anchors(self) -> int:
-        return int((self.runs[:, 1] - self.runs[:, 0]).sum())
+        return int(self.anchors.size)
+
+
+def _full_unit(geometry: SampleGeometry, allowed: np.ndarray) -> int:
+    """The most allowed steps any unit holds: what a unit away from the split's edges
+    holds when the allowed steps are regular (a stride that divides the unit length, or
+    that the unit length divides); at least 1."""
+    length = geometry.unit_length
+    padded = np.zeros(geometry.num_units * length, dtype=bool)
+    padded[: allowed.size] = allowed
+    return max(1, int(padded.reshape(-1, length).sum(axis=1).max(initial=0)))
 
 
 def patch_grid(geometry: SampleGeometry, names: list[str], patches: PatchSpec) -> tuple[int, ...]:

@@ -32,9 +32,20 @@ def channel_shape(layout: VariableLayout, spatial_dims: int) -> tuple[int, ...]:
 
 
 def channel_names(name: str, layout: VariableLayout, spatial_dims: int) -> list[str]:
+    """`name` for a surface variable; `name_VALUE` per level when the channels are the
+    levels picked by value (`temperature_500`, as ClimaX names them); else `name[i]`.
+
+    Args:
+        name: the variable's name.
+        layout: its layout (a pick with labels names its channels).
+        spatial_dims: the trailing grid axes.
+    """
     shape = channel_shape(layout, spatial_dims)
     if not shape:
         return [name]
+    pick = layout.pick
+    if pick is not None and pick.labels and len(shape) == 1 and pick.axis == 1:
+        return [f"{name}_{label}" for label in pick.labels]
     count = math.prod(shape)
     return [f"{name}[{i}]" for i in range(count)]
 

@@ -41,6 +41,7 @@ def source_fingerprint(
     split: str,
     split_units: np.ndarray,
     snapshot_id: str | None,
+    anchors: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """The fingerprint of a loader over `layouts` and split `split`, as plain data.
 
@@ -51,8 +52,20 @@ def source_fingerprint(
         split: the split's name.
         split_units: the split's unit indices.
         snapshot_id: the Icechunk snapshot the store reads, or None for other stores.
+        anchors: the anchors the loader draws from (`AnchorSet.anchors`), or None to
+            record units only: units do not show a date boundary moved inside a unit, a
+            stride, a frequency or a gap rule.
     """
     units = np.sort(np.asarray(split_units, dtype=np.int64))
+    split: dict[str, Any] = {
+        "name": split,
+        "units": int(units.size),
+        "digest": digest(units.astype("<i8").tobytes()),
+    }
+    if anchors is not None:
+        steps = np.sort(np.asarray(anchors, dtype=np.int64))
+        split["anchors"] = int(steps.size)
+        split["anchors_digest"] = digest(steps.astype("<i8").tobytes())
     return {
         "arrays": {
             name: {
@@ -61,14 +74,13 @@ def source_fingerprint(
                 "dtype": layout.dtype,
                 "codecs": codecs.get(name, ""),
                 "fill_value": fill_values.get(name, ""),
+                "pick": None
+                if layout.pick is None
+                else [layout.pick.axis, list(layout.pick.indices)],
             }
             for name, layout in sorted(layouts.items())
         },
-        "split": {
-            "name": split,
-            "units": int(units.size),
-            "digest": digest(units.astype("<i8").tobytes()),
-        },
+        "split": split,
         "snapshot_id": snapshot_id,
     }
 
@@ -84,6 +96,7 @@ _ARRAY_FIELDS = (
     ("dtype", "dtype was", str),
     ("codecs", "codecs were", repr),
     ("fill_value", "fill value was", str),
+    ("pick", "kept positions (levels) were", str),
 )
 
 
@@ -118,6 +131,14 @@ def _split_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> 
         return [
             f"split {name!r} holds other units than when the state was saved (the same "
             f"count, {current.get('units')}: the manifest was cut differently)"
+        ]
+    before = (saved.get("anchors"), saved.get("anchors_digest"))
+    now = (current.get("anchors"), current.get("anchors_digest"))
+    if "anchors" in saved and "anchors" in current and before != now:  # older states: none
+        return [
+            f"split {name!r} had {saved.get('anchors')} anchors when the state was saved, "
+            f"now {current['anchors']} (other dates, stride, frequency, max_gap or sample "
+            f"spec)"
         ]
     return []
 

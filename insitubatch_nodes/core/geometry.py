@@ -28,10 +28,13 @@ class AxisPick:
     Args:
         axis: the array axis (1 or more: the sample axis is never picked).
         indices: the kept positions along it, strictly increasing.
+        labels: each kept position's coordinate value as text ("500" for a pressure
+            level), which names its channel (`temperature_500`); empty for none.
     """
 
     axis: int
     indices: tuple[int, ...]
+    labels: tuple[str, ...] = ()
 
     def within(self, start: int, stop: int) -> tuple[slice | np.ndarray, slice]:
         """The kept positions in `[start, stop)`, relative to `start` (a slice when they
@@ -96,6 +99,11 @@ class VariableLayout:
                 raise ValueError(
                     f"picked positions along axis {pick.axis} must be strictly increasing, "
                     f"within 0..{size - 1}, and at least one; got {list(pick.indices)}"
+                )
+            if pick.labels and len(pick.labels) != len(pick.indices):
+                raise ValueError(
+                    f"a pick has {len(pick.labels)} labels for {len(pick.indices)} positions; "
+                    f"give one per position, or none"
                 )
 
     @property

@@ -4,6 +4,12 @@ Splits are whole units so that a chunk never feeds two splits, and contiguous by
 so that neighbouring time steps (which are strongly correlated) do not leak from train into
 validation. The manifest remembers the layout it was cut for, so a manifest reused on a
 different or since-rewritten store is refused instead of silently mis-splitting it.
+
+A manifest cut by dates (`core.date_manifest`) also holds `steps`: each split's [start,
+stop) steps, which may end inside a unit. A unit at a date boundary is then listed by both
+splits (each reads the chunk, and uses only its own steps as anchors), and the steps, not
+the units, must be disjoint. Such a manifest records the dates each split holds and the
+time coordinate it was cut on (`dates`, `time`).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from insitubatch_nodes.core.seeding import rng_for
 MANIFEST_FORMAT = 1
 DEFAULT_FRACTIONS: Mapping[str, float] = {"train": 0.8, "val": 0.1, "test": 0.1}
 ALL_SPLIT = "all"
+OPTIONAL_FIELDS = ("steps", "dates", "time")  # a manifest cut by dates has them
 ANCHOR_RULE = (
     "a sample anchored at time t whose offsets span [lo, hi] (0 included) belongs to a split "
     "only if every step t+lo .. t+hi lies in one contiguous run of that split's units; "
@@ -79,6 +86,9 @@ class SplitManifest:
     layouts: Mapping[str, VariableLayout]
     splits: Mapping[str, list[list[int]]]
     rule: Mapping[str, Any] = field(default_factory=dict)
+    steps: Mapping[str, list[list[int]]] | None = None
+    dates: Mapping[str, Any] | None = None
+    time: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         num_samples = positive_int(self.num_samples, "num_samples")
@@ -112,7 +122,18 @@ class SplitManifest:
                     f"of the store; rename that split in the manifest"
                 )
             splits[name] = checked_ranges(name, ranges, self.num_units, where)
-        check_disjoint(splits)
+        if self.steps is None:
+            check_disjoint(splits)
+        else:
+            object.__setattr__(self, "steps", self._checked_steps(splits, where))
+        for key in ("dates", "time"):
+            value = getattr(self, key)
+            if value is not None:
+                if not isinstance(value, Mapping):
+                    raise ValueError(
+                        f"manifest field {key!r} must be an object, got {shown(value)}{FIX_HINT}"
+                    )
+                object.__setattr__(self, key, plain_data(value, repr(key)))
         if not isinstance(self.rule, Mapping):
             raise ValueError(
                 f"manifest field 'rule' must be an object, got {shown(self.rule)}{FIX_HINT}"
@@ -121,9 +142,49 @@ class SplitManifest:
         object.__setattr__(self, "splits", splits)
         object.__setattr__(self, "rule", plain_data(self.rule, "'rule'"))
 
+    def _checked_steps(
+        self, splits: Mapping[str, list[list[int]]], where: str
+    ) -> dict[str, list[list[int]]]:
+        """Each split's step ranges: inside the store, disjoint across splits, and covering
+        exactly the units that split lists."""
+        if not isinstance(self.steps, Mapping) or sorted(self.steps) != sorted(splits):
+            raise ValueError(
+                f"manifest field 'steps' must give [start, stop) step ranges for exactly the "
+                f"splits {sorted(splits)}, got {shown(self.steps)}{FIX_HINT}"
+            )
+        steps = {
+            name: checked_ranges(name, self.steps[name], self.num_samples, where, kind="step")
+            for name in splits
+        }
+        check_disjoint(steps, kind="step")
+        for name, ranges in steps.items():
+            touched = units_to_ranges(np.unique(_ranges_to_units(ranges) // self.unit_length))
+            if touched != units_to_ranges(_ranges_to_units(splits[name])):
+                raise ValueError(
+                    f"manifest split {name!r} lists units {splits[name]}, but its steps "
+                    f"{ranges} lie in units {touched}: the units of a split cut by steps are "
+                    f"those its steps touch{FIX_HINT}"
+                )
+        return steps
+
     @property
     def num_units(self) -> int:
         return math.ceil(self.num_samples / self.unit_length)
+
+    def step_ranges(self, split: str) -> np.ndarray:
+        """`split`'s [start, stop) ranges of steps, (R, 2): its own steps when the manifest
+        was cut by dates, else its units' steps; `"all"` is every step.
+
+        Args:
+            split: a split name of this manifest, or "all".
+        """
+        units = self.units(split)  # names an unknown or empty split
+        if split == ALL_SPLIT:
+            return np.array([[0, self.num_samples]], dtype=np.int64)
+        if self.steps is not None:
+            return np.asarray(sorted(self.steps[split]), dtype=np.int64).reshape(-1, 2)
+        ranges = np.asarray(units_to_ranges(units), dtype=np.int64).reshape(-1, 2)
+        return np.minimum(ranges * self.unit_length, self.num_samples)
 
     def split_names(self) -> list[str]:
         return [*self.splits, ALL_SPLIT]
@@ -155,6 +216,15 @@ class SplitManifest:
             "layouts": {name: layout.to_json() for name, layout in self.layouts.items()},
             "splits": {name: [list(r) for r in ranges] for name, ranges in self.splits.items()},
             "rule": plain_data(self.rule, "'rule'"),
+            **{
+                key: plain_data(value, repr(key))
+                for key, value in (
+                    ("steps", self.steps),
+                    ("dates", self.dates),
+                    ("time", self.time),
+                )
+                if value is not None
+            },
         }
 
     def dumps(self) -> str:
@@ -205,6 +275,9 @@ class SplitManifest:
             layouts={name: layout_from_json(name, v) for name, v in layouts.items()},
             splits=data["splits"],
             rule=data.get("rule", {}),
+            steps=data.get("steps"),
+            dates=data.get("dates"),
+            time=data.get("time"),
         )
 
     @classmethod

@@ -21,7 +21,17 @@ from insitubatch_nodes.core.geometry import VariableLayout
 # What to do about a manifest that fails a check: it was either edited by hand (fix it) or
 # is from an older or foreign tool (make it again).
 FIX_HINT = "; fix the manifest or recreate it with make_manifest()"
-FIELDS = ("format", "num_samples", "unit_length", "layouts", "splits", "rule")
+FIELDS = (
+    "format",
+    "num_samples",
+    "unit_length",
+    "layouts",
+    "splits",
+    "rule",
+    "steps",
+    "dates",
+    "time",
+)
 REQUIRED_FIELDS = ("format", "num_samples", "unit_length", "layouts", "splits")
 
 
@@ -146,66 +156,72 @@ def _layout_repr(values: Sequence[object]) -> str:
     return "(" + ", ".join(repr(v) for v in values) + ")"
 
 
-def checked_ranges(name: str, ranges: object, num_units: int, where: str) -> list[list[int]]:
+def checked_ranges(
+    name: str, ranges: object, num_units: int, where: str, kind: str = "unit"
+) -> list[list[int]]:
     """The [start, stop) ranges of split `name` as plain ints, each inside the unit grid
-    and none overlapping another of the same split.
+    (or the steps) and none overlapping another of the same split.
 
     Args:
         name: the split's name.
         ranges: its recorded ranges.
-        num_units: the store's unit count.
+        num_units: the store's unit count (with `kind="step"`, its step count).
         where: the store's size in words, for the message.
+        kind: what the ranges count: "unit" (field 'splits') or "step" (field 'steps').
     """
+    field = "split" if kind == "unit" else "'steps' of split"
     if not _is_sequence(ranges):
         raise ValueError(
-            f"manifest split {name!r} must be a list of [start, stop) unit ranges, got "
+            f"manifest {field} {name!r} must be a list of [start, stop) {kind} ranges, got "
             f"{shown(ranges)}{FIX_HINT}"
         )
     checked: list[list[int]] = []
     for i, pair in enumerate(ranges):  # type: ignore[arg-type]
         if not _is_sequence(pair) or len(pair) != 2:
             raise ValueError(
-                f"manifest split {name!r} range {i} must be a [start, stop) pair of unit ids, "
+                f"manifest {field} {name!r} range {i} must be a [start, stop) pair of {kind} ids, "
                 f"got {shown(pair)}{FIX_HINT}"
             )
         for bound in pair:
             if not is_int(bound):
                 raise ValueError(
-                    f"manifest split {name!r} range {i} is {list(pair)!r}: unit ids must be "
+                    f"manifest {field} {name!r} range {i} is {list(pair)!r}: {kind} ids must be "
                     f"ints, got {shown(bound)}{FIX_HINT}"
                 )
         start, stop = int(pair[0]), int(pair[1])
         if start < 0:
             raise ValueError(
-                f"manifest split {name!r} range [{start}, {stop}) starts at a negative unit: "
-                f"unit ids count from 0{FIX_HINT}"
+                f"manifest {field} {name!r} range [{start}, {stop}) starts at a negative {kind}: "
+                f"{kind} ids count from 0{FIX_HINT}"
             )
         if stop <= start:
             raise ValueError(
-                f"manifest split {name!r} range [{start}, {stop}) is empty or reversed: a "
+                f"manifest {field} {name!r} range [{start}, {stop}) is empty or reversed: a "
                 f"range is [start, stop) with start < stop{FIX_HINT}"
             )
         if stop > num_units:
             raise ValueError(
-                f"manifest split {name!r} range [{start}, {stop}) ends past the last unit: "
-                f"{where} has {num_units} units, so stop must be <= {num_units}{FIX_HINT}"
+                f"manifest {field} {name!r} range [{start}, {stop}) ends past the last {kind}: "
+                f"{where} has {num_units} {kind}s, so stop must be <= {num_units}{FIX_HINT}"
             )
         checked.append([start, stop])
     by_start = sorted(checked)
     for (a, b), (c, d) in itertools.pairwise(by_start):
         if c < b:
             raise ValueError(
-                f"manifest split {name!r} ranges [{a}, {b}) and [{c}, {d}) overlap: units "
+                f"manifest {field} {name!r} ranges [{a}, {b}) and [{c}, {d}) overlap: {kind}s "
                 f"[{c}, {min(b, d)}) are listed twice{FIX_HINT}"
             )
     return checked
 
 
-def check_disjoint(splits: Mapping[str, list[list[int]]]) -> None:
-    """Refuse a unit in two splits: the model would be scored on samples it trained on.
+def check_disjoint(splits: Mapping[str, list[list[int]]], kind: str = "unit") -> None:
+    """Refuse a unit (or a step) in two splits: the model would be scored on samples it
+    trained on.
 
     Args:
         splits: each split's checked ranges.
+        kind: what the ranges count: "unit" or "step".
     """
     spans = sorted((a, b, name) for name, ranges in splits.items() for a, b in ranges)
     reach: tuple[int, int, str] | None = None  # the span seen so far that ends last
@@ -216,9 +232,9 @@ def check_disjoint(splits: Mapping[str, list[list[int]]]) -> None:
             # split's, and `start` is the lowest unit that any two splits share.
             first, last, other = reach
             raise ValueError(
-                f"manifest splits {other!r} and {name!r} overlap: units "
+                f"manifest splits {other!r} and {name!r} overlap: {kind}s "
                 f"[{start}, {min(stop, last)}) are in both ({other!r} has [{first}, {last}), "
-                f"{name!r} has [{start}, {stop})); a unit must belong to one split only, or "
+                f"{name!r} has [{start}, {stop})); a {kind} must belong to one split only, or "
                 f"the model is evaluated on samples it trained on{FIX_HINT}"
             )
         if reach is None or stop > reach[1]:

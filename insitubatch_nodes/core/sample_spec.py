@@ -126,6 +126,21 @@ class SampleSpec:
             for variable in group.variables
         ]
 
+    def scaled(self, steps: int) -> SampleSpec:
+        """The spec with every offset multiplied by `steps`: windows and leads counted in
+        units of a stride (`window(steps=2)` at a stride of 6 is t-6, t).
+
+        Args:
+            steps: stored steps per unit of the spec's offsets, an int >= 1.
+        """
+        steps = as_int("stride", steps, minimum=1)
+        return SampleSpec(
+            {
+                name: VariableGroup(group.variables, tuple(o * steps for o in group.offsets))
+                for name, group in self.groups.items()
+            }
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {name: group.to_json() for name, group in self.groups.items()}
 

@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from zarr.abc.store import Store
 
+from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
+from insitubatch_nodes.core.date_manifest import make_date_manifest, time_differences
+from insitubatch_nodes.core.date_ranges import RangeLike, TimeAxis
 from insitubatch_nodes.core.fingerprint import source_fingerprint
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.manifest import SplitManifest, make_manifest
 from insitubatch_nodes.io.array_metadata import codec_summary, fill_value_text
 from insitubatch_nodes.io.block_reader import ReadContext
 from insitubatch_nodes.io.icechunk_store import snapshot_id_of
+from insitubatch_nodes.io.levels import LevelsLike, level_picks
 from insitubatch_nodes.io.redact import secrets_in
 from insitubatch_nodes.io.stores import describe, open_store
+from insitubatch_nodes.io.time_axis import read_time_axis
 from insitubatch_nodes.io.zarr_layout import arrays_of, open_root_group, select_variables
 from insitubatch_nodes.items import SAMPLE_INDEX_KEY
 
@@ -93,12 +98,32 @@ class ZarrSource:
         *,
         manifest: ManifestLike | None = None,
         storage_options: dict[str, Any] | None = None,
+        splits: Mapping[str, RangeLike] | None = None,
+        levels: LevelsLike | None = None,
+        spatial_dims: int = DEFAULT_SPATIAL_DIMS,
     ) -> ZarrSource:
         """Open `source`, pick the variables, and check (or make) the split manifest.
 
-        Without a manifest the default one is cut: contiguous train/val/test at 0.8/0.1/0.1
-        (on a store too short for three splits, asking for an empty one is the error).
+        Without a manifest or `splits` the default one is cut: contiguous train/val/test at
+        0.8/0.1/0.1 (on a store too short for three splits, asking for an empty one is the
+        error). A manifest cut by dates is checked against the store's time coordinate.
+
+        Args:
+            source: the Zarr group: a URL or path, or an open zarr `Store`.
+            variables: the arrays to load (default: every array of 2 or more dimensions).
+            manifest: the split manifest (`load_manifest` takes its forms).
+            storage_options: object-store client options (obstore's).
+            splits: split name -> an inclusive range of dates (`make_date_manifest`), cut
+                on the store's time coordinate; instead of `manifest`.
+            levels: level values to keep (`[500, 850]` for every variable with a level
+                axis, or variable -> values), found in the level coordinate (`io.levels`).
+            spatial_dims: the trailing grid axes (the level axis lies before them).
         """
+        if splits is not None and manifest is not None:
+            raise ValueError(
+                "give either manifest= or splits=, not both: splits= cuts a new manifest by "
+                "dates (save it with source.manifest.dumps() to reuse it)"
+            )
         secrets = secrets_in(storage_options, source if isinstance(source, str) else None)
         where = describe(source, secrets)
         store = open_store(source, storage_options)
@@ -110,12 +135,28 @@ class ZarrSource:
                 f"a variable is named {SAMPLE_INDEX_KEY!r}, which batches use for the sample "
                 f"indices; select the other variables explicitly"
             )
-        if manifest is None:
+        if splits is not None:
+            geometry = SampleGeometry.from_layouts(layouts)
+            axis = read_time_axis(arrays, list(layouts), geometry.num_samples, where)
+            split_manifest = make_date_manifest(geometry, axis, splits)
+        elif manifest is None:
             geometry = SampleGeometry.from_layouts(layouts)
             split_manifest = make_manifest(geometry, allow_empty=True)
         else:
             split_manifest = load_manifest(manifest)
             geometry = split_manifest.geometry_for(layouts)
+            if split_manifest.time is not None:
+                axis = read_time_axis(arrays, list(layouts), geometry.num_samples, where)
+                changed = time_differences(split_manifest.time, axis)
+                if changed is not None:
+                    raise ValueError(
+                        f"the manifest does not match this store: {changed}. Cut a new "
+                        f"manifest for this store (insitubatch split, or splits=)"
+                    )
+        if levels is not None:
+            picks = level_picks(arrays, layouts, levels, spatial_dims)
+            layouts = {n: replace(lay, pick=picks.get(n)) for n, lay in layouts.items()}
+            geometry = SampleGeometry.from_layouts(layouts, unit_length=geometry.unit_length)
         codecs = {name: codec_summary(arrays[name]) for name in layouts}
         fills = {name: fill_value_text(arrays[name]) for name in layouts}
         snapshot = snapshot_id_of(store)
@@ -134,13 +175,30 @@ class ZarrSource:
     def split_units(self, split: str) -> np.ndarray:
         return self.manifest.units(split)
 
-    def fingerprint(self, split: str) -> dict[str, Any]:
+    def step_ranges(self, split: str) -> np.ndarray:
+        """`split`'s [start, stop) step ranges, (R, 2) (`SplitManifest.step_ranges`).
+
+        Args:
+            split: the split's name, or "all".
+        """
+        return self.manifest.step_ranges(split)
+
+    def time_axis(self) -> TimeAxis:
+        """The selected variables' time coordinate, read and decoded (`io.time_axis`)."""
+        group = open_root_group(self.store, self.where)
+        arrays = arrays_of(group, self.where)
+        return read_time_axis(arrays, list(self.layouts), self.geometry.num_samples, self.where)
+
+    def fingerprint(self, split: str, anchors: np.ndarray | None = None) -> dict[str, Any]:
         """What a loader over `split` of this source reads (arrays, codecs, the split's
         units, the Icechunk snapshot), as plain data for `ChunkPermuteNode(fingerprint=...)`:
         a state saved on other data is then refused instead of resumed into other batches.
 
         Args:
             split: the split the loader reads.
+            anchors: the anchors it draws from (`AnchorSet.anchors`), recorded too when
+                given (a date boundary inside a unit, a stride or a gap rule changes them
+                and not the units).
         """
         return source_fingerprint(
             self.layouts,
@@ -149,4 +207,5 @@ class ZarrSource:
             split,
             self.split_units(split),
             self.snapshot_id,
+            anchors,
         )

@@ -1,0 +1,290 @@
+"""An xarray Dataset as the source: read the Zarr store it was opened from, in place,
+with its selection applied.
+
+Users open stores with xarray and select what they train on: `xr.open_zarr(url)`, then
+`.sel(time=slice("1979", "2015"), level=[500, 850])[["temperature", "geopotential"]]`.
+`build_loader(ds)` maps that back to the store and to the loader's own settings, and
+reads the chunks directly (never through xarray or dask):
+
+- the variables are the Dataset's data variables, in its order; each must be a stored
+  array of the store, with its dimensions in the stored order and the stored dtype;
+- a time selection is a split of its own (`split=` names it): a run of steps is the date
+  range of its first and last step (`splits=`), a run with a step of k (`isel(time=
+  slice(s, e, k))`, s a multiple of k) is that range with `stride=k`;
+- a level selection is `levels=` (values in the store's order);
+- every other axis must be whole.
+
+Anything else cannot be read from stored chunks and is refused, saying what to do: a
+Dataset not opened from a Zarr store, a computed variable (arithmetic, `astype`, a
+decoded `scale_factor`), a renamed or transposed variable, a time selection that is not a
+(strided) run, levels reordered, part of the grid. xarray is imported only if the caller
+already has: the loader works without it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import zarr
+
+from insitubatch_nodes.io.dimensions import coordinate, dimension_names
+from insitubatch_nodes.io.redact import secrets_in
+from insitubatch_nodes.io.stores import describe, open_store
+from insitubatch_nodes.io.time_axis import read_time_axis
+from insitubatch_nodes.io.zarr_layout import arrays_of, open_root_group
+
+_STORED = ("chunks", "preferred_chunks")  # encoding keys of a variable read from Zarr
+_PACKED = ("scale_factor", "add_offset")
+
+
+def is_dataset(source: object) -> bool:
+    """True for an `xarray.Dataset` (without importing xarray: if the caller has a
+    Dataset, xarray is imported already).
+
+    Args:
+        source: what `build_loader` was given.
+    """
+    xarray = sys.modules.get("xarray")
+    return xarray is not None and isinstance(source, xarray.Dataset)
+
+
+@dataclass(frozen=True)
+class DatasetRequest:
+    """A Dataset's selection as the loader's settings.
+
+    Args:
+        url: the store the Dataset was opened from (`ds.encoding["source"]`).
+        variables: its data variables, in order.
+        dates: (first, last) dates of a time selection, or None when time is whole.
+        stride: the step of a strided time selection (1 for a run).
+        levels: variable -> level values, for the variables whose levels are selected.
+    """
+
+    url: str
+    variables: list[str]
+    dates: tuple[str, str] | None = None
+    stride: int = 1
+    levels: dict[str, list[Any]] = field(default_factory=dict)
+
+    def settings(
+        self,
+        split: str,
+        given: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """`build_loader`'s keyword arguments for this request, refusing a setting given
+        both ways.
+
+        Args:
+            split: the split the loader reads (it names the time selection).
+            given: the settings passed beside the Dataset (variables, splits, manifest,
+                levels, stride, frequency), None where not given.
+        """
+        chosen: dict[str, Any] = {"variables": self.variables}
+        if given.get("variables") is not None and list(given["variables"]) != self.variables:
+            raise ValueError(
+                f"variables={list(given['variables'])} and the Dataset's data variables "
+                f"{self.variables} differ: select the variables in one place (ds[[...]])"
+            )
+        if self.dates is not None:
+            for key in ("splits", "manifest"):
+                if given.get(key) is not None:
+                    raise ValueError(
+                        f"the Dataset selects time ({self.dates[0]} .. {self.dates[1]}) and "
+                        f"{key}= is given too: select time in one place (the Dataset's "
+                        f"selection is split {split!r}), or pass the whole time axis"
+                    )
+            chosen["splits"] = {split: self.dates}
+        if self.stride > 1:
+            if given.get("stride") is not None or given.get("frequency") is not None:
+                raise ValueError(
+                    f"the Dataset selects every {self.stride}th step and stride= or "
+                    f"frequency= is given too: select the stride in one place"
+                )
+            chosen["stride"] = self.stride
+        if self.levels:
+            if given.get("levels") is not None:
+                raise ValueError(
+                    "the Dataset selects levels and levels= is given too: select levels in "
+                    "one place"
+                )
+            chosen["levels"] = self.levels
+        return chosen
+
+
+def dataset_request(
+    ds: Any, *, storage_options: dict[str, Any] | None = None, spatial_dims: int = 2
+) -> DatasetRequest:
+    """What `ds` selects of the store it was opened from, or an error saying what cannot
+    be read from stored chunks and what to do.
+
+    Args:
+        ds: an `xarray.Dataset` from `xr.open_zarr` (or `open_dataset(engine="zarr")`),
+            possibly after `.sel`/`.isel` and a variable subset.
+        storage_options: object-store client options to open its store with.
+        spatial_dims: the trailing grid axes (a level axis lies before them).
+    """
+    url = ds.encoding.get("source")
+    if not isinstance(url, str):
+        raise ValueError(
+            "this Dataset does not say which Zarr store it was opened from (ds.encoding has "
+            "no 'source': it was not opened with xr.open_zarr, or an operation such as "
+            "assign, merge or astype dropped it): build_loader reads Zarr stores in place; open it "
+            "with xr.open_zarr(url) and select from that, write it with ds.to_zarr(url) "
+            "first, or pass the store's URL or Store as the source"
+        )
+    names = [str(n) for n in ds.data_vars]
+    if not names:
+        raise ValueError("the Dataset has no data variables: select at least one")
+    secrets = secrets_in(storage_options, url)
+    where = describe(url, secrets)
+    store = open_store(url, storage_options)
+    arrays = arrays_of(open_root_group(store, where, secrets), where, secrets)
+    for name in names:
+        _check_stored(ds[name], name, arrays, where)
+    time_dim = ds[names[0]].dims[0]
+    length = arrays[names[0]].shape[0]
+    dates, stride = _time_selection(ds, time_dim, arrays, names, length, where)
+    levels = {}
+    for name in names:
+        dims = ds[name].dims
+        for axis, dim in enumerate(dims[1:], start=1):
+            is_level = axis < len(dims) - spatial_dims
+            kept = _axis_selection(ds, name, dim, arrays, arrays[name].shape[axis], is_level)
+            if kept is not None:
+                levels[name] = kept
+    return DatasetRequest(url, names, dates, stride, levels)
+
+
+def _check_stored(variable: Any, name: str, arrays: Mapping[str, zarr.Array], where: str) -> None:
+    encoding = variable.encoding
+    if not all(key in encoding for key in _STORED):
+        raise ValueError(
+            f"the Dataset's variable {name!r} is not read from the store as it is (computed: "
+            f"arithmetic, astype, a reindex or a dask graph): the loader reads stored chunks "
+            f"only; select stored variables and transform batches in your training step"
+        )
+    if name not in arrays:
+        raise ValueError(
+            f"the Dataset's variable {name!r} is not an array of {where} (renamed?); its "
+            f"arrays are {sorted(arrays)}: select variables by their stored names"
+        )
+    stored = dimension_names(arrays[name])
+    if stored is not None and tuple(variable.dims) != stored:
+        raise ValueError(
+            f"the Dataset's variable {name!r} has dimensions {tuple(variable.dims)}, stored "
+            f"as {stored}: the loader reads the stored order; do not transpose it (move axes "
+            f"in your training step)"
+        )
+    packed = [key for key in _PACKED if key in encoding]
+    if packed or np.dtype(variable.dtype) != np.dtype(arrays[name].dtype):
+        raise ValueError(
+            f"the Dataset's variable {name!r} is {variable.dtype} but stored as "
+            f"{arrays[name].dtype}{' with ' + ', '.join(packed) if packed else ''}: xarray "
+            f"decodes it (a fill value or packing), the loader yields stored values; open "
+            f"the store with xr.open_zarr(..., mask_and_scale=False), or pass its URL"
+        )
+
+
+def _positions(selected: np.ndarray, stored: np.ndarray) -> np.ndarray | None:
+    """Where each selected value sits among the stored ones (None if one is not there)."""
+    order = np.argsort(stored, kind="stable")
+    at = np.searchsorted(stored[order], selected)
+    at = np.clip(at, 0, stored.size - 1)
+    found = order[at]
+    if not np.array_equal(stored[found], selected):
+        return None
+    return found
+
+
+def _time_selection(
+    ds: Any,
+    dim: str,
+    arrays: Mapping[str, zarr.Array],
+    names: Sequence[str],
+    length: int,
+    where: str,
+) -> tuple[tuple[str, str] | None, int]:
+    if ds.sizes[dim] == length and dim not in ds.coords:
+        return None, 1
+    if dim not in ds.coords:
+        raise ValueError(
+            f"the Dataset selects {ds.sizes[dim]} of {length} steps along {dim!r}, which has "
+            f"no coordinate to say which: select time by date (ds.sel(time=...))"
+        )
+    axis = read_time_axis(arrays, names, length, where)
+    selected = np.asarray(ds[dim].values)
+    if selected.dtype.kind != "M":
+        raise ValueError(
+            f"the Dataset's {dim!r} coordinate holds {selected.dtype}, not dates: open it "
+            f"with xr.open_zarr's default decode_times=True"
+        )
+    if selected.size == length and np.array_equal(selected, axis.dates.astype(selected.dtype)):
+        return None, 1
+    at = _positions(selected, axis.dates.astype(selected.dtype))
+    if at is None or at.size == 0:
+        raise ValueError(
+            f"the Dataset's {dim!r} holds dates that are not the store's (reindexed or "
+            f"interpolated?): select existing steps with ds.sel(time=slice(first, last))"
+        )
+    steps = np.diff(at)
+    stride = int(steps[0]) if steps.size else 1
+    if steps.size and (stride < 1 or not (steps == stride).all()):
+        raise ValueError(
+            f"the Dataset's {dim!r} selection is not a run of steps (nor every k-th step of "
+            f"one): the loader reads a split as a range of dates; select with "
+            f"ds.sel(time=slice(first, last)) or ds.isel(time=slice(start, stop, k))"
+        )
+    if int(at[0]) % stride:
+        raise ValueError(
+            f"the Dataset takes every {stride}th step from step {int(at[0])}; a stride counts "
+            f"from the store's first step, so start at a multiple of {stride} (or use "
+            f"frequency= with the whole time axis)"
+        )
+    first, last = (str(d) for d in selected[[0, -1]])
+    return (first, last), stride
+
+
+def _axis_selection(
+    ds: Any,
+    name: str,
+    dim: str,
+    arrays: Mapping[str, zarr.Array],
+    size: int,
+    is_level: bool,
+) -> list[Any] | None:
+    """The level values selected along `dim`, None when the axis is whole; an error for
+    a part of any other axis."""
+    stored = coordinate(arrays, dim, size)
+    if ds.sizes[dim] == size and (dim not in ds.coords or stored is None):
+        return None
+    if stored is None or dim not in ds.coords:
+        raise ValueError(
+            f"the Dataset selects {ds.sizes[dim]} of {size} positions of {name!r} along "
+            f"{dim!r}, which has no coordinate in the store to say which: select it whole"
+        )
+    values = np.asarray(stored[...])
+    selected = np.asarray(ds[dim].values)
+    if selected.size == size and np.array_equal(selected, values):
+        return None
+    at = _positions(selected, values)
+    if not is_level:
+        raise ValueError(
+            f"the Dataset selects part of {dim!r} ({selected.size} of {size}) for {name!r}: "
+            f"reading part of the grid in place is not supported yet; select the whole grid "
+            f"and crop with patches=PatchSpec(...), or in your training step"
+        )
+    if at is None:
+        raise ValueError(
+            f"the Dataset's {dim!r} holds values the store's {dim!r} coordinate does not "
+            f"(interpolated?): select stored levels with ds.sel({dim}=[...])"
+        )
+    if (np.diff(at) <= 0).any():
+        raise ValueError(
+            f"the Dataset's {dim!r} levels {selected.tolist()} are in another order than the "
+            f"store's: the loader keeps levels in the stored order; select them in that order"
+        )
+    return selected.tolist()
