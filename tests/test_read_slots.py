@@ -52,6 +52,36 @@ def test_reads_beyond_the_limit_wait_and_cancelled_ones_give_their_slot_back() -
     assert median is not None and 0.01 / 2**0.25 <= median < 0.05
 
 
+def test_a_waiting_read_cancelled_just_before_a_slot_frees_is_only_cancelled() -> None:
+    """The slot's release passes over the cancelled waiter (dropping it from the queue)
+    before the cancelled read runs again: that read must end cancelled, not with an error
+    of the queue's own (which a fetch reported as a damaged chunk)."""
+    slots = ReadSlots(InflightTarget(cap=1), FetchStats())
+    release = asyncio.Event()
+    waiting: list[asyncio.Task[bytes]] = []
+
+    async def first_read() -> bytes:
+        await release.wait()
+        waiting[0].cancel()  # in the same step as this read's release of its slot
+        return b"x"
+
+    async def second_read() -> bytes:
+        return b"y"
+
+    async def main() -> None:
+        first = asyncio.create_task(slots.run(first_read))
+        await asyncio.sleep(0)  # first holds the only slot
+        waiting.append(asyncio.create_task(slots.run(second_read)))
+        await asyncio.sleep(0)  # second waits for it
+        release.set()
+        assert await first == b"x"
+        outcome = await asyncio.gather(waiting[0], return_exceptions=True)
+        assert isinstance(outcome[0], asyncio.CancelledError), outcome
+        assert slots.in_flight == 0
+
+    asyncio.run(main())
+
+
 def test_latency_quantiles_come_from_the_histogram_within_a_quarter_octave() -> None:
     stats = FetchStats()
     assert stats.latency_quantile(0.5) is None

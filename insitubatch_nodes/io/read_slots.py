@@ -81,7 +81,7 @@ class ReadSlots:
             if waiter.done() and not waiter.cancelled():
                 self.in_flight -= 1  # woken and cancelled at once: give the slot on
                 self._wake()
-            else:
+            elif waiter in self._waiters:  # `_wake` drops waiters it finds cancelled
                 self._waiters.remove(waiter)
             raise
 
