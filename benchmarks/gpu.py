@@ -36,6 +36,7 @@ import multiprocessing
 import os
 import resource
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -137,23 +138,36 @@ class SmallConvNet(torch.nn.Module):
         return self.net(x)
 
 
-def _train_run(args: dict[str, Any], queue: Any) -> None:
-    from insitubatch_nodes import AsyncFetchNode, build_loader
-    from insitubatch_nodes.loader import graph_nodes
+def training_step(width: int, depth: int, device: str) -> Callable[[dict[str, Any]], None]:
+    """One optimiser step of `SmallConvNet` on a batch's variables as channels (MSE to the
+    input): the work every benchmark that feeds a model times.
 
+    Args:
+        width: the convolutions' channels.
+        depth: the number of convolutions.
+        device: where the model runs ("cuda", or "cpu" for a dry run).
+    """
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-    model = SmallConvNet(len(ERA5_VARIABLES), args["width"], args["depth"]).cuda()
+    model = SmallConvNet(len(ERA5_VARIABLES), width, depth).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
-    def step(batch: dict[str, torch.Tensor]) -> None:
+    def step(batch: dict[str, Any]) -> None:
         x = torch.stack([batch[name] for name in ERA5_VARIABLES], dim=1)
         loss = torch.nn.functional.mse_loss(model(x), x)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
 
+    return step
+
+
+def _train_run(args: dict[str, Any], queue: Any) -> None:
+    from insitubatch_nodes import AsyncFetchNode, build_loader
+    from insitubatch_nodes.loader import graph_nodes
+
+    step = training_step(args["width"], args["depth"], "cuda")
     rss_before = _rss_mb()
     loader = build_loader(
         args["path"],
@@ -235,7 +249,13 @@ def _train_run(args: dict[str, Any], queue: Any) -> None:
             "data_stall": max(0.0, 1 - compute_s / fed_s),
             "peak_rss_growth_MB": _peak_rss_mb() - rss_before,
             "peak_device_MB": torch.cuda.max_memory_allocated() / 2**20,
-            "params_M": sum(p.numel() for p in model.parameters()) / 1e6,
+            "params_M": sum(
+                p.numel()
+                for p in SmallConvNet(
+                    len(ERA5_VARIABLES), args["width"], args["depth"]
+                ).parameters()
+            )
+            / 1e6,
             "steps_per_chunk": args["steps_per_chunk"],
             "limiting_stage": verdict.get("limiting_stage"),
             "loader_stall_own_view": verdict.get("data_stall_fraction"),

@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
-from benchmarks.gpu import SmallConvNet
+from benchmarks.gpu import training_step
 from insitubatch_nodes import build_loader
-from insitubatch_nodes.synthetic import ERA5_VARIABLES, write_era5_like
+from insitubatch_nodes.synthetic import write_era5_like
 
 DEVICE = "cuda"
 
@@ -37,12 +37,6 @@ DEVICE = "cuda"
 def _sync() -> None:
     if DEVICE == "cuda":
         torch.cuda.synchronize()
-
-
-def _model(width: int) -> tuple[torch.nn.Module, Any]:
-    torch.backends.cudnn.benchmark = True
-    model = SmallConvNet(len(ERA5_VARIABLES), width, 4).to(DEVICE)
-    return model, torch.optim.AdamW(model.parameters(), lr=1e-4)
 
 
 def _timed(steps: int, batches: Any, step: Any) -> float:
@@ -97,14 +91,7 @@ def main() -> None:
     path = args.store / f"era5-{args.time_steps}-24.zarr"
     if not path.exists():
         write_era5_like(path, time_steps=args.time_steps, steps_per_chunk=24)
-    model, optimizer = _model(args.width)
-
-    def step(batch: dict[str, torch.Tensor]) -> None:
-        x = torch.stack([batch[name] for name in ERA5_VARIABLES], dim=1)
-        loss = torch.nn.functional.mse_loss(model(x), x)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+    step = training_step(args.width, 4, DEVICE)
 
     def loader(**options: Any) -> Any:
         return build_loader(str(path), split="all", batch_size=32, device=DEVICE, seed=1, **options)
