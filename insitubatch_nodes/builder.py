@@ -253,8 +253,9 @@ def build_loader(
         spatial_dims: how many trailing axes are the grid (the axes between the sample
             axis and the grid become channels).
         patches: a `PatchSpec`: random crops of the last axes (a pure function of seed,
-            epoch and anchor), or `mode="tiles"` for evaluation; only the grid chunks the
-            crops touch are read; batches carry `"patch_origin"`.
+            epoch and anchor), `mode="tiles"` for evaluation, or `mode="region"` with
+            `origin=` for one fixed crop (what a Dataset's spatial slice becomes); only
+            the grid chunks the crops touch are read; batches carry `"patch_origin"`.
         device_prefetch: batches gathered (and on CUDA copied) ahead by a producer
             thread while the consumer's step runs (default 2 on CUDA, 0 on the CPU).
         decode: `"gpu"` decodes zstd and uncompressed chunks on the GPU (the `gpu`
@@ -286,12 +287,14 @@ def build_loader(
             "levels": levels,
             "stride": stride,
             "frequency": frequency,
+            "patches": patches,
         }
         chosen = request.settings(split, given)
         source, variables = request.url, chosen["variables"]
         splits = chosen.get("splits", splits)
         stride = chosen.get("stride", stride)
         levels = chosen.get("levels", levels)
+        patches = chosen.get("patches", patches)
     target = resolve_device(device)
     decode_on = decode_device(decode, target)
     prefetch = as_optional_int("device_prefetch", device_prefetch, minimum=0)

@@ -73,13 +73,22 @@ def test_a_selected_dataset_yields_the_batches_of_the_keyword_arguments(
     st.integers(0, TIMES.size - 1),
     st.sets(st.sampled_from(LEVELS), min_size=1),
     st.sampled_from([["z"], ["t2m", "z"], ["z", "t2m"]]),
+    st.tuples(st.integers(0, 2), st.integers(1, 3)),
+    st.tuples(st.integers(0, 3), st.integers(1, 4)),
 )
 def test_any_selection_holds_what_xarray_holds(
-    stores: dict[int, str], a: int, b: int, levels: set[int], names: list[str]
+    stores: dict[int, str],
+    a: int,
+    b: int,
+    levels: set[int],
+    names: list[str],
+    lat: tuple[int, int],
+    lon: tuple[int, int],
 ) -> None:
     a, b = min(a, b), max(a, b)
     ds = xr.open_zarr(stores[3], consolidated=False)
-    selected = ds.isel(time=slice(a, b + 1)).sel(level=sorted(levels))[names]
+    crop = {"lat": slice(lat[0], lat[0] + lat[1]), "lon": slice(lon[0], lon[0] + lon[1])}
+    selected = ds.isel(time=slice(a, b + 1), **crop).sel(level=sorted(levels))[names]
     whole = b - a + 1 == TIMES.size  # no time selection: every step is split "all"
     loader = ib.build_loader(
         selected, split="all" if whole else "x", batch_size=7, evaluation=True, device="cpu"
@@ -119,7 +128,8 @@ def test_what_stored_chunks_cannot_give_is_refused(stores: dict[int, str], tmp_p
         (ds[["t2m"]].astype("float64"), r"does not say which Zarr store .* astype"),
         (ds.rename(t2m="temp")[["temp"]], r"'temp' is not an array of .* \(renamed\?\)"),
         (ds[["t2m"]].transpose("time", "lon", "lat"), r"has dimensions \('time', 'lon', 'lat'\)"),
-        (ds[["t2m"]].isel(lat=slice(0, 2)), r"selects part of 'lat' \(2 of 3\)"),
+        (ds[["t2m"]].isel(lon=[0, 2]), r"2 of 4 positions of 't2m' along 'lon' .* not one run"),
+        (ds[["t2m"]].isel(lat=slice(None, None, -1)), r"along 'lat' that are not one run"),
         (ds[["z"]].sel(level=[850, 250]), r"levels \[850, 250\] are in another order"),
         (ds[["t2m"]].isel(time=[0, 1, 5]), "is not a run of steps"),
         (ds[["t2m"]].isel(time=slice(1, 40, 4)), "start at a multiple of 4"),
@@ -132,6 +142,8 @@ def test_what_stored_chunks_cannot_give_is_refused(stores: dict[int, str], tmp_p
     timed = ds[["t2m"]].isel(time=slice(0, 40))
     with pytest.raises(ValueError, match="select time in one place"):
         ib.build_loader(timed, splits={"train": "2016"})
+    with pytest.raises(ValueError, match="crop in one place"):
+        ib.build_loader(ds[["t2m"]].isel(lat=slice(1, 3)), patches=ib.PatchSpec((1, 1)))
     with pytest.raises(ValueError, match="select levels in one place"):
         ib.build_loader(ds[["z"]].sel(level=[500]), levels=[500])
     with pytest.raises(ValueError, match=r"variables=\['z'\] and the Dataset's data variables"):

@@ -181,6 +181,27 @@ def test_tiles_give_every_anchor_every_tile_once(memory_url: Any) -> None:
     assert set(seen.values()) == {1}
 
 
+def test_a_region_is_the_same_crop_for_every_sample_and_reads_only_its_chunks(
+    memory_url: Any,
+) -> None:
+    url, truth = memory_url(GRID_VARIABLES)
+    region = PatchSpec((6, 9), "region", origin=(3, 20))  # grid 20 x 30
+    loader = cpu_loader(url, ["tmp"], split="all", patches=region, batch_size=6, seed=3)
+    for batch in loader:
+        assert (batch[PATCH_ORIGIN_KEY].numpy() == [3, 20]).all()
+        for t, crop in zip(batch[SAMPLE_INDEX_KEY].tolist(), batch["tmp"].numpy(), strict=True):
+            assert np.array_equal(crop, truth["tmp"][t, 3:9, 20:29])
+    whole = cpu_loader(url, ["tmp"], split="all", batch_size=6, seed=3)
+    list(whole)
+    assert _fetch(loader).stats.chunks_read < _fetch(whole).stats.chunks_read
+    with pytest.raises(ValueError, match=r"reaches past the grid \(20, 30\)"):
+        cpu_loader(url, ["tmp"], split="all", patches=PatchSpec((6, 9), "region", origin=(15, 0)))
+    with pytest.raises(ValueError, match="needs origin="):
+        PatchSpec((6, 9), "region")
+    with pytest.raises(ValueError, match="origin= is for mode='region' only"):
+        PatchSpec((6, 9), origin=(0, 0))
+
+
 @pytest.mark.parametrize("stage", ["plan", "gather", "device"])
 def test_patched_stages_resume_at_every_cut(memory_url: Any, stage: str) -> None:
     url, _ = memory_url(GRID_VARIABLES)

@@ -1,5 +1,5 @@
 """Spatial patches: a fixed-size crop of the grid per sample, random for training, tiled for
-evaluation.
+evaluation, or one fixed region for every sample.
 
 Random crops are a pure function of (seed, epoch, anchor): a counter-based hash
 (splitmix64) of those integers, vectorised over a block's anchors. They do not depend on
@@ -10,6 +10,11 @@ what lets it fetch only the grid chunks the crops touch.
 Tiles cover the grid with full-size crops (the last tile of an axis is moved back to end
 at the edge, so it overlaps its neighbour rather than being short); each anchor then
 yields one sample per tile.
+
+A region is the same crop for every sample: what an xarray Dataset's spatial slice
+(`ds.isel(lat=slice(100, 300))`) selects. Being a crop, it reuses the read plan's "only
+the chunks a crop touches" and the gather's cropping, so a region of a large grid is read
+as its chunks, never as the whole grid.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from insitubatch_nodes.core.settings import as_int_tuple
 
 RANDOM = "random"
 TILES = "tiles"
+REGION = "region"
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -35,26 +41,49 @@ class PatchSpec:
     Args:
         size: the patch's length along each cropped axis (ints >= 1; numpy integers are
             taken as Python ints).
-        mode: "random" (a crop per sample, for training) or "tiles" (every tile, for
-            evaluation).
+        mode: "random" (a crop per sample, for training), "tiles" (every tile, for
+            evaluation) or "region" (the crop at `origin` for every sample).
+        origin: for "region" only, where the crop starts on each cropped axis (ints >= 0).
     """
 
     size: tuple[int, ...]
     mode: str = RANDOM
+    origin: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         size = as_int_tuple("patch size", self.size)
         if not size or any(s < 1 for s in size):
             raise ValueError(f"patch size must be positive lengths, got {size}")
         object.__setattr__(self, "size", size)
-        if self.mode not in (RANDOM, TILES):
-            raise ValueError(f"patch mode must be {RANDOM!r} or {TILES!r}, got {self.mode!r}")
+        if self.mode not in (RANDOM, TILES, REGION):
+            raise ValueError(
+                f"patch mode must be {RANDOM!r}, {TILES!r} or {REGION!r}, got {self.mode!r}"
+            )
+        if self.mode != REGION:
+            if self.origin is not None:
+                raise ValueError(f"origin= is for mode={REGION!r} only, not {self.mode!r}")
+            return
+        if self.origin is None:
+            raise ValueError(f"mode={REGION!r} needs origin=: where the region starts")
+        origin = as_int_tuple("patch origin", self.origin)
+        if len(origin) != len(size) or any(o < 0 for o in origin):
+            raise ValueError(
+                f"patch origin {origin} must give one start >= 0 per cropped axis {size}"
+            )
+        object.__setattr__(self, "origin", origin)
 
     def check_grid(self, grid: tuple[int, ...]) -> None:
         if len(grid) != len(self.size) or any(s > g for s, g in zip(self.size, grid, strict=True)):
             raise ValueError(
                 f"patch size {self.size} does not fit the grid {grid} (the last "
                 f"{len(self.size)} axes of each variable); use a smaller patch"
+            )
+        if self.origin is not None and any(
+            o + s > g for o, s, g in zip(self.origin, self.size, grid, strict=True)
+        ):
+            raise ValueError(
+                f"the region of size {self.size} at {self.origin} reaches past the grid "
+                f"{grid}: move it or make it smaller"
             )
 
     def tile_origins(self, grid: tuple[int, ...]) -> np.ndarray:
@@ -78,6 +107,8 @@ class PatchSpec:
         if self.mode == TILES:
             return self.tile_origins(grid)[tiles]
         self.check_grid(grid)
+        if self.origin is not None:
+            return np.tile(np.array(self.origin, dtype=np.int64), (len(anchors), 1))
         room = np.array([g - s + 1 for g, s in zip(grid, self.size, strict=True)], dtype=np.uint64)
         draws = np.stack(
             [_hash(seed, epoch, anchors, axis) for axis in range(len(grid))], axis=1
@@ -85,6 +116,8 @@ class PatchSpec:
         return (draws % room[None, :]).astype(np.int64)
 
     def to_json(self) -> dict[str, Any]:
+        if self.origin is not None:
+            return {"size": list(self.size), "mode": self.mode, "origin": list(self.origin)}
         return {"size": list(self.size), "mode": self.mode}
 
 

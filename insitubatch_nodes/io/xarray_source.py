@@ -12,13 +12,15 @@ reads the chunks directly (never through xarray or dask):
   range of its first and last step (`splits=`), a run with a step of k (`isel(time=
   slice(s, e, k))`, s a multiple of k) is that range with `stride=k`;
 - a level selection is `levels=` (values in the store's order);
-- every other axis must be whole.
+- a run of the grid's positions (`isel(lat=slice(a, b))`, or `sel` of a coordinate
+  range) crops every sample to that region (`patches=PatchSpec(..., mode="region")`):
+  only the chunks the region touches are read.
 
 Anything else cannot be read from stored chunks and is refused, saying what to do: a
 Dataset not opened from a Zarr store, a computed variable (arithmetic, `astype`, a
 decoded `scale_factor`), a renamed or transposed variable, a time selection that is not a
-(strided) run, levels reordered, part of the grid. xarray is imported only if the caller
-already has: the loader works without it.
+(strided) run, levels reordered, grid positions that are not one run. xarray is imported
+only if the caller already has: the loader works without it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 import numpy as np
 import zarr
 
+from insitubatch_nodes.core.patches import REGION, PatchSpec
 from insitubatch_nodes.io.dimensions import coordinate, dimension_names
 from insitubatch_nodes.io.redact import secrets_in
 from insitubatch_nodes.io.stores import describe, open_store
@@ -62,6 +65,8 @@ class DatasetRequest:
         dates: (first, last) dates of a time selection, or None when time is whole.
         stride: the step of a strided time selection (1 for a run).
         levels: variable -> level values, for the variables whose levels are selected.
+        region: the crop a spatial selection makes of the grid (the trailing axes), or
+            None when the grid is whole.
     """
 
     url: str
@@ -69,6 +74,7 @@ class DatasetRequest:
     dates: tuple[str, str] | None = None
     stride: int = 1
     levels: dict[str, list[Any]] = field(default_factory=dict)
+    region: PatchSpec | None = None
 
     def settings(
         self,
@@ -81,7 +87,7 @@ class DatasetRequest:
         Args:
             split: the split the loader reads (it names the time selection).
             given: the settings passed beside the Dataset (variables, splits, manifest,
-                levels, stride, frequency), None where not given.
+                levels, stride, frequency, patches), None where not given.
         """
         chosen: dict[str, Any] = {"variables": self.variables}
         if given.get("variables") is not None and list(given["variables"]) != self.variables:
@@ -112,6 +118,13 @@ class DatasetRequest:
                     "one place"
                 )
             chosen["levels"] = self.levels
+        if self.region is not None:
+            if given.get("patches") is not None:
+                raise ValueError(
+                    "the Dataset selects part of the grid and patches= is given too: crop in "
+                    "one place (select the whole grid to draw patches from it)"
+                )
+            chosen["patches"] = self.region
         return chosen
 
 
@@ -149,14 +162,47 @@ def dataset_request(
     length = arrays[names[0]].shape[0]
     dates, stride = _time_selection(ds, time_dim, arrays, names, length, where)
     levels = {}
+    crops: dict[str, tuple[int, int]] = {}  # spatial dim -> (start, length) when cropped
     for name in names:
         dims = ds[name].dims
         for axis, dim in enumerate(dims[1:], start=1):
-            is_level = axis < len(dims) - spatial_dims
-            kept = _axis_selection(ds, name, dim, arrays, arrays[name].shape[axis], is_level)
-            if kept is not None:
-                levels[name] = kept
-    return DatasetRequest(url, names, dates, stride, levels)
+            size = arrays[name].shape[axis]
+            if axis < len(dims) - spatial_dims:
+                kept = _level_selection(ds, name, dim, arrays, size)
+                if kept is not None:
+                    levels[name] = kept
+            else:
+                crop = _grid_selection(ds, name, dim, arrays, size)
+                if crop is not None:
+                    crops[str(dim)] = crop
+    region = _region(ds, names, arrays, crops, spatial_dims)
+    return DatasetRequest(url, names, dates, stride, levels, region)
+
+
+def _region(
+    ds: Any,
+    names: Sequence[str],
+    arrays: Mapping[str, zarr.Array],
+    crops: Mapping[str, tuple[int, int]],
+    spatial_dims: int,
+) -> PatchSpec | None:
+    """One crop of the trailing grid axes, shared by every variable (a Dataset selects a
+    dimension the same way for all of its variables), or None when nothing is cropped."""
+    if not crops:
+        return None
+    grids = {tuple(ds[name].dims[-spatial_dims:]) for name in names}
+    if len(grids) > 1:
+        raise ValueError(
+            f"the Dataset crops the grid, but its variables lie on different grid dimensions "
+            f"{sorted(grids)}: select variables on one grid to crop it"
+        )
+    (grid_dims,) = grids
+    whole = arrays[names[0]].shape[-spatial_dims:]
+    starts, lengths = zip(
+        *(crops.get(str(dim), (0, length)) for dim, length in zip(grid_dims, whole, strict=True)),
+        strict=True,
+    )
+    return PatchSpec(size=lengths, mode=REGION, origin=starts)
 
 
 def _check_stored(variable: Any, name: str, arrays: Mapping[str, zarr.Array], where: str) -> None:
@@ -248,16 +294,11 @@ def _time_selection(
     return (first, last), stride
 
 
-def _axis_selection(
-    ds: Any,
-    name: str,
-    dim: str,
-    arrays: Mapping[str, zarr.Array],
-    size: int,
-    is_level: bool,
-) -> list[Any] | None:
-    """The level values selected along `dim`, None when the axis is whole; an error for
-    a part of any other axis."""
+def _stored_positions(
+    ds: Any, name: str, dim: str, arrays: Mapping[str, zarr.Array], size: int
+) -> tuple[np.ndarray | None, np.ndarray] | None:
+    """(where each selected value of `dim` sits in the store's coordinate, the selected
+    values), or None when the axis is whole."""
     stored = coordinate(arrays, dim, size)
     if ds.sizes[dim] == size and (dim not in ds.coords or stored is None):
         return None
@@ -270,13 +311,17 @@ def _axis_selection(
     selected = np.asarray(ds[dim].values)
     if selected.size == size and np.array_equal(selected, values):
         return None
-    at = _positions(selected, values)
-    if not is_level:
-        raise ValueError(
-            f"the Dataset selects part of {dim!r} ({selected.size} of {size}) for {name!r}: "
-            f"reading part of the grid in place is not supported yet; select the whole grid "
-            f"and crop with patches=PatchSpec(...), or in your training step"
-        )
+    return _positions(selected, values), selected
+
+
+def _level_selection(
+    ds: Any, name: str, dim: str, arrays: Mapping[str, zarr.Array], size: int
+) -> list[Any] | None:
+    """The level values selected along `dim`, None when the axis is whole."""
+    found = _stored_positions(ds, name, dim, arrays, size)
+    if found is None:
+        return None
+    at, selected = found
     if at is None:
         raise ValueError(
             f"the Dataset's {dim!r} holds values the store's {dim!r} coordinate does not "
@@ -288,3 +333,22 @@ def _axis_selection(
             f"store's: the loader keeps levels in the stored order; select them in that order"
         )
     return selected.tolist()
+
+
+def _grid_selection(
+    ds: Any, name: str, dim: str, arrays: Mapping[str, zarr.Array], size: int
+) -> tuple[int, int] | None:
+    """(start, length) of a run of grid positions selected along `dim`, None when the axis
+    is whole; an error for any other selection (a crop is a run)."""
+    found = _stored_positions(ds, name, dim, arrays, size)
+    if found is None:
+        return None
+    at, selected = found
+    if at is None or at.size == 0 or (np.diff(at) != 1).any():
+        raise ValueError(
+            f"the Dataset selects {selected.size} of {size} positions of {name!r} along "
+            f"{dim!r} that are not one run of the stored grid (a step, a list, a reversed "
+            f"or interpolated axis): the loader crops the grid to one region; select a "
+            f"range (ds.isel({dim}=slice(a, b)) or ds.sel({dim}=slice(x, y)))"
+        )
+    return int(at[0]), int(at.size)
