@@ -42,6 +42,16 @@ from insitubatch_nodes.io.zarr_layout import arrays_of, open_root_group
 
 _STORED = ("chunks", "preferred_chunks")  # encoding keys of a variable read from Zarr
 _PACKED = ("scale_factor", "add_offset")
+_MASKED = ("_FillValue", "missing_value")  # values xarray shows as NaN
+
+
+def _masks_values(fill: Any) -> bool:
+    """Whether xarray replaces stored values equal to `fill` by NaN (a NaN fill changes
+    nothing: the stored value is NaN already)."""
+    if fill is None:
+        return False
+    values = np.atleast_1d(np.asarray(fill))
+    return bool(values.size) and not (values.dtype.kind == "f" and np.isnan(values).all())
 
 
 def is_dataset(source: object) -> bool:
@@ -224,6 +234,14 @@ def _check_stored(variable: Any, name: str, arrays: Mapping[str, zarr.Array], wh
             f"the Dataset's variable {name!r} has dimensions {tuple(variable.dims)}, stored "
             f"as {stored}: the loader reads the stored order; do not transpose it (move axes "
             f"in your training step)"
+        )
+    masked = [f"{key}={encoding[key]!r}" for key in _MASKED if _masks_values(encoding.get(key))]
+    if masked:
+        raise ValueError(
+            f"the Dataset's variable {name!r} shows stored values equal to "
+            f"{' or '.join(masked)} as NaN (xarray masks them), the loader yields stored "
+            f"values; open the store with xr.open_zarr(..., mask_and_scale=False), or pass "
+            f"its URL"
         )
     packed = [key for key in _PACKED if key in encoding]
     if packed or np.dtype(variable.dtype) != np.dtype(arrays[name].dtype):
