@@ -228,6 +228,7 @@ def run_bench(
     first = fetch.stats.snapshot()
     started = time.perf_counter()
     next_point = run.interval_s
+    wall = 0.0  # until the last batch handed out, not the graph's shutdown after it
     with tqdm(
         total=round(seconds, 1),
         unit="s",
@@ -240,7 +241,7 @@ def run_bench(
             timed_out = False
             for _ in loader:
                 handed += 1
-                elapsed = time.perf_counter() - started
+                elapsed = wall = time.perf_counter() - started  # the run ends at a batch
                 if elapsed >= next_point or elapsed >= seconds:
                     point = run.point(elapsed, loader.stats())
                     next_point = elapsed + run.interval_s
@@ -263,7 +264,6 @@ def run_bench(
                 )
             if timed_out:
                 break
-    wall = time.perf_counter() - started
     last = fetch.stats.snapshot()
     longest = max(run.epochs, key=lambda epoch: epoch[0])
     return BenchResult(
