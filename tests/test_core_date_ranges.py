@@ -19,6 +19,7 @@ from insitubatch_nodes.core.date_manifest import make_date_manifest
 from insitubatch_nodes.core.date_ranges import (
     TimeAxis,
     check_increasing,
+    check_no_overlap,
     date_instants,
     date_range,
     range_steps,
@@ -167,6 +168,22 @@ def test_overlapping_empty_and_reserved_splits_are_refused() -> None:
         make_date_manifest(geometry, axis, {"all": "1999"})
     with pytest.raises(ValueError, match="splits must map split names to date ranges"):
         make_date_manifest(geometry, axis, {})
+
+
+def test_bounds_beyond_a_nanosecond_axis_span_select_by_date_not_by_a_wrapped_value() -> None:
+    """Nanosecond datetimes end in 2262: a bound like "2580" converted to them wraps (to
+    1696), which selected steps that end in 1996 instead of running to the axis's end."""
+    dates = np.arange("1990-01-01", "2000-01-01", dtype="M8[D]").astype("M8[ns]")
+    axis = TimeAxis("time", dates)
+    index = {str(d)[:10]: i for i, d in enumerate(dates.astype("M8[D]"))}
+    assert range_steps(axis, date_range(("1995", "2580"), "test")) == (index["1995-01-01"], 3652)
+    assert range_steps(axis, date_range(("1700", "9999"), "all")) == (0, 3652)
+    assert range_steps(axis, date_range(("2300", "2400"), "later")) == (3652, 3652)
+    assert range_steps(axis, date_range(("1066", "1200"), "earlier")) == (0, 0)
+    fine = date_range((str(dates[5]), "2300"), "fine")  # a bound to the nanosecond
+    check_no_overlap({"train": date_range(("1990", "1990-01-05"), "train"), "test": fine})
+    with pytest.raises(ValueError, match="overlap"):
+        check_no_overlap({"a": date_range(("1990", "2300"), "a"), "b": fine})
 
 
 def test_a_time_axis_that_is_not_increasing_is_refused() -> None:

@@ -42,14 +42,6 @@ class TimeAxis:
     name: str
     dates: np.ndarray
 
-    @property
-    def first(self) -> np.datetime64:
-        return self.dates[0]
-
-    @property
-    def last(self) -> np.datetime64:
-        return self.dates[-1]
-
 
 @dataclass(frozen=True)
 class DateRange:
@@ -125,7 +117,7 @@ def date_range(value: RangeLike, what: str) -> DateRange:
         )
     start, _ = date_instants(first, f"{what}'s first date")
     _, stop = date_instants(last, f"{what}'s last date")
-    if stop <= start:  # ("2015-06", "2015") is fine: all of 2015 from June on
+    if not _before(start, stop):  # ("2015-06", "2015") is fine: all of 2015 from June on
         raise ValueError(
             f"{what} runs backwards: its last date {_text(last)} ends before its first date "
             f"{_text(first)} begins; give (first, last) in that order"
@@ -144,9 +136,9 @@ def check_no_overlap(ranges: Mapping[str, DateRange]) -> None:
     Args:
         ranges: each split's dates.
     """
-    ordered = sorted(ranges.items(), key=lambda item: item[1].start)
+    ordered = sorted(ranges.items(), key=lambda item: _in_seconds(item[1].start))
     for (a, first), (b, second) in itertools.pairwise(ordered):
-        if second.start < first.stop:  # numpy compares in the finer unit of the two
+        if _before(second.start, first.stop):
             raise ValueError(
                 f"splits {a!r} ({first.text()}) and {b!r} ({second.text()}) overlap: a step "
                 f"must belong to one split only, or the model is evaluated on steps it "
@@ -188,13 +180,34 @@ def range_steps(axis: TimeAxis, dates: DateRange) -> tuple[int, int]:
         axis: the time coordinate, strictly increasing (`check_increasing`).
         dates: the range of dates.
     """
-    # in the finest unit of the three, so that no bound is rounded ("2015" and the
-    # coordinate's hours compare in hours; a bound to the nanosecond, in nanoseconds)
-    unit = np.result_type(axis.dates.dtype, dates.start.dtype, dates.stop.dtype)
-    compared = axis.dates.astype(unit)
-    start = np.searchsorted(compared, dates.start.astype(unit), side="left")
-    stop = np.searchsorted(compared, dates.stop.astype(unit), side="left")
-    return int(start), int(stop)
+    return _first_step_at(axis.dates, dates.start), _first_step_at(axis.dates, dates.stop)
+
+
+def _in_seconds(date: np.datetime64) -> np.datetime64:
+    """`date` to the second: a unit that holds every date a range can name, where a finer
+    one would wrap (nanoseconds end in 2262) and a coarser one would round."""
+    return date.astype("M8[s]")
+
+
+def _before(a: np.datetime64, b: np.datetime64) -> bool:
+    """`a < b` without overflow: numpy compares in the finer unit of the two, in which the
+    coarser date may not fit ("2300" in nanoseconds wraps to 1715)."""
+    if _in_seconds(a) != _in_seconds(b):
+        return bool(_in_seconds(a) < _in_seconds(b))
+    unit = np.result_type(a.dtype, b.dtype)  # within the same second: both fit the finer
+    return bool(a.astype(unit) < b.astype(unit))
+
+
+def _first_step_at(dates: np.ndarray, bound: np.datetime64) -> int:
+    """The first step whose date is not before `bound`, compared without rounding either
+    (in the finer unit of the two) and without overflow (a bound outside the axis's span
+    is placed by its second)."""
+    if _in_seconds(bound) < _in_seconds(dates[0]):
+        return 0
+    if _in_seconds(bound) > _in_seconds(dates[-1]):
+        return len(dates)
+    unit = np.result_type(dates.dtype, bound.dtype)  # both fit: within the axis's span
+    return int(np.searchsorted(dates.astype(unit), bound.astype(unit), side="left"))
 
 
 _YEAR_FIRST = re.compile(r"^\s*[+-]?\d{4}")
