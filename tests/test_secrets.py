@@ -791,6 +791,52 @@ def test_opening_the_arrays_when_the_server_is_gone_names_no_secret() -> None:
     assert s.found_in(_printed(raised.value)) == []
 
 
+def test_reading_a_coordinate_when_the_server_is_gone_names_no_secret() -> None:
+    """The time and level coordinates are read after the arrays are listed (date splits,
+    frequency=, levels=): a failed read is ours, named, and holds no secret of the
+    endpoint obstore's own text would echo."""
+    import numpy as np
+
+    from insitubatch_nodes.io.levels import level_picks
+    from insitubatch_nodes.io.time_axis import read_time_axis
+    from insitubatch_nodes.io.zarr_layout import arrays_of, layout_of, open_root_group
+
+    s = Secrets.make("password")
+    server = S3Server.start()
+    try:
+        url = f"s3://{server.new_bucket()}/timed.zarr"
+        group = zarr.open_group(server.writable_store(url), mode="w")
+        z = group.create_array(
+            "z",
+            shape=(8, 2, 3),
+            chunks=(4, 2, 3),
+            dtype="f4",
+            dimension_names=("time", "level", "x"),
+        )
+        z[...] = 1
+        time = group.create_array("time", data=np.arange(8, dtype="i8"), dimension_names=("time",))
+        time.attrs["units"] = "hours since 2000-01-01"
+        group.create_array("level", data=np.array([500, 850]), dimension_names=("level",))
+        endpoint = server.endpoint.replace("http://", f"http://minio:{s['password']}@")
+        options = server.options(endpoint=endpoint)
+        secrets = secrets_in(options, url)
+        where = describe(url, secrets)
+        arrays = arrays_of(open_root_group(open_store(url, options), where, secrets), where)
+        assert read_time_axis(arrays, ["z"], 8, where, secrets).dates.size == 8  # reachable
+    finally:
+        server.stop()
+    layouts = {"z": layout_of(arrays["z"])}
+    reads = {
+        "time": lambda: read_time_axis(arrays, ["z"], 8, where, secrets),
+        "level": lambda: level_picks(arrays, layouts, [500], 1, where, secrets),
+    }
+    for name, read in reads.items():
+        with pytest.raises(OSError) as raised:
+            read()
+        assert f"reading the coordinate {name!r} of s3://" in str(raised.value)
+        assert s.found_in(_printed(raised.value)) == [], _printed(raised.value)
+
+
 @pytest.mark.parametrize(
     ("url", "expected"),
     [

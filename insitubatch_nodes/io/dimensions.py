@@ -9,9 +9,13 @@ xarray installed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
+import numpy as np
 import zarr
+
+from insitubatch_nodes.io.redact import scrubbed
+from insitubatch_nodes.io.store_errors import first_line
 
 
 def dimension_names(array: zarr.Array) -> tuple[str, ...] | None:
@@ -65,3 +69,22 @@ def coordinate(arrays: Mapping[str, zarr.Array], name: str, length: int) -> zarr
     if array is None or array.ndim != 1 or array.shape[0] != length:
         return None
     return array
+
+
+def coordinate_values(array: zarr.Array, where: str, secrets: Iterable[str] = ()) -> np.ndarray:
+    """Every value of a coordinate (a time or level axis), read whole; a failed read is an
+    `OSError` naming the coordinate and the store, with the credentials kept out of it and
+    of its cause (obstore's text echoes request URLs, a password in an endpoint included).
+
+    Args:
+        array: the 1-D coordinate array.
+        where: the store's description for messages (`stores.describe`).
+        secrets: values known to be secret (`redact.secrets_in`), kept out of the message.
+    """
+    try:
+        return np.asarray(array[...])
+    except Exception as err:
+        raise OSError(
+            f"reading the coordinate {array.basename!r} of {where} failed: "
+            f"{first_line(err, secrets)}; check that the store is reachable, then try again"
+        ) from scrubbed(err, secrets)

@@ -8,14 +8,13 @@ The level axis is the one axis between the sample axis and the grid (the last
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-import numpy as np
 import zarr
 
 from insitubatch_nodes.core.geometry import AxisPick, VariableLayout
 from insitubatch_nodes.core.level_selection import pick_levels
-from insitubatch_nodes.io.dimensions import coordinate, dimension_names
+from insitubatch_nodes.io.dimensions import coordinate, coordinate_values, dimension_names
 
 LevelsLike = Sequence[object] | Mapping[str, Sequence[object]]
 
@@ -57,6 +56,8 @@ def level_picks(
     layouts: Mapping[str, VariableLayout],
     levels: LevelsLike,
     spatial_dims: int,
+    where: str = "the store",
+    secrets: Iterable[str] = (),
 ) -> dict[str, AxisPick]:
     """The picks `levels` asks for: one list for every selected variable with a level
     axis, or a list per named variable.
@@ -66,6 +67,8 @@ def level_picks(
         layouts: the selected variables.
         levels: level values (`[500, 850]`), or variable -> level values.
         spatial_dims: the trailing grid axes.
+        where: the store's description for messages (credentials redacted).
+        secrets: values known to be secret, kept out of a failed read's error.
     """
     if isinstance(levels, Mapping):
         unknown = [name for name in levels if name not in layouts]
@@ -93,5 +96,6 @@ def level_picks(
         found = level_axis(arrays, name, spatial_dims)
         assert found is not None
         axis, dim = found
-        picks[name] = pick_levels(name, axis, dim, np.asarray(arrays[dim][...]), values)
+        stored = coordinate_values(arrays[dim], where, secrets)
+        picks[name] = pick_levels(name, axis, dim, stored, values)
     return picks

@@ -14,7 +14,7 @@ hold (360-day, noleap) are refused: their dates are not numpy dates.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,7 @@ import zarr
 
 from insitubatch_nodes.cf_time import SINCE, decode_cf_times
 from insitubatch_nodes.core.date_ranges import TimeAxis
-from insitubatch_nodes.io.dimensions import coordinate, dimension_names
+from insitubatch_nodes.io.dimensions import coordinate, coordinate_values, dimension_names
 
 TIME_NAMES = ("time", "valid_time", "date", "dates")  # tried after the variables' axis 0
 
@@ -115,7 +115,11 @@ def decode_dates(values: np.ndarray, units: str | None, calendar: str | None, na
 
 
 def read_time_axis(
-    arrays: Mapping[str, zarr.Array], variables: Sequence[str], length: int, where: str
+    arrays: Mapping[str, zarr.Array],
+    variables: Sequence[str],
+    length: int,
+    where: str,
+    secrets: Iterable[str] = (),
 ) -> TimeAxis:
     """The decoded time coordinate of `variables`, read whole (one 1-D array).
 
@@ -124,6 +128,7 @@ def read_time_axis(
         variables: the selected variables.
         length: their length along axis 0.
         where: the store's description for messages (credentials redacted).
+        secrets: values known to be secret, kept out of a failed read's error.
     """
     found = find_time_array(arrays, variables, length)
     if found is None:
@@ -136,4 +141,5 @@ def read_time_axis(
         )
     name, array = found
     units, calendar = cf_attributes(array)
-    return TimeAxis(name, decode_dates(np.asarray(array[...]), units, calendar, name))
+    values = coordinate_values(array, where, secrets)
+    return TimeAxis(name, decode_dates(values, units, calendar, name))

@@ -34,7 +34,7 @@ import numpy as np
 import zarr
 
 from insitubatch_nodes.core.patches import REGION, PatchSpec
-from insitubatch_nodes.io.dimensions import coordinate, dimension_names
+from insitubatch_nodes.io.dimensions import coordinate, coordinate_values, dimension_names
 from insitubatch_nodes.io.redact import secrets_in
 from insitubatch_nodes.io.stores import describe, open_store
 from insitubatch_nodes.io.time_axis import read_time_axis
@@ -170,19 +170,20 @@ def dataset_request(
         _check_stored(ds[name], name, arrays, where)
     time_dim = ds[names[0]].dims[0]
     length = arrays[names[0]].shape[0]
-    dates, stride = _time_selection(ds, time_dim, arrays, names, length, where)
+    dates, stride = _time_selection(ds, time_dim, arrays, names, length, where, secrets)
     levels = {}
     crops: dict[str, tuple[int, int]] = {}  # spatial dim -> (start, length) when cropped
+    read = _Coordinates(arrays, where, secrets)
     for name in names:
         dims = ds[name].dims
         for axis, dim in enumerate(dims[1:], start=1):
             size = arrays[name].shape[axis]
             if axis < len(dims) - spatial_dims:
-                kept = _level_selection(ds, name, dim, arrays, size)
+                kept = _level_selection(ds, name, dim, read, size)
                 if kept is not None:
                     levels[name] = kept
             else:
-                crop = _grid_selection(ds, name, dim, arrays, size)
+                crop = _grid_selection(ds, name, dim, read, size)
                 if crop is not None:
                     crops[str(dim)] = crop
     region = _region(ds, names, arrays, crops, spatial_dims)
@@ -271,6 +272,7 @@ def _time_selection(
     names: Sequence[str],
     length: int,
     where: str,
+    secrets: Sequence[str],
 ) -> tuple[tuple[str, str] | None, int]:
     if ds.sizes[dim] == length and dim not in ds.coords:
         return None, 1
@@ -279,7 +281,7 @@ def _time_selection(
             f"the Dataset selects {ds.sizes[dim]} of {length} steps along {dim!r}, which has "
             f"no coordinate to say which: select time by date (ds.sel(time=...))"
         )
-    axis = read_time_axis(arrays, names, length, where)
+    axis = read_time_axis(arrays, names, length, where, secrets)
     selected = np.asarray(ds[dim].values)
     if selected.dtype.kind != "M":
         raise ValueError(
@@ -312,12 +314,24 @@ def _time_selection(
     return (first, last), stride
 
 
+@dataclass(frozen=True)
+class _Coordinates:
+    """The store's coordinates, read with failures redacted (`coordinate_values`)."""
+
+    arrays: Mapping[str, zarr.Array]
+    where: str
+    secrets: Sequence[str]
+
+    def values(self, array: zarr.Array) -> np.ndarray:
+        return coordinate_values(array, self.where, self.secrets)
+
+
 def _stored_positions(
-    ds: Any, name: str, dim: str, arrays: Mapping[str, zarr.Array], size: int
+    ds: Any, name: str, dim: str, read: _Coordinates, size: int
 ) -> tuple[np.ndarray | None, np.ndarray] | None:
     """(where each selected value of `dim` sits in the store's coordinate, the selected
     values), or None when the axis is whole."""
-    stored = coordinate(arrays, dim, size)
+    stored = coordinate(read.arrays, dim, size)
     if ds.sizes[dim] == size and (dim not in ds.coords or stored is None):
         return None
     if stored is None or dim not in ds.coords:
@@ -325,7 +339,7 @@ def _stored_positions(
             f"the Dataset selects {ds.sizes[dim]} of {size} positions of {name!r} along "
             f"{dim!r}, which has no coordinate in the store to say which: select it whole"
         )
-    values = np.asarray(stored[...])
+    values = read.values(stored)
     selected = np.asarray(ds[dim].values)
     if selected.size == size and np.array_equal(selected, values):
         return None
@@ -333,10 +347,10 @@ def _stored_positions(
 
 
 def _level_selection(
-    ds: Any, name: str, dim: str, arrays: Mapping[str, zarr.Array], size: int
+    ds: Any, name: str, dim: str, read: _Coordinates, size: int
 ) -> list[Any] | None:
     """The level values selected along `dim`, None when the axis is whole."""
-    found = _stored_positions(ds, name, dim, arrays, size)
+    found = _stored_positions(ds, name, dim, read, size)
     if found is None:
         return None
     at, selected = found
@@ -354,11 +368,11 @@ def _level_selection(
 
 
 def _grid_selection(
-    ds: Any, name: str, dim: str, arrays: Mapping[str, zarr.Array], size: int
+    ds: Any, name: str, dim: str, read: _Coordinates, size: int
 ) -> tuple[int, int] | None:
     """(start, length) of a run of grid positions selected along `dim`, None when the axis
     is whole; an error for any other selection (a crop is a run)."""
-    found = _stored_positions(ds, name, dim, arrays, size)
+    found = _stored_positions(ds, name, dim, read, size)
     if found is None:
         return None
     at, selected = found

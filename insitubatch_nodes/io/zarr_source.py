@@ -89,6 +89,9 @@ class ZarrSource:
     codecs: Mapping[str, str] = field(default_factory=dict)  # per variable, by name
     fill_values: Mapping[str, str] = field(default_factory=dict)  # per variable, as text
     snapshot_id: str | None = None  # the Icechunk snapshot the store reads
+    # values known to be secret (URL userinfo, signatures, options' keys): kept out of the
+    # errors of later reads (the time coordinate), never in a repr or a state
+    secrets: tuple[str, ...] = field(default=(), repr=False)
 
     @classmethod
     def open(
@@ -137,7 +140,7 @@ class ZarrSource:
             )
         if splits is not None:
             geometry = SampleGeometry.from_layouts(layouts)
-            axis = read_time_axis(arrays, list(layouts), geometry.num_samples, where)
+            axis = read_time_axis(arrays, list(layouts), geometry.num_samples, where, secrets)
             split_manifest = make_date_manifest(geometry, axis, splits)
         elif manifest is None:
             geometry = SampleGeometry.from_layouts(layouts)
@@ -146,7 +149,7 @@ class ZarrSource:
             split_manifest = load_manifest(manifest)
             geometry = split_manifest.geometry_for(layouts)
             if split_manifest.time is not None:
-                axis = read_time_axis(arrays, list(layouts), geometry.num_samples, where)
+                axis = read_time_axis(arrays, list(layouts), geometry.num_samples, where, secrets)
                 changed = time_differences(split_manifest.time, axis)
                 if changed is not None:
                     raise ValueError(
@@ -154,13 +157,15 @@ class ZarrSource:
                         f"manifest for this store (insitubatch split, or splits=)"
                     )
         if levels is not None:
-            picks = level_picks(arrays, layouts, levels, spatial_dims)
+            picks = level_picks(arrays, layouts, levels, spatial_dims, where, secrets)
             layouts = {n: replace(lay, pick=picks.get(n)) for n, lay in layouts.items()}
             geometry = SampleGeometry.from_layouts(layouts, unit_length=geometry.unit_length)
         codecs = {name: codec_summary(arrays[name]) for name in layouts}
         fills = {name: fill_value_text(arrays[name]) for name in layouts}
         snapshot = snapshot_id_of(store)
-        return cls(store, where, layouts, geometry, split_manifest, codecs, fills, snapshot)
+        return cls(
+            store, where, layouts, geometry, split_manifest, codecs, fills, snapshot, tuple(secrets)
+        )
 
     def read_context(self, **settings: Any) -> ReadContext:
         """How to read this source's arrays, for `AsyncFetchNode`: a `ReadContext` over its
@@ -185,9 +190,10 @@ class ZarrSource:
 
     def time_axis(self) -> TimeAxis:
         """The selected variables' time coordinate, read and decoded (`io.time_axis`)."""
-        group = open_root_group(self.store, self.where)
-        arrays = arrays_of(group, self.where)
-        return read_time_axis(arrays, list(self.layouts), self.geometry.num_samples, self.where)
+        group = open_root_group(self.store, self.where, self.secrets)
+        arrays = arrays_of(group, self.where, self.secrets)
+        length = self.geometry.num_samples
+        return read_time_axis(arrays, list(self.layouts), length, self.where, self.secrets)
 
     def fingerprint(self, split: str, anchors: np.ndarray | None = None) -> dict[str, Any]:
         """What a loader over `split` of this source reads (arrays, codecs, the split's
