@@ -18,6 +18,7 @@ from conftest import as_numpy, batch_key, our_threads, write_store
 from s3_server import S3Server
 
 from insitubatch_nodes import CacheSpec, build_loader
+from insitubatch_nodes.cli import main
 from insitubatch_nodes.io.cache_entry import HEADER_NBYTES, verified_payload
 from insitubatch_nodes.io.chunk_cache import LAYOUT, LEDGER, ChunkCache, entry_digest
 
@@ -297,3 +298,18 @@ def test_cache_settings_are_checked(tmp_path: Path) -> None:
         CacheSpec.from_user(str(tmp_path))
     with pytest.raises((TypeError, ValueError)):
         CacheSpec(tmp_path, -1)
+
+
+def test_insitubatch_cache_prepares_a_folder_training_reads_read_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, _ = write_store(tmp_path / "s.zarr", STORE)
+    reference, _ = _epochs(_loader(url), 1)
+    folder = tmp_path / "cache"
+    assert main(["cache", url, "--split", "all", "--folder", str(folder), "--max-bytes", "1M"]) == 0
+    printed = capsys.readouterr().out
+    assert f"{CHUNKS} chunks, 0 already cached" in printed and str(folder) in printed
+    keys, stats = _epochs(_loader(url, CacheSpec(folder, 10**6, read_only=True)), 1)
+    assert keys == reference and stats[0]["cache_hit_ratio"] == 1.0
+    assert main(["cache", url, "--folder", str(folder), "--max-bytes", "lots"]) == 2
+    assert "--max-bytes" in capsys.readouterr().err
