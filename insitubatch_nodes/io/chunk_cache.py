@@ -3,10 +3,11 @@
 What it keeps: each chunk's stored (compressed) bytes as the store gave them, one file
 per entry named by the digest of its key (`entry_digest`: the store's identity, the
 array's metadata, the chunk and the object's version, hashed, so no part of a URL or a
-credential is in any path or file), written whole to a temporary name and renamed into
-place: a reader sees a whole entry or none, and two writers of one entry each rename a
-whole copy of the same bytes. Every entry is verified when read (`cache_entry`); a
-damaged one is deleted (unless the cache is read-only) and read from the store again.
+credential is in any path or file), written whole to a temporary name and linked into
+place: a reader sees a whole entry or none, and of two writers of one entry the first
+one's whole copy stays (a link never replaces), counted once in the ledger. Every
+entry is verified when read (`cache_entry`); a damaged one is deleted (unless the
+cache is read-only) and read from the store again.
 
 The budget: entries are admitted until the bytes on disk would pass `max_bytes`, and
 kept (no eviction). Every reuse of a chunk crosses an epoch boundary, so for a cache of
@@ -175,7 +176,13 @@ class ChunkCache:
                 os.writev(descriptor, [header(digest, payload), payload])
             finally:
                 os.close(descriptor)
-            os.replace(temporary, path)
+            try:
+                os.link(temporary, path)  # never replaces: a second writer's bytes are not
+            except FileExistsError:  # counted twice; the entry there is as good as ours
+                self._reserve(-nbytes)
+                nbytes = 0
+            finally:
+                temporary.unlink(missing_ok=True)
         except OSError as err:
             temporary.unlink(missing_ok=True)
             self._reserve(-nbytes)
