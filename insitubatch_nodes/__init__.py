@@ -10,6 +10,7 @@ from insitubatch_nodes.core.manifest import SplitManifest, make_manifest
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.sample_spec import SampleSpec, VariableGroup, leads, window
 from insitubatch_nodes.io.block_reader import ReadContext
+from insitubatch_nodes.io.chunk_cache import CacheSpec
 from insitubatch_nodes.io.chunk_errors import ChunkReadError, CorruptChunkError
 from insitubatch_nodes.io.fork_guard import ForkedProcessError
 from insitubatch_nodes.io.icechunk_store import open_icechunk
@@ -34,6 +35,7 @@ __all__ = [
     "AnchorSet",
     "AsyncFetchNode",
     "Batch",
+    "CacheSpec",
     "ChannelStats",
     "ChunkPermuteNode",
     "ChunkReadError",

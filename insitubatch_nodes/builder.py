@@ -26,8 +26,10 @@ from insitubatch_nodes.core.settings import (
     int_from_environment,
 )
 from insitubatch_nodes.host_resources import HostResources
+from insitubatch_nodes.io.chunk_cache import CacheSpec
 from insitubatch_nodes.io.fork_guard import check_object_stores_usable
 from insitubatch_nodes.io.levels import LevelsLike
+from insitubatch_nodes.io.object_versions import object_versions
 from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.xarray_source import dataset_request, is_dataset
 from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
@@ -127,6 +129,28 @@ def decode_device(decode: str, target: torch.device) -> torch.device | None:
     return target if decode == "gpu" else None
 
 
+def cache_spec(cache: Any, opened: ZarrSource) -> CacheSpec | None:
+    """`build_loader(cache=...)` checked, with a warning when the store gives no object
+    versions (a chunk rewritten in place would then be served old bytes).
+
+    Args:
+        cache: what the user gave.
+        opened: the opened source.
+    """
+    spec = CacheSpec.from_user(dict(cache) if isinstance(cache, Mapping) else cache)
+    if (
+        spec is not None
+        and not object_versions(opened.store, opened.where, RetryPolicy(), lambda: None).versioned
+    ):
+        log.warning(
+            "chunk cache: %s gives no object versions; entries are keyed by its arrays' "
+            "metadata only, so clear %s after rewriting its chunks in place",
+            opened.where,
+            spec.folder,
+        )
+    return spec
+
+
 def build_loader(
     source: str | Path | Store | Any,
     variables: Sequence[str] | None = None,
@@ -160,6 +184,7 @@ def build_loader(
     device_prefetch: int | None = None,
     decode: str = "cpu",
     read_across_epochs: bool = False,
+    cache: CacheSpec | Mapping[str, Any] | None = None,
     evaluation: bool = False,
     all_ranks_state: bool = False,
     host: HostResources | None = None,
@@ -263,6 +288,11 @@ def build_loader(
         read_across_epochs: read the next epoch's first blocks while the last batches of
             this one are drawn; threads and those blocks stay between epochs until the
             next one, `loader.close()` (or `with loader:`), or garbage collection.
+        cache: keep the chunks' stored bytes on local disk and read them from there in
+            later epochs: a `CacheSpec(folder, max_bytes, read_only=False)` or a dict of
+            its fields (`io.chunk_cache`). Entries are keyed by the store, the array's
+            metadata, the chunk and the object's version, and verified when read; the
+            folder may be shared by the ranks and runs of one host. Off by default.
         evaluation: for validation and test: the split in a fixed order (the same every
             epoch), every sample exactly once across the ranks, no padding, so the ranks'
             last batches and batch counts may differ (`len(loader)` says each rank's);
@@ -350,6 +380,7 @@ def build_loader(
         zarr_pipeline=zarr_pipeline,
         block_memory_bytes=memory.blocks_alive_bytes,
         inflight_bytes=memory.inflight_bytes,
+        cache=cache_spec(cache, opened),
     )
     blocks = AsyncFetchNode(
         ReadPlanNode(permute, anchors, block_chunks=chosen.block_chunks),

@@ -14,6 +14,7 @@ from insitubatch_nodes.bench_plot import require_matplotlib, save_png
 from insitubatch_nodes.bench_run import DEFAULT_SECONDS, run_bench
 from insitubatch_nodes.bench_text import format_bench
 from insitubatch_nodes.byte_sizes import parse_nbytes
+from insitubatch_nodes.cache_command import prepare_cache, prepare_text
 from insitubatch_nodes.channel_stats import stats_path
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
 from insitubatch_nodes.demo import DemoConfig, default_cache, run_demo
@@ -62,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_inspect(commands)
     _add_bench(commands)
     _add_split(commands)
+    _add_cache(commands)
     args = parser.parse_args(argv)
     if args.command == "stats":
         return _stats(args)
@@ -71,6 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _bench(args)
     if args.command == "split":
         return _split(args)
+    if args.command == "cache":
+        return _cache(args)
     summary = run_demo(
         DemoConfig(
             cache=args.cache,
@@ -200,6 +204,42 @@ def _add_bench(commands: Any) -> None:
     )
     bench.add_argument("--json", action="store_true", help="print the result as JSON")
     bench.add_argument("--no-progress", action="store_true", help="no live progress bar")
+
+
+def _add_cache(commands: Any) -> None:
+    cache = commands.add_parser(
+        "cache",
+        help="fill a local chunk cache folder with a split's stored chunks, for "
+        "build_loader(cache=CacheSpec(folder, max_bytes[, read_only=True]))",
+    )
+    cache.add_argument("url", help="the Zarr group (path or URL)")
+    cache.add_argument("--split", default="train", help="the split training reads")
+    cache.add_argument("--folder", type=Path, required=True, help="the cache folder")
+    cache.add_argument("--max-bytes", required=True, help="the cache's budget, e.g. 200G")
+    cache.add_argument("--variables", nargs="+", default=None, help="default: the loader's")
+    cache.add_argument("--manifest", type=Path, default=None, help="split manifest JSON")
+    _add_store_options(cache)
+
+
+def _cache(args: argparse.Namespace) -> int:
+    """Prepare the cache and say what it holds; a failure is one line on stderr
+    (credentials redacted) and exit status 2."""
+    options: dict[str, Any] | None = None
+    try:
+        options = storage_options_from(args.storage_options, args.anonymous, args.url)
+        result = prepare_cache(
+            args.url,
+            args.folder,
+            parse_nbytes(args.max_bytes, "--max-bytes"),
+            split=args.split,
+            variables=args.variables,
+            manifest=args.manifest,
+            storage_options=options,
+        )
+    except Exception as err:
+        return _refused("cache", err, options, args.url)
+    print(prepare_text(result))
+    return 0
 
 
 def _add_split(commands: Any) -> None:

@@ -45,6 +45,10 @@ class EpochActivity:
         memory_held_bytes: block memory held now.
         memory_allowed_bytes: block memory allowed (the budget's share for the shuffle
             window and the read-ahead).
+        cache_hits: chunks served from the local chunk cache.
+        cache_misses: chunks the cache was asked for and did not hold.
+        cache_bytes_served: stored bytes the cache served (store traffic saved).
+        cache_bytes_written: bytes of entries written to the cache.
     """
 
     wall_s: float = 0.0
@@ -68,6 +72,10 @@ class EpochActivity:
     gather_s: float = 0.0
     memory_held_bytes: int = 0
     memory_allowed_bytes: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    cache_bytes_served: int = 0
+    cache_bytes_written: int = 0
 
 
 def _share(part: float, whole: float) -> float:
@@ -155,6 +163,11 @@ def epoch_stats(activity: EpochActivity) -> dict[str, float | int | str]:
         "limiting_stage": stage,
         "evidence": evidence,
     }
+    if a.cache_hits or a.cache_misses:  # a loader with a chunk cache
+        stats["cache_hit_ratio"] = _share(a.cache_hits, a.cache_hits + a.cache_misses)
+        stats["cache_hits"] = a.cache_hits
+        stats["cache_bytes_served"] = a.cache_bytes_served
+        stats["cache_bytes_written"] = a.cache_bytes_written
     if a.latency_s is not None:
         for name, value in zip(("p50", "p90", "p99"), a.latency_s, strict=True):
             stats[f"read_latency_{name}_s"] = value

@@ -34,6 +34,7 @@ from insitubatch_nodes.core.read_plan import ReadPlan
 from insitubatch_nodes.core.settings import as_bool, as_int, as_optional_int
 from insitubatch_nodes.host_resources import HostResources
 from insitubatch_nodes.io.block_slots import BlockMemory, BlockSlots
+from insitubatch_nodes.io.chunk_cache import CacheSpec, ChunkCache
 from insitubatch_nodes.io.fetch_stats import FetchStats
 from insitubatch_nodes.io.opened_arrays import OpenedArrays
 from insitubatch_nodes.io.retry import RetryPolicy
@@ -79,6 +80,7 @@ class ReadContext:
         opened_arrays: the arrays, opened once for every epoch's readers.
         shard_indexes: shard indexes, read once for every epoch's readers.
         block_slots: the memory blocks lease, slot by slot.
+        cache: the local chunk cache in front of the store, or None.
     """
 
     store: Store
@@ -93,6 +95,7 @@ class ReadContext:
     opened_arrays: OpenedArrays
     shard_indexes: ShardIndexes
     block_slots: BlockSlots
+    cache: ChunkCache | None = None
 
     @classmethod
     def create(
@@ -108,6 +111,7 @@ class ReadContext:
         zarr_pipeline: str | None = None,
         block_memory_bytes: int = DEFAULT_MEMORY_BUDGET,
         inflight_bytes: int | None = None,
+        cache: CacheSpec | None = None,
     ) -> ReadContext:
         """A context with fresh shared parts, its settings checked.
 
@@ -149,6 +153,7 @@ class ReadContext:
             block_slots=BlockSlots(
                 layouts, as_int("block_memory_bytes", block_memory_bytes, minimum=0)
             ),
+            cache=None if cache is None else ChunkCache(cache),
         )
 
     @property

@@ -61,6 +61,10 @@ class FetchStats:
             number of reads in flight times the span).
         slot_wait_ns: time reads waited for a slot, summed (the in-flight limit binding).
         most_in_flight: the most reads in flight at once.
+        cache_hits: chunks served from the local chunk cache (no store read).
+        cache_misses: chunks looked up in the cache and read from the store instead.
+        cache_bytes_served: stored bytes the cache served: store traffic saved.
+        cache_bytes_written: bytes of entries admitted to the cache.
         read_latency_counts: reads per latency bucket (`latency_bucket`).
     """
 
@@ -80,6 +84,10 @@ class FetchStats:
     read_ns: int = 0
     slot_wait_ns: int = 0
     most_in_flight: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    cache_bytes_served: int = 0
+    cache_bytes_written: int = 0
     read_latency_counts: list[int] = field(default_factory=lambda: [0] * LATENCY_BUCKETS)
     _lock: threading.Lock = field(
         default_factory=threading.Lock, init=False, repr=False, compare=False
@@ -99,6 +107,10 @@ class FetchStats:
         device_decode_calls: int = 0,
         host_decoded_chunks: int = 0,
         decode_cpu_ns: int = 0,
+        cache_hits: int = 0,
+        cache_misses: int = 0,
+        cache_bytes_served: int = 0,
+        cache_bytes_written: int = 0,
     ) -> None:
         """Add to the named counters, atomically.
 
@@ -114,6 +126,10 @@ class FetchStats:
             device_decode_calls: see the class.
             host_decoded_chunks: see the class.
             decode_cpu_ns: see the class.
+            cache_hits: see the class.
+            cache_misses: see the class.
+            cache_bytes_served: see the class.
+            cache_bytes_written: see the class.
         """
         with self._lock:
             self.chunks_read += chunks_read
@@ -127,6 +143,10 @@ class FetchStats:
             self.device_decode_calls += device_decode_calls
             self.host_decoded_chunks += host_decoded_chunks
             self.decode_cpu_ns += decode_cpu_ns
+            self.cache_hits += cache_hits
+            self.cache_misses += cache_misses
+            self.cache_bytes_served += cache_bytes_served
+            self.cache_bytes_written += cache_bytes_written
 
     def add_read(self, waited_s: float, rtt_s: float, nbytes: int, in_flight: int) -> None:
         """One read through a read slot completed.

@@ -10,7 +10,9 @@ it read:
   more time for decoding);
 - other stores: `store.get` of each chunk key on the loop, handed to the sink a few chunks
   per thread hop, starting while other gets are still in flight;
-- sharded arrays: inner chunks by byte range from cached shard indexes (`shard_reader`).
+- sharded arrays: inner chunks by byte range from cached shard indexes (`shard_reader`);
+- with a chunk cache (`ReadContext.cache`), chunks it holds come from local disk first,
+  and those read from the store are admitted to it (`cached_chunks`).
 
 Every chunk's stored length is checked against what a valid chunk can take before the
 sink sees it. The sink runs in a decode thread; the bytes it gets are valid only during
@@ -31,9 +33,11 @@ from zarr.core.buffer import default_buffer_prototype
 
 from insitubatch_nodes.core.read_plan import ChunkRead
 from insitubatch_nodes.io.block_reader import ReadContext
+from insitubatch_nodes.io.cached_chunks import CachedChunks
 from insitubatch_nodes.io.chunk_codec import ChunkDecoder, fast_decoder
 from insitubatch_nodes.io.chunk_errors import ChunkReadError, chunk_read_error
 from insitubatch_nodes.io.local_files import read_file
+from insitubatch_nodes.io.object_versions import object_versions
 from insitubatch_nodes.io.read_slots import ReadSlots
 from insitubatch_nodes.io.redact import scrubbed
 from insitubatch_nodes.io.shard_index import ShardLayout, shard_layout
@@ -121,6 +125,16 @@ class ChunkFetcher:
         self._inflight = ReadSlots(context.inflight, context.stats)
         self._shard_readers: dict[str, ShardReader] = {}
         self._scratches = threading.local()
+        self._cached = (
+            None
+            if context.cache is None
+            else CachedChunks(
+                context.cache,
+                object_versions(context.store, context.where, self._retry, self._stats.count_retry),
+                self._stats,
+                context.decode_threads,
+            )
+        )
 
     def error(
         self, name: str, coords: tuple[int, ...], key: str, err: BaseException
@@ -156,6 +170,11 @@ class ChunkFetcher:
         """
         local: list[tuple[StoredArray, ChunkRead]] = []
         try:
+            if self._cached is not None:
+                reads, digests = await self._cached.serve(
+                    reads, lambda array: self._checked(array, sink)
+                )
+                sink = self._cached.admitting(sink, digests)
             async with asyncio.TaskGroup() as group:
                 for array, wanted in reads.items():
                     if array.shards is not None:

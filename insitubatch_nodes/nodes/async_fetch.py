@@ -294,6 +294,10 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             "decode_threads": self.context.decode_threads,
             "memory_held_bytes": self.context.block_slots.leased_bytes,
             "memory_allowed_bytes": self.context.block_slots.capacity_bytes,
+            "cache_hits": now.cache_hits - then.cache_hits,
+            "cache_misses": now.cache_misses - then.cache_misses,
+            "cache_bytes_served": now.cache_bytes_served - then.cache_bytes_served,
+            "cache_bytes_written": now.cache_bytes_written - then.cache_bytes_written,
         }
 
     def get_state(self) -> dict[str, Any]:

@@ -1,0 +1,160 @@
+"""The chunk cache as a source in front of the store, for one fetcher (one epoch's loop).
+
+`ChunkFetcher.fetch` asks `serve` first: every wanted chunk whose entry is in the cache,
+for the object's current version, is read and verified in the decode threads and handed
+to the sink there; the rest come back as misses, which the fetcher reads from the store
+as it would without a cache, through `admitting(sink)`: once the sink has taken a
+missed chunk's bytes (and so checked them), they are admitted to the cache.
+
+A hit holds no read slot: it never feeds the in-flight target's latency estimate
+(`core.inflight_target`), which must describe the store, and is counted apart
+(`FetchStats.cache_hits`, `cache_bytes_served`), so `bytes_fetched` stays the store's
+traffic. Hit or miss, the sink gets the same bytes, so batches never depend on the cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from insitubatch_nodes.core.read_plan import ChunkRead
+from insitubatch_nodes.io.chunk_cache import ChunkCache, entry_digest, scratch_nbytes
+from insitubatch_nodes.io.fetch_stats import FetchStats
+from insitubatch_nodes.io.object_versions import ObjectVersions
+from insitubatch_nodes.io.shard_reader import Loaded
+
+if TYPE_CHECKING:
+    from insitubatch_nodes.io.stored_chunks import ChunkSink, StoredArray
+
+Reads = Mapping["StoredArray", tuple[ChunkRead, ...]]
+Digests = dict[tuple[str, tuple[int, ...]], bytes]  # (variable, chunk) -> its entry's digest
+
+
+def metadata_text(array: StoredArray) -> str:
+    """The array's metadata as canonical JSON: part of every entry's key, so an array
+    rewritten with another dtype, codec or chunking never matches the old entries.
+
+    Args:
+        array: the array.
+    """
+    return json.dumps(array.array.metadata.to_dict(), sort_keys=True, default=str)
+
+
+class CachedChunks:
+    """`cache` in front of the store for one fetcher (see the module).
+
+    Args:
+        cache: the cache folder, opened once per loader.
+        versions: the store's identity and its objects' versions (made per fetcher, so
+            each epoch sees the objects as they are).
+        stats: the counters hits, misses and admissions are added to.
+        decode_threads: how many threads to spread lookups over.
+    """
+
+    def __init__(
+        self, cache: ChunkCache, versions: ObjectVersions, stats: FetchStats, decode_threads: int
+    ) -> None:
+        self._cache = cache
+        self._versions = versions
+        self._stats = stats
+        self._threads = decode_threads
+        self._metadata: dict[str, str] = {}
+        self._scratches = threading.local()
+
+    async def serve(
+        self, reads: Reads, take: Callable[[StoredArray], Callable[[Loaded], None]]
+    ) -> tuple[dict[StoredArray, tuple[ChunkRead, ...]], Digests]:
+        """Hand every chunk of `reads` the cache holds to `take(array)` (in the decode
+        threads); the misses, and the digests the cacheable ones are to be admitted under.
+
+        Args:
+            reads: the chunks wanted, by array.
+            take: the checked sink for an array's chunks.
+        """
+        for array in reads:
+            path = array.array.store_path.path
+            await self._versions.prepare(f"{path}/" if path else "")
+            if array.name not in self._metadata:
+                self._metadata[array.name] = metadata_text(array)
+        work = [(array, read) for array, wanted in reads.items() for read in wanted]
+        hops = max(1, min(len(work), self._threads))
+        loop = asyncio.get_running_loop()
+        parts = await asyncio.gather(
+            *(
+                loop.run_in_executor(None, self._serve_some, work[i::hops], take)
+                for i in range(hops)
+            )
+        )
+        missed: dict[StoredArray, list[ChunkRead]] = {}
+        digests: Digests = {}
+        for part_missed, part_digests in parts:
+            for array, read in part_missed:
+                missed.setdefault(array, []).append(read)
+            digests.update(part_digests)
+        return {array: tuple(wanted) for array, wanted in missed.items()}, digests
+
+    def _serve_some(
+        self,
+        work: list[tuple[StoredArray, ChunkRead]],
+        take: Callable[[StoredArray], Callable[[Loaded], None]],
+    ) -> tuple[list[tuple[StoredArray, ChunkRead]], Digests]:
+        missed: list[tuple[StoredArray, ChunkRead]] = []
+        digests: Digests = {}
+        hits = served = 0
+        try:
+            for array, read in work:
+                key = array.key(read.coords)
+                version = self._versions.version(key)
+                if version is None:  # no object to cache against: read it as usual
+                    missed.append((array, read))
+                    continue
+                digest = entry_digest(
+                    self._versions.identity,
+                    array.array.store_path.path,
+                    self._metadata[array.name],
+                    repr(read.coords),
+                    key,
+                    version,
+                )
+                limit = array.decoder.stored_bound
+                found = self._cache.lookup(digest, limit, self._scratch(scratch_nbytes(limit)))
+                if found is None:
+                    missed.append((array, read))
+                    digests[(array.name, read.coords)] = digest
+                    continue
+                take(array)([(read, found)])  # before the next lookup reuses the scratch
+                hits += 1
+                served += len(found)
+        finally:
+            self._stats.add(cache_hits=hits, cache_misses=len(missed), cache_bytes_served=served)
+        return missed, digests
+
+    def admitting(self, sink: ChunkSink, digests: Digests) -> ChunkSink:
+        """`sink`, then each chunk it took whose digest is in `digests` admitted to the cache.
+
+        Args:
+            sink: what takes the chunks' bytes.
+            digests: the entries missed chunks are admitted under (`serve`'s).
+        """
+        cache, stats = self._cache, self._stats
+
+        def take_and_admit(array: StoredArray, items: Loaded) -> None:
+            sink(array, items)
+            written = 0
+            for read, data in items:
+                digest = digests.get((array.name, read.coords))
+                if digest is not None and data is not None:
+                    written += cache.admit(digest, data)
+            if written:
+                stats.add(cache_bytes_written=written)
+
+        return take_and_admit
+
+    def _scratch(self, nbytes: int) -> bytearray:
+        scratch: bytearray | None = getattr(self._scratches, "buffer", None)
+        if scratch is None or len(scratch) < nbytes:
+            scratch = self._scratches.buffer = bytearray(nbytes)
+        return scratch

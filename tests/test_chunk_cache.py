@@ -1,0 +1,315 @@
+"""The local chunk cache (`build_loader(cache=...)`): real stores on disk and in the S3
+test server, real cache folders, several real processes sharing one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import zarr
+from conftest import as_numpy, batch_key, our_threads, write_store
+from s3_server import S3Server
+
+from insitubatch_nodes import CacheSpec, build_loader
+from insitubatch_nodes.cli import main
+from insitubatch_nodes.io.cache_entry import HEADER_NBYTES, verified_payload
+from insitubatch_nodes.io.chunk_cache import LAYOUT, LEDGER, ChunkCache, entry_digest
+
+HERE = Path(__file__).parent
+STORE = {"t2m": ((48, 3, 4), (2, 3, 4), "float32"), "u10": ((48, 2), (4, 2), "int16")}
+CHUNKS = 24 + 12  # chunk objects an epoch over the whole store reads
+LONG = {"t2m": ((480, 3, 4), (2, 3, 4), "float32")}  # 240 chunks
+
+
+def _loader(url: str, cache: CacheSpec | None = None, **kwargs: Any) -> Any:
+    return build_loader(
+        url, split="all", batch_size=4, device="cpu", decode_threads=2, cache=cache, **kwargs
+    )
+
+
+def _epochs(loader: Any, epochs: int = 2) -> tuple[list[list[Any]], list[dict[str, Any]]]:
+    keys, stats = [], []
+    for _ in range(epochs):
+        keys.append([batch_key(b) for b in loader])
+        stats.append(loader.stats())
+    return keys, stats
+
+
+def _entries(folder: Path) -> list[Path]:
+    root = folder / LAYOUT
+    return sorted(p for p in root.glob("*/*") if not p.name.startswith("."))
+
+
+def _ledger(folder: Path) -> int:
+    return int.from_bytes((folder / LAYOUT / LEDGER).read_bytes(), "little")
+
+
+def _all_verify(folder: Path) -> None:
+    """Every entry in `folder` is whole and checks out under the digest it is named by."""
+    for path in _entries(folder):
+        data = memoryview(path.read_bytes())
+        assert verified_payload(data, bytes.fromhex(path.name), 1 << 30) is not None, path
+
+
+def test_batches_are_the_same_with_the_cache_off_cold_and_warm(tmp_path: Path) -> None:
+    url, _ = write_store(tmp_path / "s.zarr", STORE)
+    reference, _ = _epochs(_loader(url))
+    cache = CacheSpec(tmp_path / "cache", 10**8)
+    cold, stats = _epochs(_loader(url, cache))
+    assert cold == reference
+    assert stats[0]["cache_hits"] == 0 and stats[0]["cache_bytes_written"] > 0
+    assert stats[1]["cache_hit_ratio"] == 1.0 and stats[1]["cache_bytes_written"] == 0
+    assert stats[1]["cache_bytes_served"] > 0
+    warm, stats = _epochs(_loader(url, cache))  # a new run on the filled folder
+    assert warm == reference
+    assert stats[0]["cache_hits"] == CHUNKS
+    # resume is exact with a warm cache: a crash after three batches, then a new loader
+    interrupted = _loader(url, cache)
+    iterator = iter(interrupted)
+    for _ in range(3):
+        next(iterator)
+    state = interrupted.state_dict()
+    del iterator
+    resumed = _loader(url, cache)
+    resumed.load_state_dict(state)
+    assert [batch_key(b) for b in resumed] == reference[0][3:]
+    assert _ledger(tmp_path / "cache") == sum(
+        p.stat().st_size for p in _entries(tmp_path / "cache")
+    )
+    _all_verify(tmp_path / "cache")
+    assert our_threads() == []
+
+
+def test_a_sharded_array_is_cached_by_inner_chunk(tmp_path: Path) -> None:
+    store = zarr.storage.LocalStore(str(tmp_path / "s.zarr"))
+    group = zarr.open_group(store, mode="w")
+    values = np.arange(40 * 6, dtype="float32").reshape(40, 6)
+    group.create_array("x", shape=(40, 6), chunks=(2, 3), shards=(8, 6), dtype="float32")[:] = (
+        values
+    )
+    url = f"file://{tmp_path / 's.zarr'}"
+    reference, _ = _epochs(_loader(url))
+    cached, stats = _epochs(_loader(url, CacheSpec(tmp_path / "cache", 10**8)))
+    assert cached == reference
+    assert stats[1]["cache_hits"] == 40  # 20 chunk rows x 2 inner chunks
+    assert stats[1]["cache_hit_ratio"] == 1.0
+
+
+def test_hits_never_reach_the_store_or_the_latency_estimate(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    url = f"s3://{s3_server.new_bucket()}/data/s.zarr"
+    write_store(s3_server.writable_store(url), STORE)
+    options = s3_server.options()
+    reference, _ = _epochs(_loader(url, storage_options=options))
+    keys, stats = _epochs(
+        _loader(url, CacheSpec(tmp_path / "cache", 10**8), storage_options=options)
+    )
+    assert keys == reference
+    assert stats[0]["bytes_fetched"] > 0 and stats[0]["cache_hits"] == 0
+    # the warm epoch reads nothing through a read slot: no round trip reaches the target
+    assert stats[1]["bytes_fetched"] == 0 and stats[1]["reads_in_flight_mean"] == 0
+    assert stats[1]["cache_hit_ratio"] == 1.0
+    assert "read_latency_p50_s" not in stats[1]
+
+
+@pytest.mark.parametrize("where", ["disk", "s3"])
+@pytest.mark.parametrize("change", ["values", "rechunked"])
+def test_a_store_changed_between_runs_is_never_served_old_bytes(
+    tmp_path: Path, s3_server: S3Server, where: str, change: str
+) -> None:
+    if where == "disk":
+        url = f"file://{tmp_path / 's.zarr'}"
+        target: Any = zarr.storage.LocalStore(str(tmp_path / "s.zarr"))
+        options = None
+    else:
+        url = f"s3://{s3_server.new_bucket()}/data/s.zarr"
+        target = s3_server.writable_store(url)
+        options = s3_server.options()
+    write_store(target, STORE)
+    cache = CacheSpec(tmp_path / "cache", 10**8)
+    _epochs(_loader(url, cache, storage_options=options), 1)  # fill the cache
+    if change == "values":  # rewritten in place: same metadata, same keys, new bytes
+        array = zarr.open_array(target, path="t2m", mode="r+")
+        new = np.asarray(array[:]) + 1000.0
+        array[:] = new
+    else:
+        group = zarr.open_group(target, mode="a")
+        del group["t2m"]
+        new = np.random.default_rng(7).random((48, 3, 4), dtype="float32")
+        group.create_array("t2m", shape=(48, 3, 4), chunks=(4, 3, 2), dtype="float32")[:] = new
+    loader = _loader(url, cache, storage_options=options)
+    batches = list(loader)
+    indices = np.concatenate([as_numpy(b["sample_index"]) for b in batches])
+    np.testing.assert_array_equal(
+        np.concatenate([as_numpy(b["t2m"]) for b in batches]), new[indices]
+    )
+    assert loader.stats()["cache_hits"] == 12  # u10's chunks did not change
+
+
+def test_damaged_entries_are_dropped_and_read_again(tmp_path: Path) -> None:
+    url, _ = write_store(tmp_path / "s.zarr", STORE)
+    reference, _ = _epochs(_loader(url), 1)
+    folder = tmp_path / "cache"
+    _epochs(_loader(url, CacheSpec(folder, 10**8)), 1)
+    entries = _entries(folder)
+    flipped, cut, swapped, emptied, grown = entries[:5]
+    data = bytearray(flipped.read_bytes())
+    data[-1] ^= 0x40
+    flipped.write_bytes(bytes(data))
+    cut.write_bytes(cut.read_bytes()[:-3])
+    swapped.write_bytes(entries[6].read_bytes())  # a whole entry, but another chunk's
+    emptied.write_bytes(b"")
+    grown.write_bytes(grown.read_bytes() + b"\0" * 10)
+    keys, stats = _epochs(_loader(url, CacheSpec(folder, 10**8)), 1)
+    assert keys == reference
+    assert stats[0]["cache_hits"] == CHUNKS - 5
+    _all_verify(folder)  # the five were dropped, read from the store and written again
+    assert len(_entries(folder)) == CHUNKS
+
+
+def test_two_processes_share_one_cache_folder(tmp_path: Path) -> None:
+    url, _ = write_store(tmp_path / "s.zarr", STORE)
+    folder = tmp_path / "cache"
+    command = [sys.executable, str(HERE / "cache_run.py"), url, str(folder), str(10**8), "2"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
+    runs = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        for _ in range(2)
+    ]
+    outputs = []
+    for run in runs:
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 0, err.decode()[-2000:]
+        outputs.append([json.loads(line) for line in out.decode().splitlines()])
+    batches = [[line for line in output if "batch" in line] for output in outputs]
+    assert batches[0] == batches[1]
+    # both wrote, neither corrupted the other: every entry whole, the ledger exact
+    _all_verify(folder)
+    assert len(_entries(folder)) == CHUNKS
+    assert _ledger(folder) == sum(p.stat().st_size for p in _entries(folder))
+    _, stats = _epochs(_loader(url, CacheSpec(folder, 10**8)), 1)
+    assert stats[0]["cache_hit_ratio"] == 1.0
+
+
+def test_a_writer_killed_mid_epoch_leaves_a_cache_the_next_run_trusts(tmp_path: Path) -> None:
+    url, _ = write_store(tmp_path / "s.zarr", LONG)
+    reference, _ = _epochs(_loader(url), 1)
+    folder = tmp_path / "cache"
+    command = [sys.executable, str(HERE / "cache_run.py"), url, str(folder), str(10**8), "1"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
+    run = subprocess.Popen(
+        [*command, "--slow"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+    )
+    assert run.stdout is not None
+    for _ in range(3):
+        run.stdout.readline()  # three batches out: the cache is being written
+    os.kill(run.pid, signal.SIGKILL)
+    run.wait(timeout=30)
+    written = len(_entries(folder))
+    assert 0 < written < 240
+    _all_verify(folder)
+    keys, stats = _epochs(_loader(url, CacheSpec(folder, 10**8)), 1)
+    assert keys == reference
+    assert stats[0]["cache_hits"] == written
+    _all_verify(folder)
+
+
+def test_a_full_cache_admits_until_its_budget_and_keeps_what_it_holds(tmp_path: Path) -> None:
+    url, _ = write_store(tmp_path / "s.zarr", STORE)
+    reference, _ = _epochs(_loader(url), 3)
+    whole = tmp_path / "whole"
+    _epochs(_loader(url, CacheSpec(whole, 10**8)), 1)
+    budget = _ledger(whole) // 2
+    folder = tmp_path / "half"
+    keys, stats = _epochs(_loader(url, CacheSpec(folder, budget)), 3)
+    assert keys == reference
+    assert _ledger(folder) <= budget
+    held = {p.name for p in _entries(folder)}
+    assert 0.35 <= stats[1]["cache_hit_ratio"] <= 0.65  # about C/S
+    assert stats[1]["cache_bytes_written"] == 0  # full: nothing more is admitted
+    assert stats[2]["cache_hits"] == stats[1]["cache_hits"]  # and nothing is evicted
+    assert {p.name for p in _entries(folder)} == held
+
+
+def test_a_read_only_cache_serves_what_it_holds_and_never_writes(tmp_path: Path) -> None:
+    url, _ = write_store(tmp_path / "s.zarr", STORE)
+    reference, _ = _epochs(_loader(url), 1)
+    folder = tmp_path / "cache"
+    whole = tmp_path / "whole"
+    _epochs(_loader(url, CacheSpec(whole, 10**8)), 1)
+    _epochs(_loader(url, CacheSpec(folder, _ledger(whole) // 2)), 1)  # prepared, half full
+    before = {p: p.stat().st_mtime_ns for p in (folder / LAYOUT).rglob("*")}
+    damaged = _entries(folder)[0]
+    damaged.write_bytes(b"not an entry")
+    before[damaged] = damaged.stat().st_mtime_ns
+    keys, stats = _epochs(_loader(url, CacheSpec(folder, 10**8, read_only=True)), 1)
+    assert keys == reference
+    assert 0 < stats[0]["cache_hits"] < CHUNKS and stats[0]["cache_bytes_written"] == 0
+    assert {p: p.stat().st_mtime_ns for p in (folder / LAYOUT).rglob("*")} == before
+    missing = tmp_path / "never-made"
+    keys, _ = _epochs(_loader(url, CacheSpec(missing, 10**8, read_only=True)), 1)
+    assert keys == reference and not missing.exists()
+
+
+def test_no_secret_in_any_cache_path_or_file(s3_server: S3Server, tmp_path: Path) -> None:
+    secret = "Sup3rS3cretKeyXyzzy"
+    url = f"s3://{s3_server.new_bucket()}/data/s.zarr"
+    write_store(s3_server.writable_store(url), STORE)
+    options = s3_server.options(secret_access_key=secret)
+    folder = tmp_path / "cache"
+    _epochs(_loader(url, CacheSpec(folder, 10**8), storage_options=options), 1)
+    assert len(_entries(folder)) == CHUNKS
+    for path in (folder / LAYOUT).rglob("*"):
+        assert secret not in str(path) and "testing" not in str(path)
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes()
+
+
+def test_cache_entries_verify_their_key_length_and_checksum(tmp_path: Path) -> None:
+    cache = ChunkCache(CacheSpec(tmp_path, 1000))
+    one, two = entry_digest("a", "1"), entry_digest("a", "2")
+    scratch = bytearray(HEADER_NBYTES + 200)
+    assert cache.admit(one, b"x" * 100) == HEADER_NBYTES + 100
+    assert bytes(cache.lookup(one, 100, scratch) or b"") == b"x" * 100
+    assert cache.lookup(one, 99, scratch) is None  # longer than a chunk can be: dropped
+    assert not cache.path(one).exists()
+    assert cache.admitted_bytes == 0
+    cache.admit(one, b"y" * 100)
+    cache.path(two).parent.mkdir(exist_ok=True)
+    os.replace(cache.path(one), cache.path(two))  # an entry under another's name
+    assert cache.lookup(two, 100, scratch) is None
+    assert cache.admit(one, b"z" * 990) == 0  # past the budget: refused, and full now
+    assert cache.admit(two, b"z" * 10) == 0
+
+
+def test_cache_settings_are_checked(tmp_path: Path) -> None:
+    assert CacheSpec.from_user({"folder": str(tmp_path), "max_bytes": 10}) == CacheSpec(
+        tmp_path, 10
+    )
+    with pytest.raises(TypeError, match="cache= takes"):
+        CacheSpec.from_user(str(tmp_path))
+    with pytest.raises((TypeError, ValueError)):
+        CacheSpec(tmp_path, -1)
+
+
+def test_insitubatch_cache_prepares_a_folder_training_reads_read_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, _ = write_store(tmp_path / "s.zarr", STORE)
+    reference, _ = _epochs(_loader(url), 1)
+    folder = tmp_path / "cache"
+    assert main(["cache", url, "--split", "all", "--folder", str(folder), "--max-bytes", "1M"]) == 0
+    printed = capsys.readouterr().out
+    assert f"{CHUNKS} chunks, 0 already cached" in printed and str(folder) in printed
+    keys, stats = _epochs(_loader(url, CacheSpec(folder, 10**6, read_only=True)), 1)
+    assert keys == reference and stats[0]["cache_hit_ratio"] == 1.0
+    assert main(["cache", url, "--folder", str(folder), "--max-bytes", "lots"]) == 2
+    assert "--max-bytes" in capsys.readouterr().err
