@@ -134,7 +134,7 @@ def build_loader(
     split: str = "train",
     *,
     batch_size: int = 32,
-    shuffle: str = "pool",
+    shuffle: str = "block",
     shuffle_window: int | None = None,
     block_chunks: int | None = None,
     max_inflight: int | None = None,
@@ -188,13 +188,14 @@ def build_loader(
         split: the split to read (`"train"`, `"val"`, `"test"`, a manifest's own, or
             `"all"`).
         batch_size: samples per batch.
-        shuffle: the epoch order. `"pool"` (the default): units enter a pool of P in the
-            epoch's order and each batch draws uniformly over every sample left in the
-            pool, so a batch mixes about as many units as a global shuffle over P units
-            would (`core.pool_order`). `"block"`: samples mixed only within blocks of
-            `block_chunks` units (the order before the pool; its states resume as they
-            did). A state made by one is refused by the other. Evaluation loaders draw in
-            order whichever is named.
+        shuffle: the epoch order. `"block"` (the default): samples mixed only within
+            blocks of `block_chunks` units (its states resume as they did). `"pool"`
+            (opt-in): units enter a pool of P in the epoch's order and each batch draws
+            uniformly over every sample left in the pool, so a batch mixes about as many
+            units as a global shuffle over P units would (`core.pool_order`); it reads P
+            units before its first batch and costs throughput (measured in DESIGN.md),
+            so it is not the default yet. A state made by one is refused by the other.
+            Evaluation loaders draw in order whichever is named.
         shuffle_window: bytes the pool's units may hold (it sets P, and P is in the
             state); by default 1 GiB, or half of a smaller `memory_budget` given: never
             the host's memory, since it decides the batches. Counted in the budget.

@@ -56,8 +56,8 @@ def check_shuffle(shuffle: str) -> str:
     """
     if shuffle not in SHUFFLES:
         raise ValueError(
-            f"shuffle must be 'pool' (units mixed over a pool, the default) or 'block' "
-            f"(samples mixed within blocks, as before), got {shuffle!r}"
+            f"shuffle must be 'block' (samples mixed within blocks, the default) or "
+            f"'pool' (units mixed over a pool), got {shuffle!r}"
         )
     return shuffle
 
@@ -143,7 +143,7 @@ def choose_loader_settings(
     memory_budget: int | None,
     decode_threads: int | None,
     batches_held: int,
-    shuffle: str = "pool",
+    shuffle: str = "block",
     shuffle_window: int | None = None,
     world_size: int = 1,
 ) -> LoaderChoices:

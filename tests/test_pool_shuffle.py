@@ -179,7 +179,7 @@ def test_a_state_of_one_order_is_refused_by_the_other(memory_url: Any) -> None:
     block.load_state_dict(pool_state)
     with pytest.raises(ValueError, match=r"made by the 'pool' shuffle.*shuffle='pool'"):
         next(iter(block))
-    pool = build_loader(url, split="all", batch_size=5, max_inflight=2)
+    pool = build_loader(url, split="all", batch_size=5, shuffle="pool", max_inflight=2)
     pool.load_state_dict(block_state)
     with pytest.raises(ValueError, match=r"made by the 'block' shuffle.*shuffle='block'"):
         next(iter(pool))
@@ -188,7 +188,7 @@ def test_a_state_of_one_order_is_refused_by_the_other(memory_url: Any) -> None:
         part = part["source"]
     part[CONFIG_KEY][ORDER_VERSION_KEY] = 0
     pool_state.pop("digest", None)
-    pool = build_loader(url, split="all", batch_size=5, max_inflight=2)
+    pool = build_loader(url, split="all", batch_size=5, shuffle="pool", max_inflight=2)
     pool.load_state_dict(pool_state)
     with pytest.raises(ValueError, match="version 0 of the 'pool' shuffle"):
         next(iter(pool))
@@ -196,7 +196,7 @@ def test_a_state_of_one_order_is_refused_by_the_other(memory_url: Any) -> None:
 
 def test_bad_shuffle_names_the_choices(memory_url: Any) -> None:
     url, _ = memory_url()
-    with pytest.raises(ValueError, match=r"shuffle must be 'pool'.*or 'block'"):
+    with pytest.raises(ValueError, match=r"shuffle must be 'block'.*or 'pool'"):
         build_loader(url, split="all", shuffle="global")
 
 
