@@ -24,6 +24,7 @@ from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
 from insitubatch_nodes.nodes.gather import GatherNode
 from insitubatch_nodes.nodes.normalise import NormaliseNode
 from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode
+from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
 from insitubatch_nodes.nodes.read_plan import ReadPlanNode
 from insitubatch_nodes.nodes.shuffle_block import ShuffleBlockNode
 from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
@@ -46,6 +47,7 @@ __all__ = [
     "NormaliseNode",
     "PatchSpec",
     "PinToDeviceNode",
+    "PoolShuffleNode",
     "ReadContext",
     "ReadPlanNode",
     "RetryPolicy",

@@ -34,12 +34,13 @@ from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.xarray_source import dataset_request, is_dataset
 from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
 from insitubatch_nodes.loader import Loader
-from insitubatch_nodes.loader_choices import choose_loader_settings
+from insitubatch_nodes.loader_choices import check_shuffle, choose_loader_settings
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
 from insitubatch_nodes.nodes.gather import GatherNode
 from insitubatch_nodes.nodes.normalise import NormaliseNode
 from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode, default_prefetch, resolve_device
+from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
 from insitubatch_nodes.nodes.read_plan import ReadPlanNode
 from insitubatch_nodes.nodes.shuffle_block import ShuffleBlockNode
 from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
@@ -157,6 +158,8 @@ def build_loader(
     split: str = "train",
     *,
     batch_size: int = 32,
+    shuffle: str = "block",
+    shuffle_window: int | None = None,
     block_chunks: int | None = None,
     max_inflight: int | None = None,
     prefetch_blocks: int = 2,
@@ -210,11 +213,22 @@ def build_loader(
         split: the split to read (`"train"`, `"val"`, `"test"`, a manifest's own, or
             `"all"`).
         batch_size: samples per batch.
-        block_chunks: units read and shuffled together: larger blocks shuffle better
-            and hold more memory; by default at least 64 samples and 8 chunks, within an
-            eighth of a fixed 1 GiB, or of a smaller `memory_budget` given
-            (`core.memory_bound.default_block_chunks`): never of the host's memory, since
-            the block decides the batches.
+        shuffle: the epoch order. `"block"` (the default): samples mixed only within
+            blocks of `block_chunks` units (its states resume as they did). `"pool"`
+            (opt-in): units enter a pool of P in the epoch's order and each batch draws
+            uniformly over every sample left in the pool, so a batch mixes about as many
+            units as a global shuffle over P units would (`core.pool_order`); it reads P
+            units before its first batch and costs throughput (measured in DESIGN.md),
+            so it is not the default yet. A state made by one is refused by the other.
+            Evaluation loaders draw in order whichever is named.
+        shuffle_window: bytes the pool's units may hold (it sets P, and P is in the
+            state); by default 1 GiB, or half of a smaller `memory_budget` given: never
+            the host's memory, since it decides the batches. Counted in the budget.
+        block_chunks: units read together (with `shuffle="block"`, also shuffled
+            together: larger blocks shuffle better and hold more memory); by default at
+            least 64 samples and 8 chunks, within an eighth of a fixed 1 GiB, or of a
+            smaller `memory_budget` given (`core.memory_bound.default_block_chunks`):
+            never of the host's memory, since the block decides the batches.
         max_inflight: chunk reads under way at once at most; by default as many as the
             store shows it takes (its delivered rate times its round trip, measured as
             reads complete, `core.inflight_target`), within an eighth of the budget and
@@ -325,6 +339,7 @@ def build_loader(
         stride = chosen.get("stride", stride)
         levels = chosen.get("levels", levels)
         patches = chosen.get("patches", patches)
+    check_shuffle(shuffle)
     target = resolve_device(device)
     decode_on = decode_device(decode, target)
     prefetch = as_optional_int("device_prefetch", device_prefetch, minimum=0)
@@ -371,6 +386,9 @@ def build_loader(
         memory_budget=memory_budget,
         decode_threads=decode_threads,
         batches_held=slots,
+        shuffle="block" if evaluation else shuffle,
+        shuffle_window=shuffle_window,
+        world_size=world_size,
     )
     memory = chosen.plan
     reading = opened.read_context(
@@ -390,7 +408,13 @@ def build_loader(
         decode_on=decode_on,
         read_across_epochs=read_across_epochs,
     )
-    draws = ShuffleBlockNode(blocks, batch_size=batch_size, drop_last=drop_last)
+    draws: BaseNode[Any]
+    if chosen.pool_size is None:
+        draws = ShuffleBlockNode(blocks, batch_size=batch_size, drop_last=drop_last)
+    else:
+        draws = PoolShuffleNode(
+            blocks, pool_size=chosen.pool_size, batch_size=batch_size, drop_last=drop_last
+        )
     # Host batches bound for a GPU are written page-locked by whichever node writes them last.
     pin = target.type == "cuda" and decode_on is None
     node: BaseNode[Any] = GatherNode(draws, pin_memory=pin and not stack, pinned_batches=slots)

@@ -91,9 +91,13 @@ class BatchDraw:
 
     Args:
         parts: each block the batch draws from, with the block rows it takes.
+        holds: what must stay alive until the batch is gathered: the slot leases of the
+            units that gave their last samples to it (`BlockMemory.unit_lease`), which the
+            pool shuffle no longer holds; the gather never reads it.
     """
 
     parts: tuple[tuple[FetchedBlock, np.ndarray], ...]
+    holds: tuple[object, ...] = ()
 
     @property
     def size(self) -> int:

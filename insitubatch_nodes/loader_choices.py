@@ -2,13 +2,14 @@
 
 Two kinds of defaults, kept apart:
 
-- Settings that change the batches (the block size: samples are shuffled within blocks)
-  are a pure function of the settings and the store, never of the host, so two machines
-  give the same batches and a run resumes on another machine. A default block is sized
-  against a fixed 1 GiB, or a smaller budget the user gave
-  (`core.memory_bound.block_sizing_budget`); the block size is kept in the loader's state
-  (`ReadPlanNode`'s config), so a state saved under another block size is refused by
-  name.
+- Settings that change the batches (the block size: samples are shuffled within blocks;
+  the pool shuffle's pool size, from `shuffle_window`) are a pure function of the
+  settings and the store, never of the host, so two machines give the same batches and a
+  run resumes on another machine. A default block is sized against a fixed 1 GiB, or a
+  smaller budget the user gave (`core.memory_bound.block_sizing_budget`), and so is the
+  default window (`core.memory_bound.shuffle_window_bytes`); the block size and the pool
+  size are kept in the loader's state (`ReadPlanNode`'s and `PoolShuffleNode`'s config),
+  so a state saved under others is refused by name.
 - Settings that only change how fast and within how much memory the same batches come
   (the memory budget, the decode threads) follow the host (`HostResources`): each rank
   takes its share of the available memory and of the cores.
@@ -35,11 +36,30 @@ from insitubatch_nodes.core.memory_bound import (
     least_budget,
     loader_block_chunks,
     plan_memory,
+    pool_window_samples,
+    shuffle_window_bytes,
+    unit_nbytes,
 )
+from insitubatch_nodes.core.pool_order import pool_units
 from insitubatch_nodes.core.settings import as_int, as_optional_int
 from insitubatch_nodes.host_resources import HostResources
 
 GIVEN = "given"
+SHUFFLES = ("pool", "block")
+
+
+def check_shuffle(shuffle: str) -> str:
+    """`shuffle` if it names an order the loader draws, else an error naming them.
+
+    Args:
+        shuffle: `"pool"` (the chunk-pool shuffle) or `"block"` (the block shuffle).
+    """
+    if shuffle not in SHUFFLES:
+        raise ValueError(
+            f"shuffle must be 'block' (samples mixed within blocks, the default) or "
+            f"'pool' (units mixed over a pool), got {shuffle!r}"
+        )
+    return shuffle
 
 
 class HostTooSmallError(ValueError):
@@ -69,6 +89,9 @@ class LoaderChoices:
         block_chunks: units per block.
         block_from: why that many.
         plan: how the budget splits (`core.memory_bound.MemoryPlan`).
+        shuffle: the order (`"pool"` or `"block"`).
+        pool_size: the pool's units (P) for the pool shuffle, else None.
+        pool_from: why that many.
     """
 
     memory_budget: int
@@ -78,6 +101,9 @@ class LoaderChoices:
     block_chunks: int
     block_from: str
     plan: MemoryPlan
+    shuffle: str = "block"
+    pool_size: int | None = None
+    pool_from: str = ""
 
     def summary(self) -> str:
         """One line for the log: each choice with its reason, and how the budget splits."""
@@ -87,7 +113,12 @@ class LoaderChoices:
             f"{plan.window_bytes}, batches {plan.batch_bytes}, reads in flight up to "
             f"{plan.inflight_bytes}, read-ahead up to {plan.read_ahead_bytes} bytes; "
             f"decode_threads={self.decode_threads} ({self.threads_from}); "
-            f"block_chunks={self.block_chunks} ({self.block_from})"
+            f"block_chunks={self.block_chunks} ({self.block_from}); shuffle={self.shuffle}"
+            + (
+                ""
+                if self.pool_size is None
+                else f", pool of {self.pool_size} units ({self.pool_from})"
+            )
         )
 
 
@@ -112,6 +143,9 @@ def choose_loader_settings(
     memory_budget: int | None,
     decode_threads: int | None,
     batches_held: int,
+    shuffle: str = "block",
+    shuffle_window: int | None = None,
+    world_size: int = 1,
 ) -> LoaderChoices:
     """The budget, decode threads, block size and memory plan of a loader: the user's
     settings where given, else the defaults (see the module).
@@ -129,6 +163,11 @@ def choose_loader_settings(
         decode_threads: threads of the decode pool (an int >= 1), or None for the host's
             share of the cores.
         batches_held: gathered batches alive at once (the staging ring on CUDA).
+        shuffle: `"pool"` or `"block"` (`check_shuffle`).
+        shuffle_window: bytes the pool shuffle's units may hold (an int >= 1), or None
+            for the default (`core.memory_bound.shuffle_window_bytes`); it sets P.
+        world_size: the ranks sharing the split (a rank's pool never holds more units
+            than its share).
 
     Raises:
         ValueError: a setting is out of range, or a given budget is too small for the
@@ -144,6 +183,20 @@ def choose_loader_settings(
     sized_against = block_sizing_budget(memory_budget)
     chunks = loader_block_chunks(anchors, layouts, block_chunks, sized_against)
     block_samples = anchors.block_rows_bound(chunks)
+    pool_size, pool_from, window_samples = None, "", None
+    if check_shuffle(shuffle) == "pool":
+        window = shuffle_window_bytes(shuffle_window, memory_budget)
+        unit_bytes = unit_nbytes(anchors, layouts)
+        pool_size = pool_units(window, unit_bytes, anchors.unit_length, batch_size)
+        rank_units = -(-int(anchors.units.size) // max(1, world_size))
+        window_samples = pool_window_samples(
+            anchors, pool_size, rank_units, block_samples, batch_size
+        )
+        pool_from = (
+            f"shuffle_window={window} bytes{' (given)' if shuffle_window is not None else ''}"
+            f" over {unit_bytes}-byte units, at least a batch's units plus one: never the "
+            f"host's memory"
+        )
 
     def plan_for(budget: int) -> MemoryPlan:
         return plan_memory(
@@ -153,6 +206,7 @@ def choose_loader_settings(
             block_samples=block_samples,
             max_inflight=max_inflight,
             batches_held=batches_held,
+            window_samples=window_samples,
         )
 
     if memory_budget is not None:
@@ -168,6 +222,7 @@ def choose_loader_settings(
                 block_samples=block_samples,
                 max_inflight=max_inflight,
                 batches_held=batches_held,
+                window_samples=window_samples,
             )
             if least is None or least > host.rank_memory_bytes:
                 keep = None if block_chunks is not None else chunks
@@ -185,6 +240,9 @@ def choose_loader_settings(
         block_chunks=chunks,
         block_from=_block_reason(block_chunks, sized_against),
         plan=plan,
+        shuffle=shuffle,
+        pool_size=pool_size,
+        pool_from=pool_from,
     )
 
 

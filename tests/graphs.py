@@ -17,6 +17,7 @@ from insitubatch_nodes import (
     GatherNode,
     PatchSpec,
     PinToDeviceNode,
+    PoolShuffleNode,
     ReadPlanNode,
     RetryPolicy,
     SampleSpec,
@@ -54,7 +55,9 @@ def build_stage(
     retry: RetryPolicy | None = None,
     read_across_epochs: bool = False,
     block_memory_bytes: int = DEFAULT_MEMORY_BUDGET,
+    pool_size: int | None = None,
 ) -> BaseNode[Any]:
+    """The default graph up to `stage`; with `pool_size`, its shuffle is the pool's."""
     source = ZarrSource.open(url)
     anchors = AnchorSet.for_split(source.geometry, source.split_units(split), spec, patches)
     node: BaseNode[Any] = ChunkPermuteNode(
@@ -81,7 +84,16 @@ def build_stage(
                 read_across_epochs=read_across_epochs,
             ),
         ),
-        ("shuffle", lambda n: ShuffleBlockNode(n, batch_size=batch_size, drop_last=drop_last)),
+        (
+            "shuffle",
+            lambda n: (
+                ShuffleBlockNode(n, batch_size=batch_size, drop_last=drop_last)
+                if pool_size is None
+                else PoolShuffleNode(
+                    n, pool_size=pool_size, batch_size=batch_size, drop_last=drop_last
+                )
+            ),
+        ),
         ("gather", GatherNode),
         ("device", lambda n: PinToDeviceNode(n, device=device, prefetch=prefetch)),
     ]

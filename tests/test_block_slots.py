@@ -14,9 +14,11 @@ from hypothesis import strategies as st
 from strategies import geometries
 
 from insitubatch_nodes import Loader, build_loader
+from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.read_plan import ReadPlan, plan_block
+from insitubatch_nodes.core.sample_spec import SampleSpec, window
 from insitubatch_nodes.io.block_slots import BlockMemory, BlockSlots
 from insitubatch_nodes.loader import graph_nodes
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
@@ -166,3 +168,33 @@ def test_a_loader_holds_its_blocks_in_slots_within_the_budget_and_frees_them(
     del loader
     gc.collect()
     assert slots.leased_bytes == 0
+
+
+def test_a_released_unit_gives_back_only_the_slots_no_other_unit_needs() -> None:
+    """A pool drains units one by one: a unit's slots go back once the block no longer
+    holds its lease and nothing else does, except a halo chunk a unit still held needs."""
+    layout = VariableLayout((40, 3), (2, 3), "float32")
+    geometry = SampleGeometry.from_layouts({"v": layout})
+    spec = SampleSpec({"x": window(["v"], steps=2)})  # t-1, t: a unit's halo is its neighbour
+    anchors = AnchorSet.for_split(geometry, np.arange(geometry.num_units), spec)
+    assignment = assign_epoch(anchors, anchors.units, seed=0, epoch=0, rank=0, world_size=1)
+    units = np.sort(assignment.units)[2:5]  # three neighbouring units
+    plan = plan_block(anchors, units, assignment=assignment, block_index=0)
+    slots = BlockSlots({"v": layout}, capacity_bytes=40 * 12)
+    memory = slots.lease(plan)
+    _stamp(memory, plan, 1)
+    slot_bytes = 2 * 12
+    held = slots.leased_bytes
+    assert held == 4 * slot_bytes  # the three units' chunks and the first one's halo
+    kept = memory.unit_lease(0)  # e.g. a batch that drew unit 0's last samples
+    memory.release_unit(0)
+    assert slots.leased_bytes == held  # the batch still holds them
+    del kept
+    gc.collect()
+    assert slots.leased_bytes == held - slot_bytes  # the halo: only unit 0 needed it
+    memory.release_unit(2)
+    assert slots.leased_bytes == held - 2 * slot_bytes  # unit 2's chunk; unit 1 needs its own
+    _check(memory, plan, 1)  # what is still leased was not touched
+    memory.release_unit(1)
+    assert slots.leased_bytes == 0
+    memory.release_unit(1)  # a second release is harmless

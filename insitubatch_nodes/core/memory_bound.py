@@ -1,8 +1,10 @@
 """How one `memory_budget` covers everything the loader holds at once.
 
-Resident per rank: the shuffle window (the blocks a batch draws from: fewer than
-`batch_size` undrawn samples plus the partly drawn oldest block plus the newest block,
-so at most `batch_size + 2 * block_samples` samples), the batch being gathered, the stored
+Resident per rank: the shuffle window (block shuffle: the blocks a batch draws from,
+fewer than `batch_size` undrawn samples plus the partly drawn oldest block plus the
+newest block, so at most `batch_size + 2 * block_samples` samples; pool shuffle: the
+pool's P units, freed unit by unit, plus the newest block whose units wait to enter and a
+batch's worth for short units, `pool_window_samples`), the batch being gathered, the stored
 bytes of chunk reads in flight, and the blocks read ahead. The first three are fixed by
 the settings; read-ahead gets what is left, and at least one block must fit.
 `plan_loader_memory` makes that plan for a loader, the block size included, before any
@@ -37,6 +39,52 @@ MIN_BLOCK_CHUNKS = 8
 MIN_BLOCK_SAMPLES = 64  # per-block work (plan, reads, wake-ups) spread over this many
 BLOCKS_PER_BUDGET = 8  # a default block takes at most this fraction of the budget
 INFLIGHT_SHARE = 8  # self-tuning reads in flight hold at most this fraction of the budget
+# bytes: the pool shuffle's default window (a pure constant, so the order is the host's
+# never; a smaller budget the user gives takes half of it instead)
+SHUFFLE_WINDOW_BYTES = 1 << 30
+
+
+def shuffle_window_bytes(shuffle_window: int | None, memory_budget: int | None) -> int:
+    """The bytes the pool shuffle's window may hold: `shuffle_window` if given, else
+    `SHUFFLE_WINDOW_BYTES`, or half of a smaller `memory_budget` the user gave. Never the
+    host's memory: the window sets the pool's size, so the batches.
+
+    Args:
+        shuffle_window: the window the user gave, in bytes, or None.
+        memory_budget: the budget the user gave, or None when it is the host's.
+    """
+    if shuffle_window is not None:
+        return as_int("shuffle_window", shuffle_window, minimum=1)
+    if memory_budget is None:
+        return SHUFFLE_WINDOW_BYTES
+    return min(SHUFFLE_WINDOW_BYTES, max(1, memory_budget // 2))
+
+
+def unit_nbytes(anchors: AnchorSet, layouts: Mapping[str, VariableLayout]) -> int:
+    """Bytes of one unit's rows (its halo chunks included): what a pool slot holds.
+
+    Args:
+        anchors: the samples of the split.
+        layouts: the selected arrays, by name.
+    """
+    return anchors.block_rows_bound(1) * sample_nbytes(layouts)
+
+
+def pool_window_samples(
+    anchors: AnchorSet, pool_size: int, rank_units: int, block_samples: int, batch_size: int
+) -> int:
+    """Rows the pool shuffle holds at most: its units (P, or the rank's units if fewer),
+    the newest block (its units wait to enter), and a batch's worth more (a pool short of
+    a batch's samples, which only short units cause, takes in units past P).
+
+    Args:
+        anchors: the samples of the split.
+        pool_size: P (`core.pool_order.pool_units`).
+        rank_units: the most units one rank holds in an epoch.
+        block_samples: buffer rows of one block, at most.
+        batch_size: samples per batch.
+    """
+    return anchors.block_rows_bound(min(pool_size, rank_units)) + block_samples + batch_size
 
 
 def default_block_chunks(unit_samples: int, unit_bytes: int, memory_budget: int) -> int:
@@ -101,6 +149,7 @@ def plan_memory(
     block_samples: int,
     max_inflight: int | None,
     batches_held: int = 1,
+    window_samples: int | None = None,
 ) -> MemoryPlan:
     """Split `memory_budget` (bytes); a budget too small for one block read ahead is an
     error that says what the fixed parts need.
@@ -115,12 +164,16 @@ def plan_memory(
             `INFLIGHT_SHARE` of the budget, or `CEILING` chunks if less, one at least.
         batches_held: gathered batches alive at once (on CUDA, the page-locked staging
             ring: the device node's prefetch depth plus one).
+        window_samples: rows the shuffle window holds at most (the pool shuffle's,
+            `pool_window_samples`), or None for the block shuffle's.
     """
     per_sample = sample_nbytes(layouts)
     largest_chunk = max(
         math.prod(layout.chunks) * np.dtype(layout.dtype).itemsize for layout in layouts.values()
     )
-    window = (batch_size + 2 * block_samples) * per_sample
+    if window_samples is None:
+        window_samples = batch_size + 2 * block_samples
+    window = window_samples * per_sample
     batch = batches_held * batch_size * per_sample
     # stored bytes are at most about decoded bytes
     if max_inflight is None:
@@ -136,7 +189,8 @@ def plan_memory(
             f"memory_budget={memory_budget} bytes is too small: the shuffle window needs "
             f"{window}, the batch {batch}, {reads} {inflight}, and "
             f"one block read ahead {block} (at least {window + batch + inflight + block} in "
-            f"all); raise memory_budget, or lower block_chunks, batch_size or max_inflight"
+            f"all); raise memory_budget, or lower block_chunks, batch_size, max_inflight or "
+            f"shuffle_window"
         )
     return MemoryPlan(window, batch, inflight, block, read_ahead)
 
@@ -228,6 +282,7 @@ def least_budget(
     block_samples: int,
     max_inflight: int | None,
     batches_held: int,
+    window_samples: int | None = None,
 ) -> int | None:
     """The least `memory_budget` that `plan_memory` accepts for a block of
     `block_samples` rows (one byte less is refused), or None when none up to
@@ -241,6 +296,7 @@ def least_budget(
         block_samples: buffer rows of one block, at most.
         max_inflight: chunk reads under way at once at most, or None (see `plan_memory`).
         batches_held: gathered batches alive at once.
+        window_samples: the shuffle window's rows (see `plan_memory`), or None.
     """
 
     def fits(budget: int) -> bool:
@@ -252,6 +308,7 @@ def least_budget(
                 block_samples=block_samples,
                 max_inflight=max_inflight,
                 batches_held=batches_held,
+                window_samples=window_samples,
             )
         except ValueError:
             return False

@@ -89,7 +89,9 @@ class ReadPlan:
     increasing order (a *segment*: the rows of one such chunk, contiguous, never more than
     the chunk's length; block memory may place each segment anywhere, `io.block_slots`).
     With patches, sample i is the crop at `origins[i]` and only the grid chunks some crop
-    touches are read (the rest of the buffer is never gathered).
+    touches are read (the rest of the buffer is never gathered). The samples of unit
+    `units[k]` are `unit_starts[k]:unit_starts[k + 1]` (a unit's samples are contiguous,
+    which is what lets a pool shuffle give a unit's memory back on its own).
     """
 
     assignment: EpochAssignment
@@ -104,6 +106,7 @@ class ReadPlan:
     spec: SampleSpec | None = None
     patches: PatchSpec | None = None
     origins: np.ndarray | None = None  # (num_samples, axes) crop origins with patches
+    unit_starts: np.ndarray | None = None  # (units + 1,) each unit's first sample, then the end
 
     @property
     def num_samples(self) -> int:
@@ -194,6 +197,7 @@ def plan_block(
         spec=anchors.spec,
         patches=anchors.patches,
         origins=origins,
+        unit_starts=np.concatenate([[0], np.cumsum(anchors.unit_sizes(units))]).astype(np.int64),
     )
 
 

@@ -13,9 +13,15 @@ the plan's buffer rows into backing rows with one vectorised search, so the gath
 one take per (field, block); decoding shifts each chunk's target rows once
 (`BlockMemory.region`), which is Python work per chunk, not per sample.
 
-Slots go back when the block's `BlockMemory` is garbage (a `FetchedBlock` holds it, so
-when the shuffle and the gather are done with the block): the batches the gather writes
-are copies, so nothing else views a slot. The lowest free slots are leased first, so the
+Each leased slot is a small token whose garbage collection gives the slot back. The
+block's `BlockMemory` holds the tokens grouped by unit (a unit's group: the slots its
+samples' rows lie in, a window's halo included, so a slot two units need is in both
+groups). By default the groups go with the block (when the shuffle and the gather are done
+with it: the batches the gather writes are copies, so nothing else views a slot). A pool
+shuffle, which drains units one by one, takes a unit's group (`unit_lease`), drops it from
+the block (`release_unit`) once the unit has given its last sample, and lets the batch
+that drew those samples hold the group until it is gathered: a unit's slots then go back
+while the block's other units are still drawn from. The lowest free slots are leased first, so the
 pages in use stay the same few (a page's first write costs a fault, about a sixth of the
 loader's throughput on two cores with one time step per chunk), and the backing arrays
 are allocated unwritten, so slots never leased cost no memory. When the free slots cannot
@@ -29,8 +35,8 @@ import heapq
 import math
 import threading
 import weakref
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -53,11 +59,33 @@ class BlockMemory:
         shifts: per variable, each segment's first row in `arrays[variable]` minus its
             first row in the plan's buffer; None when the block has its own buffers, laid
             out as the plan's.
+        leases: the tokens that keep the block's slots leased, by unit (its index in the
+            plan's units; -1 for slots no unit's samples lie in); empty for own buffers.
     """
 
     arrays: Mapping[str, np.ndarray]
     segment_starts: Mapping[str, np.ndarray]
     shifts: Mapping[str, np.ndarray] | None = None
+    leases: dict[int, tuple[object, ...]] = field(default_factory=dict)
+
+    def unit_lease(self, unit: int) -> tuple[object, ...]:
+        """The tokens keeping unit `unit`'s slots leased (empty for own buffers or once
+        released): whoever holds them keeps those slots from being leased again.
+
+        Args:
+            unit: the unit's index in the plan's units.
+        """
+        return self.leases.get(unit, ())
+
+    def release_unit(self, unit: int) -> None:
+        """Stop holding unit `unit`'s slots from this block: they go back once nothing
+        else holds the unit's lease (and no other unit of the block needs them). Safe to
+        call more than once.
+
+        Args:
+            unit: the unit's index in the plan's units.
+        """
+        self.leases.pop(unit, None)
 
     @classmethod
     def own(cls, plan: ReadPlan, layouts: Mapping[str, VariableLayout]) -> BlockMemory:
@@ -104,6 +132,51 @@ class BlockMemory:
         segment = int(np.searchsorted(self.segment_starts[name], rows.start, side="right")) - 1
         shift = int(self.shifts[name][segment])
         return array[(slice(rows.start + shift, rows.stop + shift), *target[1:])]
+
+
+class _SlotToken:
+    """One leased slot: giving it back is this object's finalizer."""
+
+    __slots__ = ("__weakref__",)
+
+
+def unit_segment_pairs(plan: ReadPlan, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Which segments of variable `name` each unit's samples read (its own chunks and any
+    halo chunk): distinct (unit, segment) pairs as two arrays, the unit an index into the
+    plan's units and the segment an index into `plan.segment_starts[name]`. One
+    vectorised pass over the plan's rows.
+
+    Args:
+        plan: the block's read plan (with `unit_starts`).
+        name: the variable.
+    """
+    assert plan.unit_starts is not None
+    table = plan.rows[name]
+    sizes = np.diff(plan.unit_starts)
+    unit_of_row = np.repeat(np.repeat(np.arange(sizes.size), sizes), table.shape[1])
+    segment = np.searchsorted(plan.segment_starts[name], table.reshape(-1), side="right") - 1
+    count = plan.segment_starts[name].size
+    pairs = np.unique(unit_of_row * count + segment)
+    return pairs // count, pairs % count
+
+
+def _unit_groups(
+    plan: ReadPlan, tokens: Mapping[str, list[_SlotToken]]
+) -> dict[int, tuple[object, ...]]:
+    """The slot tokens grouped by the unit whose samples lie in them (see the module);
+    slots no unit needs (none, for plans `core.read_plan` makes) under -1."""
+    if plan.unit_starts is None:
+        return {-1: tuple(t for group in tokens.values() for t in group)}
+    groups: dict[int, list[object]] = {}
+    for name, group in tokens.items():
+        used = np.zeros(len(group), dtype=bool)
+        units, segments = unit_segment_pairs(plan, name)
+        used[segments] = True
+        for unit, segment in zip(units.tolist(), segments.tolist(), strict=True):
+            groups.setdefault(unit, []).append(group[segment])
+        for segment in np.flatnonzero(~used).tolist():
+            groups.setdefault(-1, []).append(group[segment])
+    return {unit: tuple(held) for unit, held in groups.items()}
 
 
 class _Backing:
@@ -202,18 +275,28 @@ class BlockSlots:
             - plan.segment_starts[name]
             for name, slots in taken.items()
         }
-        memory = BlockMemory(arrays, {name: plan.segment_starts[name] for name in taken}, shifts)
-        weakref.finalize(memory, self._give_back, generation, taken, nbytes)
-        return memory
+        tokens: dict[str, list[_SlotToken]] = {}
+        for name, slots in taken.items():
+            tokens[name] = []
+            for slot in slots:
+                token = _SlotToken()
+                weakref.finalize(
+                    token, self._give_back, generation, name, slot, backings[name].slot_nbytes
+                )
+                tokens[name].append(token)
+        return BlockMemory(
+            arrays,
+            {name: plan.segment_starts[name] for name in taken},
+            shifts,
+            _unit_groups(plan, tokens),
+        )
 
-    def _give_back(self, generation: int, taken: Mapping[str, Iterable[int]], nbytes: int) -> None:
+    def _give_back(self, generation: int, name: str, slot: int, nbytes: int) -> None:
         with self._lock:
             self.leased_bytes -= nbytes
             if generation != self._generation:
                 return  # its backing arrays were let go: they go when their blocks do
-            for name, slots in taken.items():
-                for slot in slots:
-                    heapq.heappush(self._backings[name].given_back, slot)
+            heapq.heappush(self._backings[name].given_back, slot)
 
     def clear(self) -> None:
         """Let the backing arrays go (they are freed once the blocks still leasing them

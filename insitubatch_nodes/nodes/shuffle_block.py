@@ -32,12 +32,18 @@ from insitubatch_nodes.loader import graph_nodes
 from insitubatch_nodes.nodes.chunk_permute import EVALUATION_DROP_LAST
 from insitubatch_nodes.nodes.state_checks import (
     CONFIG_KEY,
+    ORDER_KEY,
+    ORDER_VERSION_KEY,
     check_cursor,
     check_node_state,
     check_saved_config,
+    check_shuffle_order,
     cursor_out_of_range,
     named_state,
 )
+
+BLOCK_ORDER = "block"
+BLOCK_ORDER_VERSION = 1
 
 
 @dataclass
@@ -50,6 +56,33 @@ class _Resident:
     @property
     def remaining(self) -> int:
         return self.draw.size - self.drawn
+
+
+def count_batches(node: object, source: BaseNode[Any], batch_size: int, drop_last: bool) -> int:
+    """Batches a shuffle node yields per epoch on this rank (the last one may be short),
+    from the share the `ChunkPermuteNode` upstream deals, without reading anything.
+
+    Args:
+        node: the shuffle node (named in the error).
+        source: its source.
+        batch_size: samples per batch.
+        drop_last: whether only full batches are yielded.
+
+    Raises:
+        TypeError: no node upstream tells this rank's share, or more than one does.
+    """
+    counters = [n for n in graph_nodes(source) if callable(getattr(n, "samples_per_epoch", None))]
+    if len(counters) != 1:
+        raise TypeError(
+            f"the {type(node).__name__} cannot count its batches: {len(counters)} nodes "
+            f"upstream of it tell a rank's share of the epoch (a ChunkPermuteNode does), "
+            f"where it needs exactly one"
+        )
+    (counter,) = counters
+    if drop_last and getattr(counter, "evaluation", False):
+        raise ValueError(EVALUATION_DROP_LAST)
+    samples = counter.samples_per_epoch(batch_size, drop_last)
+    return -(-samples // batch_size)
 
 
 class ShuffleBlockNode(BaseNode[BatchDraw]):
@@ -98,6 +131,7 @@ class ShuffleBlockNode(BaseNode[BatchDraw]):
         is restored first, so that a state from other data or settings upstream is refused
         for that, the more basic difference."""
         keys = (self.SOURCE_KEY, self.DRAWN_KEY, self.YIELDED_KEY, self.TARGET_KEY)
+        check_shuffle_order(initial_state, BLOCK_ORDER, BLOCK_ORDER_VERSION)
         state = check_node_state(self, initial_state, keys)
         self.source.reset(state[self.SOURCE_KEY])
         check_saved_config(self, state, self._config())
@@ -180,7 +214,12 @@ class ShuffleBlockNode(BaseNode[BatchDraw]):
         return last.block, positions
 
     def _config(self) -> dict[str, Any]:
-        return {"batch_size": self.batch_size, "drop_last": self.drop_last}
+        return {
+            "batch_size": self.batch_size,
+            "drop_last": self.drop_last,
+            ORDER_KEY: BLOCK_ORDER,
+            ORDER_VERSION_KEY: BLOCK_ORDER_VERSION,
+        }
 
     def batches_per_epoch(self) -> int:
         """Batches this node yields per epoch on this rank (the last one may be short),
@@ -191,20 +230,7 @@ class ShuffleBlockNode(BaseNode[BatchDraw]):
             TypeError: no node upstream tells this rank's share (a `ChunkPermuteNode`
                 does), or more than one does.
         """
-        counters = [
-            n for n in graph_nodes(self.source) if callable(getattr(n, "samples_per_epoch", None))
-        ]
-        if len(counters) != 1:
-            raise TypeError(
-                f"the ShuffleBlockNode cannot count its batches: {len(counters)} nodes "
-                f"upstream of it tell a rank's share of the epoch (a ChunkPermuteNode does), "
-                f"where it needs exactly one"
-            )
-        (counter,) = counters
-        if self.drop_last and getattr(counter, "evaluation", False):
-            raise ValueError(EVALUATION_DROP_LAST)
-        samples = counter.samples_per_epoch(self.batch_size, self.drop_last)
-        return -(-samples // self.batch_size)
+        return count_batches(self, self.source, self.batch_size, self.drop_last)
 
     def get_state(self) -> dict[str, Any]:
         drawn = self._window[0].drawn if self._window else (self._restore_drawn or 0)

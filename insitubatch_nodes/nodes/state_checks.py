@@ -235,3 +235,48 @@ def check_state_digest(state: Mapping[str, Any]) -> None:
             "the loader state does not match the digest it was saved with: it was edited or "
             f"damaged after loader.state_dict() made it; {_SAVED_AS_IS}"
         )
+
+
+# Which shuffle order each shuffle node's states were made with (states saved before the
+# order was recorded in their config are the block order's, version 1).
+SHUFFLE_NODE_ORDERS = {"ShuffleBlockNode": "block", "PoolShuffleNode": "pool"}
+ORDER_KEY = "order"
+ORDER_VERSION_KEY = "order_version"
+
+
+def check_shuffle_order(state: Any, order: str, version: int) -> None:
+    """Refuse, naming the setting that resumes it, a state made by another shuffle order
+    (`build_loader(shuffle=)`) or another version of this one: its cursor counts another
+    sequence of batches.
+
+    Args:
+        state: the shuffle node's part of a loaded state (anything: checked further by
+            `check_node_state`).
+        order: this node's order (`"block"` or `"pool"`).
+        version: this node's version of it.
+
+    Raises:
+        ValueError: the state was made by another order or version.
+    """
+    if not isinstance(state, Mapping):
+        return
+    saved_node = state.get(NODE_KEY)
+    config = state.get(CONFIG_KEY)
+    saved_order = SHUFFLE_NODE_ORDERS.get(saved_node) if isinstance(saved_node, str) else None
+    saved_version = 1
+    if isinstance(config, Mapping):
+        saved_order = config.get(ORDER_KEY, saved_order)
+        saved_version = config.get(ORDER_VERSION_KEY, 1)
+    if saved_order is None or (saved_order, saved_version) == (order, version):
+        return
+    if saved_order != order:
+        raise ValueError(
+            f"this state was made by the {saved_order!r} shuffle (version {saved_version}) "
+            f"and this loader draws the {order!r} shuffle: the state counts other batches. "
+            f"Build the loader with shuffle={saved_order!r} to resume it"
+        )
+    raise ValueError(
+        f"this state was made by version {saved_version} of the {order!r} shuffle and this "
+        f"loader draws version {version}: the state counts other batches. Resume it with "
+        f"the release that saved it, or start the epoch afresh"
+    )

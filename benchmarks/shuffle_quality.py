@@ -1,0 +1,68 @@
+"""Shuffle quality of the block order against the pool order (issue 17), from the pure
+orders (the loader yields exactly these, `tests/test_pool_shuffle.py`): a year of hourly
+ERA5-shaped steps (4 x float32 (121, 240)), batch 32, the default block size and pool.
+
+Run: `python benchmarks/shuffle_quality.py`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from insitubatch_nodes.core.anchors import AnchorSet
+from insitubatch_nodes.core.draw_order import rank_epoch_order
+from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
+from insitubatch_nodes.core.memory_bound import (
+    SHUFFLE_WINDOW_BYTES,
+    block_sizing_budget,
+    loader_block_chunks,
+    unit_nbytes,
+)
+from insitubatch_nodes.core.partition import assign_epoch
+from insitubatch_nodes.core.pool_order import pool_epoch_order, pool_units
+from insitubatch_nodes.core.quality import (
+    distinct_units_per_batch,
+    gap_score,
+    mean_time_distance,
+    uniform_distinct_units,
+    uniform_time_distance,
+)
+
+BATCH = 32
+STEPS = 8760
+
+
+def report(steps_per_chunk: int) -> None:
+    """Print one line per order for `steps_per_chunk`."""
+    layouts = {
+        f"v{i}": VariableLayout((STEPS, 121, 240), (steps_per_chunk, 121, 240), "float32")
+        for i in range(4)
+    }
+    anchors = AnchorSet.everything(SampleGeometry.from_layouts(layouts))
+    a = assign_epoch(anchors, anchors.units, seed=0, epoch=0, rank=0, world_size=1)
+    block_chunks = loader_block_chunks(anchors, layouts, None, block_sizing_budget(None))
+    pool = pool_units(SHUFFLE_WINDOW_BYTES, unit_nbytes(anchors, layouts), steps_per_chunk, BATCH)
+    uniform_d = uniform_distinct_units(anchors.unit_sizes(anchors.units), BATCH)
+    uniform_t = uniform_time_distance(anchors.unit_samples(anchors.units))
+    orders = {
+        f"block ({block_chunks} units)": rank_epoch_order(
+            anchors, a, block_chunks=block_chunks, batch_size=BATCH, drop_last=True
+        ),
+        f"pool (P={pool})": pool_epoch_order(
+            anchors, a, pool_size=pool, batch_size=BATCH, drop_last=True
+        ),
+    }
+    for name, order in orders.items():
+        batches = list(order.reshape(-1, BATCH))
+        d = distinct_units_per_batch(batches, steps_per_chunk)
+        t = mean_time_distance(batches)
+        print(
+            f"{steps_per_chunk:>2} steps/chunk {name:18s} distinct/B {d / BATCH:.2f} "
+            f"(uniform {uniform_d / BATCH:.2f}, x{d / uniform_d:.2f}); time distance "
+            f"x{t / uniform_t:.2f}; gap {gap_score(np.asarray(order)):.2f}"
+        )
+
+
+if __name__ == "__main__":
+    for steps in (24, 4):
+        report(steps)

@@ -1,0 +1,161 @@
+"""The chunk-pool shuffle: the order a rank's samples leave a pool of units, as a pure
+function (version `POOL_ORDER_VERSION`).
+
+The rule, in words. A rank's units come in its epoch order (`core.partition`). A pool
+holds up to P of them. Before each batch the pool is refilled in that order up to P units
+(and past P while the pool holds fewer samples than the batch still needs, which only
+short units cause); units therefore enter at fixed points of the draw sequence (batch
+starts), never when a read happens to finish. Batch b takes its real samples from the
+pool as a uniform draw without replacement over every sample still in it: how many each
+unit gives is one multivariate hypergeometric draw over what each unit has left, from a
+generator keyed on (seed, epoch, rank, b), so no earlier draw needs replaying to make
+batch b. Each unit gives its samples in its own seeded permutation, keyed on (seed,
+epoch, unit): which samples a unit gives depends only on how many it gave before. A unit
+that has given all its samples leaves the pool. Inside a batch, samples are grouped by
+unit in pool order (pool order is entry order), so the gather stays one take per block.
+
+A rank that pads to the common per-rank count (`drop_last=False`) repeats, once its own
+samples are out, the permutation of the last unit to enter, cycled from its start: no
+extra reads, since that unit is the last one read. With `drop_last` the order is cut at
+the common count.
+
+P bounds the memory the shuffle holds (P units' rows, freed unit by unit as they drain)
+and sets the quality: a batch of B draws over P units' samples touches about as many
+distinct units as a uniform global shuffle would over P units. `pool_units` makes P from
+the window's bytes, a pure function of the settings and the store.
+
+`pool_epoch_order` spells the whole epoch out at once; `PoolShuffleNode` reproduces it
+incrementally through `pool_take`, and the tests hold one against the other.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from insitubatch_nodes.core.draw_order import padding_positions
+from insitubatch_nodes.core.geometry import UnitSamples
+from insitubatch_nodes.core.partition import EpochAssignment
+from insitubatch_nodes.core.seeding import rng_for
+
+POOL_ORDER = "pool"
+POOL_ORDER_VERSION = 1
+
+
+def pool_units(window_bytes: int, unit_bytes: int, unit_length: int, batch_size: int) -> int:
+    """P, the units the pool holds: as many as `window_bytes` holds, and at least enough
+    for one batch (plus one unit, so that a batch never empties the pool by construction).
+    A pure function of the settings and the store: the same on every host, so the order
+    is too.
+
+    Args:
+        window_bytes: bytes the pool may hold (`shuffle_window`).
+        unit_bytes: bytes of one unit's rows (halo chunks included).
+        unit_length: samples in a full unit.
+        batch_size: samples per batch.
+    """
+    if window_bytes < 1 or unit_bytes < 1 or unit_length < 1 or batch_size < 1:
+        raise ValueError(
+            f"pool_units needs positive sizes, got window_bytes={window_bytes}, "
+            f"unit_bytes={unit_bytes}, unit_length={unit_length}, batch_size={batch_size}"
+        )
+    least = -(-batch_size // unit_length) + 1
+    return max(least, window_bytes // unit_bytes)
+
+
+def unit_draw(seed: int, epoch: int, unit: int, size: int) -> np.ndarray:
+    """Local positions of a unit's samples in the order the unit gives them: keyed on the
+    unit, not the rank, so a unit gives the same samples whichever rank holds it.
+
+    Args:
+        seed: the loader's seed.
+        epoch: the epoch.
+        unit: the unit's index in the store.
+        size: the samples the unit holds.
+    """
+    return rng_for(seed, "unit-draw", epoch, unit).permutation(size)
+
+
+def pool_take(
+    seed: int, epoch: int, rank: int, batch: int, remaining: np.ndarray, want: int
+) -> np.ndarray:
+    """How many samples each pool unit gives to batch `batch`: `want` samples drawn
+    uniformly without replacement from every sample left in the pool (a multivariate
+    hypergeometric draw), so a unit with more left gives more.
+
+    Args:
+        seed: the loader's seed.
+        epoch: the epoch.
+        rank: this rank.
+        batch: the batch's index in the rank's epoch.
+        remaining: samples each pool unit has left, in pool order.
+        want: samples to take, at most `remaining.sum()`.
+    """
+    remaining = np.asarray(remaining, dtype=np.int64)
+    if want > int(remaining.sum()):
+        raise ValueError(f"the pool holds {int(remaining.sum())} samples, fewer than {want}")
+    if want == 0 or remaining.size == 0:
+        return np.zeros(remaining.size, dtype=np.int64)
+    generator = rng_for(seed, "pool-batch", epoch, rank, batch)
+    return generator.multivariate_hypergeometric(remaining, want).astype(np.int64)
+
+
+def pool_epoch_order(
+    geometry: UnitSamples,
+    assignment: EpochAssignment,
+    *,
+    pool_size: int,
+    batch_size: int,
+    drop_last: bool,
+) -> np.ndarray:
+    """Global sample ids one rank yields in one epoch under the pool shuffle, in order
+    (batches are consecutive slices of `batch_size`).
+
+    Args:
+        geometry: how many samples each unit holds (a `SampleGeometry` or `AnchorSet`).
+        assignment: the rank's units for the epoch (training: `assign_epoch`).
+        pool_size: P, the units the pool holds (`pool_units`).
+        batch_size: samples per batch.
+        drop_last: whether only full batches are yielded.
+    """
+    a = assignment
+    target = a.samples_per_rank(batch_size, drop_last)
+    units = a.units
+    samples = [geometry.unit_samples(units[i : i + 1]) for i in range(units.size)]
+    draws = [
+        unit_draw(a.seed, a.epoch, int(u), s.size) for u, s in zip(units, samples, strict=True)
+    ]
+    pool: list[int] = []  # positions in the rank's unit order, entry order
+    given: dict[int, int] = {}
+    next_unit = 0
+    left = int(sum(s.size for s in samples))
+    pieces: list[np.ndarray] = []
+    yielded = padded = 0
+    batch = 0
+    while yielded < target:
+        want = min(batch_size, target - yielded)
+        real = min(want, left)
+        in_pool = sum(samples[p].size - given[p] for p in pool)
+        while next_unit < units.size and (len(pool) < pool_size or in_pool < real):
+            pool.append(next_unit)
+            given[next_unit] = 0
+            in_pool += samples[next_unit].size
+            next_unit += 1
+        remaining = np.array([samples[p].size - given[p] for p in pool], dtype=np.int64)
+        counts = pool_take(a.seed, a.epoch, a.rank, batch, remaining, real)
+        for p, count in zip(pool, counts.tolist(), strict=True):
+            if count:
+                start = given[p]
+                pieces.append(samples[p][draws[p][start : start + count]])
+                given[p] = start + count
+        pool = [p for p in pool if given[p] < samples[p].size]
+        left -= real
+        if want > real:
+            last = units.size - 1
+            pad = padding_positions(samples[last].size, padded + want - real, draws[last])
+            pieces.append(samples[last][pad[padded:]])
+            padded += want - real
+        yielded += want
+        batch += 1
+    if not pieces:
+        return np.zeros(0, dtype=np.int64)
+    return np.concatenate(pieces)[:target]

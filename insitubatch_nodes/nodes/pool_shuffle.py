@@ -1,0 +1,369 @@
+"""PoolShuffleNode: draws batches from a pool of units (the chunk-pool shuffle).
+
+It reproduces `core.pool_order.pool_epoch_order` incrementally: blocks arrive in the
+rank's unit order; their units enter the pool at batch starts, up to P of them; each
+batch is `pool_take`'s draw over what each pool unit has left, each unit giving its
+samples in its own seeded permutation. The node waits for a unit that is not read yet
+(read-ahead makes that rare), so the order never depends on IO timing. A unit that has
+given its last sample leaves the pool and its block memory goes back unit by unit
+(`BlockMemory.release_unit`), once the batch that drew its last samples is gathered
+(`BatchDraw.holds`). A rank that pads keeps the last unit of its epoch for it.
+
+State is small and plain: the source state from just before the oldest block still
+needed, the position of the next unit to enter, the resident units as [position, given]
+pairs (O(P) ints), and how many samples the epoch has yielded. Resume re-reads from that
+block on: units already drained are dropped as they arrive, the resident ones take up
+their counts. No array data is ever checkpointed.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from torchdata.nodes import BaseNode
+
+from insitubatch_nodes.core.draw_order import padding_positions
+from insitubatch_nodes.core.partition import EpochAssignment
+from insitubatch_nodes.core.pool_order import (
+    POOL_ORDER,
+    POOL_ORDER_VERSION,
+    pool_take,
+    unit_draw,
+)
+from insitubatch_nodes.core.settings import as_bool, as_int
+from insitubatch_nodes.items import BatchDraw, FetchedBlock
+from insitubatch_nodes.nodes.shuffle_block import count_batches
+from insitubatch_nodes.nodes.state_checks import (
+    CONFIG_KEY,
+    ORDER_KEY,
+    ORDER_VERSION_KEY,
+    check_cursor,
+    check_node_state,
+    check_saved_config,
+    check_shuffle_order,
+    cursor_out_of_range,
+    named_state,
+)
+
+
+@dataclass
+class _Unit:
+    """A unit read and not yet drained: where its samples lie in its block, the order it
+    gives them in, and how many it gave."""
+
+    position: int
+    block: FetchedBlock
+    index: int  # in the block's plan units
+    offset: int  # its first sample's row in the block's samples
+    draw: np.ndarray
+    given: int = 0
+
+    @property
+    def remaining(self) -> int:
+        return self.draw.size - self.given
+
+    def release(self) -> tuple[object, ...]:
+        """Stop holding the unit's block memory from its block; the lease returned keeps
+        it until whoever holds it lets go."""
+        memory = self.block.memory
+        if memory is None:
+            return ()
+        lease = memory.unit_lease(self.index)
+        memory.release_unit(self.index)
+        return lease
+
+
+@dataclass
+class _Block:
+    """A block pulled from the source: the positions of its units and the source state
+    from just before it (where a resume that needs any of them starts)."""
+
+    first: int
+    stop: int
+    source_state_before: dict[str, Any]
+
+
+class PoolShuffleNode(BaseNode[BatchDraw]):
+    """Batches of `batch_size` samples drawn from a pool of `pool_size` units (see the
+    module and `core.pool_order`).
+
+    Args:
+        source: the fetched blocks (`AsyncFetchNode`), of a training loader.
+        pool_size: P, the units the pool holds (`core.pool_order.pool_units`; an int >= 1).
+        batch_size: samples per batch (an int >= 1).
+        drop_last: yield only full batches, the same number on every rank (True or False).
+    """
+
+    SOURCE_KEY = "source"
+    NEXT_KEY = "next_unit"
+    RESIDENT_KEY = "resident"
+    YIELDED_KEY = "samples_yielded"
+    TARGET_KEY = "samples_this_epoch"
+
+    def __init__(
+        self,
+        source: BaseNode[FetchedBlock],
+        *,
+        pool_size: int,
+        batch_size: int,
+        drop_last: bool = False,
+    ) -> None:
+        super().__init__()
+        self.source = source
+        self.pool_size = as_int("pool_size", pool_size, minimum=1)
+        self.batch_size = as_int("batch_size", batch_size, minimum=1)
+        self.drop_last = as_bool("drop_last", drop_last)
+        self._assignment: EpochAssignment | None = None
+        self._positions: tuple[np.ndarray, np.ndarray] | None = None
+        self._pool: list[_Unit] = []  # in entry (position) order
+        self._waiting: deque[_Unit] = deque()  # read, not entered yet
+        self._last: _Unit | None = None  # the epoch's last unit, kept for padding
+        self._blocks: deque[_Block] = deque()
+        self._next = 0
+        self._yielded = 0
+        self._target: int | None = None
+        self._restore_given: dict[int, int] = {}
+        self._source_done = False
+        self._source_state: dict[str, Any] = {}
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        self._pool, self._waiting, self._last = [], deque(), None
+        self._blocks.clear()
+        self._source_done = False
+        self._assignment = self._positions = None
+        if initial_state is None:
+            self.source.reset(None)
+            self._next, self._yielded, self._target = 0, 0, None
+            self._restore_given = {}
+        else:
+            self._restore(initial_state)
+        self._source_state = self.source.state_dict()
+
+    def _restore(self, initial_state: dict[str, Any]) -> None:
+        """Take up a saved cursor; the source is restored first, so that a state from
+        other data or settings upstream is refused for that; the positions are checked
+        against the epoch once its first block is here (`_check_restored`)."""
+        keys = (
+            self.SOURCE_KEY,
+            self.NEXT_KEY,
+            self.RESIDENT_KEY,
+            self.YIELDED_KEY,
+            self.TARGET_KEY,
+        )
+        check_shuffle_order(initial_state, POOL_ORDER, POOL_ORDER_VERSION)
+        state = check_node_state(self, initial_state, keys)
+        self.source.reset(state[self.SOURCE_KEY])
+        check_saved_config(self, state, self._config())
+        target = None
+        if state[self.TARGET_KEY] is not None:
+            target = check_cursor(self, state, self.TARGET_KEY, 0)
+        self._yielded = check_cursor(self, state, self.YIELDED_KEY, 0, target or 0)
+        self._next = check_cursor(self, state, self.NEXT_KEY, 0)
+        resident = state[self.RESIDENT_KEY]
+        pairs_ok = isinstance(resident, list) and all(
+            isinstance(p, list)
+            and len(p) == 2
+            and all(type(v) is int and v >= 0 for v in p)
+            and p[0] < self._next
+            for p in resident
+        )
+        if not pairs_ok or len({p[0] for p in resident}) != len(resident):
+            allowed = "distinct [position, given] pairs of ints >= 0, positions < next_unit"
+            raise cursor_out_of_range(self, self.RESIDENT_KEY, resident, allowed)
+        self._restore_given = {p[0]: p[1] for p in resident}
+        self._target = target
+
+    def _unit_positions(self, block: FetchedBlock) -> np.ndarray:
+        """Where each unit of the block stands in the rank's unit order."""
+        assignment = block.plan.assignment
+        if self._assignment is not assignment:
+            order = np.argsort(assignment.units, kind="stable")
+            self._assignment, self._positions = assignment, (order, assignment.units[order])
+        assert self._positions is not None
+        order, ordered = self._positions
+        return order[np.searchsorted(ordered, block.plan.units)]
+
+    def _pull(self) -> bool:
+        """Fetch the next block and sort its units: resident (restored), waiting to enter,
+        the epoch's last (kept for padding), or drained already; False at the epoch's end."""
+        before = self.source.state_dict()
+        try:
+            block = next(self.source)
+        except StopIteration:
+            self._source_done = True
+            return False
+        a = block.plan.assignment
+        if a.evaluation:
+            raise ValueError(
+                "the pool shuffle draws a training epoch, and this loader's share is an "
+                "evaluation share (drawn in order): build it with shuffle='block', as "
+                "build_loader(evaluation=True) does"
+            )
+        self._check_target(a)
+        positions = self._unit_positions(block).tolist()
+        starts = block.plan.unit_starts
+        assert starts is not None
+        self._blocks.append(_Block(positions[0], positions[-1] + 1, before))
+        for index, position in enumerate(positions):
+            size = int(starts[index + 1] - starts[index])
+            draw = unit_draw(a.seed, a.epoch, int(block.plan.units[index]), size)
+            unit = _Unit(position, block, index, int(starts[index]), draw)
+            if position == a.units.size - 1 and self._pads(a):
+                self._last = unit
+            if position in self._restore_given:
+                unit.given = self._restore_given.pop(position)
+                if unit.given > size:
+                    allowed = f"0 .. {size} (the samples of the unit it counts)"
+                    raise cursor_out_of_range(self, self.RESIDENT_KEY, unit.given, allowed)
+                self._pool.append(unit)
+            elif position >= self._next:
+                self._waiting.append(unit)
+            elif unit is not self._last:
+                unit.release()  # drained before the state was saved
+        return True
+
+    def _pads(self, a: EpochAssignment) -> bool:
+        assert self._target is not None
+        return self._target > a.rank_samples
+
+    def _check_target(self, a: EpochAssignment) -> None:
+        epoch_target = a.samples_per_rank(self.batch_size, self.drop_last)
+        if self._target is not None and self._target != epoch_target:
+            allowed = f"{epoch_target} .. {epoch_target} (the samples this rank's epoch yields)"
+            raise cursor_out_of_range(self, self.TARGET_KEY, self._target, allowed)
+        if self._target is None:
+            if epoch_target == 0:
+                raise ValueError(
+                    f"batch_size={self.batch_size} with drop_last=True leaves no full batch: "
+                    f"the smallest rank has {a.min_rank_samples} samples; lower batch_size or "
+                    f"set drop_last=False"
+                )
+            self._target = epoch_target
+        if self._next > a.units.size:
+            allowed = f"0 .. {a.units.size} (the units of this rank's epoch)"
+            raise cursor_out_of_range(self, self.NEXT_KEY, self._next, allowed)
+
+    def _read_restored(self) -> None:
+        """Read on until every resident unit of a restored state is back in the pool."""
+        while self._restore_given and not self._source_done and self._pull():
+            pass
+        if self._restore_given:
+            missing = sorted(self._restore_given)[:5]
+            allowed = "positions of units the source still yields"
+            raise cursor_out_of_range(self, self.RESIDENT_KEY, missing, allowed)
+
+    def _enter_next(self) -> bool:
+        """Move the next unit of the rank's order into the pool, reading its block if it
+        is not here yet; False once every unit has entered."""
+        while not self._waiting and not self._source_done and self._pull():
+            pass
+        if not self._waiting:
+            return False
+        unit = self._waiting.popleft()
+        assert unit.position == self._next
+        self._pool.append(unit)
+        self._next += 1
+        return True
+
+    def next(self) -> BatchDraw:
+        if self._target is not None and self._yielded >= self._target:
+            raise StopIteration  # an end-of-epoch state: nothing to read
+        if self._assignment is None and not self._pull():
+            raise StopIteration
+        assert self._target is not None and self._assignment is not None
+        a = self._assignment
+        want = min(self.batch_size, self._target - self._yielded)
+        if want <= 0:
+            raise StopIteration
+        real = min(want, a.rank_samples - min(self._yielded, a.rank_samples))
+        self._read_restored()
+        in_pool = sum(u.remaining for u in self._pool)
+        while (len(self._pool) < self.pool_size or in_pool < real) and self._enter_next():
+            in_pool += self._pool[-1].remaining
+        remaining = np.array([u.remaining for u in self._pool], dtype=np.int64)
+        batch = self._yielded // self.batch_size
+        counts = pool_take(a.seed, a.epoch, a.rank, batch, remaining, real).tolist()
+        parts: list[tuple[FetchedBlock, list[np.ndarray]]] = []
+        holds: list[object] = []
+        for unit, count in zip(self._pool, counts, strict=True):
+            if not count:
+                continue
+            rows = unit.offset + unit.draw[unit.given : unit.given + count]
+            unit.given += count
+            if parts and parts[-1][0] is unit.block:  # a block's units are neighbours
+                parts[-1][1].append(rows)
+            else:
+                parts.append((unit.block, [rows]))
+            if unit.remaining == 0 and unit is not self._last:
+                holds.append(unit.release())
+        self._pool = [u for u in self._pool if u.remaining]
+        if want > real:
+            parts.append(self._pad(want - real, self._yielded + real - a.rank_samples))
+        self._yielded += want
+        self._forget_blocks()
+        return BatchDraw(
+            tuple((block, np.concatenate(rows)) for block, rows in parts), tuple(holds)
+        )
+
+    def _pad(self, count: int, already: int) -> tuple[FetchedBlock, list[np.ndarray]]:
+        """Repeat the last unit's draw, cycled (see `core.pool_order`)."""
+        last = self._last
+        assert last is not None, "padding needs the epoch's last unit"
+        positions = padding_positions(last.draw.size, already + count, last.draw)[already:]
+        return last.block, [last.offset + positions]
+
+    def _forget_blocks(self) -> None:
+        """Drop the blocks no unit still needed lies in, oldest first; the oldest kept
+        says where a resume starts reading."""
+        needed = [u.position for u in self._pool]
+        if self._waiting:
+            needed.append(self._waiting[0].position)
+        if self._last is not None and self._yielded < (self._target or 0):
+            needed.append(self._last.position)
+        oldest = min(needed, default=None)
+        while self._blocks and (oldest is None or self._blocks[0].stop <= oldest):
+            self._blocks.popleft()
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "batch_size": self.batch_size,
+            "drop_last": self.drop_last,
+            "pool_size": self.pool_size,
+            ORDER_KEY: POOL_ORDER,
+            ORDER_VERSION_KEY: POOL_ORDER_VERSION,
+        }
+
+    def batches_per_epoch(self) -> int:
+        """Batches this node yields per epoch on this rank (the last one may be short),
+        computed from the share upstream without reading anything.
+
+        Raises:
+            TypeError: no node upstream tells this rank's share, or more than one does.
+        """
+        return count_batches(self, self.source, self.batch_size, self.drop_last)
+
+    def get_state(self) -> dict[str, Any]:
+        if self._blocks:
+            source_state = self._blocks[0].source_state_before
+        elif self._target is None:
+            source_state = self._source_state  # nothing pulled since the reset
+        else:
+            source_state = self.source.state_dict()
+        resident = [[u.position, u.given] for u in self._pool]
+        resident += [[p, g] for p, g in sorted(self._restore_given.items())]
+        return named_state(
+            self,
+            {
+                self.SOURCE_KEY: copy.deepcopy(source_state),
+                self.NEXT_KEY: self._next,
+                self.RESIDENT_KEY: resident,
+                self.YIELDED_KEY: self._yielded,
+                self.TARGET_KEY: self._target,
+                CONFIG_KEY: self._config(),
+            },
+        )

@@ -1,0 +1,207 @@
+"""The pool shuffle node: it yields `core.pool_order.pool_epoch_order`, resumes exactly at
+every cut (through JSON), gives block memory back unit by unit, and refuses states of the
+block shuffle (and the block shuffle its states) by name."""
+
+from __future__ import annotations
+
+import gc
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import torch_roundtrip
+from graphs import build_stage
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from resume_check import check_every_cut
+
+from insitubatch_nodes import AnchorSet, Loader, SampleSpec, ZarrSource, build_loader, window
+from insitubatch_nodes.core.partition import assign_epoch
+from insitubatch_nodes.core.pool_order import pool_epoch_order
+from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
+from insitubatch_nodes.nodes.state_checks import CONFIG_KEY, ORDER_VERSION_KEY
+
+
+def _indices(loader: Loader[Any]) -> list[np.ndarray]:
+    return [np.asarray(b["sample_index"]).copy() for b in loader]
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    num_samples=st.integers(5, 70),
+    chunk_a=st.integers(1, 7),
+    chunk_b=st.integers(1, 7),
+    pool_size=st.integers(1, 8),
+    batch_size=st.integers(1, 12),
+    block_chunks=st.integers(1, 4),
+    world_size=st.integers(1, 3),
+    drop_last=st.booleans(),
+    windowed=st.booleans(),
+    data=st.data(),
+)
+def test_the_node_yields_the_pure_order_and_resumes_at_any_cut(
+    memory_url: Any,
+    num_samples: int,
+    chunk_a: int,
+    chunk_b: int,
+    pool_size: int,
+    batch_size: int,
+    block_chunks: int,
+    world_size: int,
+    drop_last: bool,
+    windowed: bool,
+    data: st.DataObject,
+) -> None:
+    url, _ = memory_url(
+        {
+            "a": ((num_samples, 2), (chunk_a, 1), "float32"),
+            "b": ((num_samples, 1), (chunk_b, 1), "int16"),
+        }
+    )
+    spec = SampleSpec({"x": window(["a", "b"], steps=2)}) if windowed else None
+    rank = data.draw(st.integers(0, world_size - 1))
+
+    def make() -> Any:
+        return build_stage(
+            url,
+            "gather",
+            rank=rank,
+            world_size=world_size,
+            block_chunks=block_chunks,
+            batch_size=batch_size,
+            drop_last=drop_last,
+            spec=spec,
+            pool_size=pool_size,
+        )
+
+    try:
+        loader = Loader(make())
+        epochs = [_indices(loader) for _ in range(2)]
+    except ValueError as err:  # too few units for the ranks, or no full batch
+        assert "fewer than world_size" in str(err) or "leaves no full batch" in str(err)
+        return
+    source = ZarrSource.open(url)
+    anchors = AnchorSet.for_split(source.geometry, source.split_units("all"), spec)
+    for epoch, batches in enumerate(epochs):
+        a = assign_epoch(
+            anchors, anchors.units, seed=0, epoch=epoch, rank=rank, world_size=world_size
+        )
+        want = pool_epoch_order(
+            anchors, a, pool_size=pool_size, batch_size=batch_size, drop_last=drop_last
+        )
+        assert np.array_equal(np.concatenate(batches), want)
+        assert all(b.size == batch_size for b in batches[:-1])
+    cut = data.draw(st.integers(0, len(epochs[0])))
+    loader = Loader(make())
+    iterator = iter(loader)
+    for _ in range(cut):
+        next(iterator)
+    state = json.loads(json.dumps(loader.state_dict()))
+    del iterator, loader
+    fresh = Loader(make())
+    fresh.load_state_dict(state)
+    rest = _indices(fresh)
+    expected = epochs[0][cut:] if cut < len(epochs[0]) else epochs[1]
+    assert len(rest) == len(expected)
+    assert all(np.array_equal(x, y) for x, y in zip(rest, expected, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("world_size", "drop_last", "batch_size", "pool_size"),
+    [(1, False, 5, 3), (2, False, 9, 1), (3, True, 4, 6), (1, False, 1, 2)],
+)
+def test_every_cut_resumes_through_a_checkpoint(
+    memory_url: Any, world_size: int, drop_last: bool, batch_size: int, pool_size: int
+) -> None:
+    url, _ = memory_url()
+    for rank in range(world_size):
+        check_every_cut(
+            lambda rank=rank: build_stage(
+                url,
+                "device",
+                rank=rank,
+                world_size=world_size,
+                batch_size=batch_size,
+                drop_last=drop_last,
+                pool_size=pool_size,
+            )
+        )
+
+
+def test_the_state_is_small_and_plain(memory_url: Any) -> None:
+    url, _ = memory_url()
+    loader = Loader(build_stage(url, "shuffle", batch_size=5, pool_size=4))
+    iterator = iter(loader)
+    for _ in range(3):
+        next(iterator)
+    state = loader.state_dict()["root"]
+    assert json.loads(json.dumps(state)) == state
+    assert len(state["resident"]) <= 4 + 5  # O(P) pairs of ints
+    assert all(type(v) is int for pair in state["resident"] for v in pair)
+    assert state[CONFIG_KEY]["order"] == "pool" and state[CONFIG_KEY]["pool_size"] == 4
+
+
+def test_units_give_their_memory_back_as_they_drain(memory_url: Any) -> None:
+    """With blocks of 8 units and a pool of 3, holding whole blocks until their last unit
+    drained would hold most of the store; unit by unit, the slots stay near the pool's."""
+    url, _ = memory_url({"a": ((400, 64), (2, 64), "float32")})  # 200 units of 512 B
+    root = build_stage(url, "gather", batch_size=4, block_chunks=8, pool_size=3)
+    fetch = next(n for n in graph_nodes(root) if isinstance(n, AsyncFetchNode))
+    slots = fetch.context.block_slots
+    unit_bytes = 2 * 64 * 4
+    most = 0
+    for _ in Loader(root):
+        most = max(most, slots.leased_bytes)
+    # the pool, the block whose units wait, and the blocks read ahead (2 by default)
+    assert most <= (3 + 8 * 3 + 4) * unit_bytes
+    assert slots.blocks_outside == 0
+    gc.collect()
+    assert slots.leased_bytes == 0
+
+
+def test_a_state_of_one_order_is_refused_by_the_other(memory_url: Any) -> None:
+    url, _ = memory_url()
+
+    def state_of(shuffle: str) -> Any:
+        loader = build_loader(url, split="all", batch_size=5, shuffle=shuffle, max_inflight=2)
+        iterator = iter(loader)
+        next(iterator)
+        return torch_roundtrip(loader.state_dict())
+
+    pool_state, block_state = state_of("pool"), state_of("block")
+    block = build_loader(url, split="all", batch_size=5, shuffle="block", max_inflight=2)
+    block.load_state_dict(pool_state)
+    with pytest.raises(ValueError, match=r"made by the 'pool' shuffle.*shuffle='pool'"):
+        next(iter(block))
+    pool = build_loader(url, split="all", batch_size=5, shuffle="pool", max_inflight=2)
+    pool.load_state_dict(block_state)
+    with pytest.raises(ValueError, match=r"made by the 'block' shuffle.*shuffle='block'"):
+        next(iter(pool))
+    part = pool_state["root"]
+    while part.get("node") != "PoolShuffleNode":
+        part = part["source"]
+    part[CONFIG_KEY][ORDER_VERSION_KEY] = 0
+    pool_state.pop("digest", None)
+    pool = build_loader(url, split="all", batch_size=5, shuffle="pool", max_inflight=2)
+    pool.load_state_dict(pool_state)
+    with pytest.raises(ValueError, match="version 0 of the 'pool' shuffle"):
+        next(iter(pool))
+
+
+def test_bad_shuffle_names_the_choices(memory_url: Any) -> None:
+    url, _ = memory_url()
+    with pytest.raises(ValueError, match=r"shuffle must be 'block'.*or 'pool'"):
+        build_loader(url, split="all", shuffle="global")
+
+
+def test_evaluation_draws_in_order_whatever_the_shuffle(memory_url: Any) -> None:
+    url, _ = memory_url()
+    loader = build_loader(url, split="all", batch_size=7, evaluation=True, shuffle="pool")
+    order = np.concatenate(_indices(loader))
+    assert np.array_equal(order, np.arange(order.size))
