@@ -5,15 +5,37 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
+import threading
 import time
 from typing import Any
 
+import conftest
 import numpy as np
 import pytest
 import zarr
-from conftest import our_threads
 
 from insitubatch_nodes import ChunkReadError, ZarrSource, build_loader, memory_store
+
+_EARLIER: set[threading.Thread] = set()
+
+
+@pytest.fixture(autouse=True)
+def _threads_of_this_test_only() -> None:
+    """Count only threads this test starts. A loader another test dropped mid-epoch (or
+    one reading across epochs) stops its threads when it is collected, which a reference
+    cycle can put off until the garbage collector runs: collect first, and set aside what
+    is still running, so that it is not blamed on this test."""
+    gc.collect()
+    deadline = time.monotonic() + 2.0
+    while conftest.our_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    _EARLIER.clear()
+    _EARLIER.update(conftest.our_threads())
+
+
+def our_threads() -> list[threading.Thread]:
+    """Our threads running now that were not running when this test began."""
+    return [t for t in conftest.our_threads() if t not in _EARLIER]
 
 
 def _assert_no_threads_left(timeout: float = 5.0) -> None:
