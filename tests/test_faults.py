@@ -316,15 +316,21 @@ def test_leaving_mid_epoch_under_faults_stops_everything_and_the_next_epoch_is_c
     assert our_threads() == []
 
 
+# The pool shuffle with the least pool (P from a 1-byte window: a batch's units plus one),
+# so that its reads, like the block order's, run along the epoch.
+ORDERS = [{}, {"shuffle": "pool", "shuffle_window": 1}]
+
+
+@pytest.mark.parametrize("order", ORDERS, ids=["block", "pool"])
 def test_resume_after_a_crash_with_reads_in_flight_yields_the_uninterrupted_batches(
-    memory_url: Any,
+    memory_url: Any, order: dict[str, Any]
 ) -> None:
     url, _ = memory_url()
-    expected = _epoch(cpu_loader(url, split="all", batch_size=4, block_chunks=2))
+    expected = _epoch(cpu_loader(url, split="all", batch_size=4, block_chunks=2, **order))
     crash_key = "u10/c/40/0"  # in the last unit: many batches are out before it is read
     store = _faulty(url, latency_s=0.005, permanent=frozenset({crash_key}))
     loader = cpu_loader(
-        store, split="all", batch_size=4, block_chunks=2, max_inflight=8, retry=FAST_RETRY
+        store, split="all", batch_size=4, block_chunks=2, max_inflight=8, retry=FAST_RETRY, **order
     )
     checkpoints: list[tuple[int, dict[str, Any]]] = []
     with pytest.raises(ChunkReadError, match=crash_key):
@@ -334,7 +340,7 @@ def test_resume_after_a_crash_with_reads_in_flight_yields_the_uninterrupted_batc
     assert our_threads() == []
     assert 0 < len(checkpoints) < len(expected)
     for done, state in (checkpoints[0], checkpoints[len(checkpoints) // 2], checkpoints[-1]):
-        resumed = cpu_loader(url, split="all", batch_size=4, block_chunks=2)
+        resumed = cpu_loader(url, split="all", batch_size=4, block_chunks=2, **order)
         resumed.load_state_dict(state)
         assert _epoch(resumed) == expected[done:], f"resumed after {done} batches"
 
