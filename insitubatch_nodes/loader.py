@@ -246,8 +246,14 @@ class Loader(torchdata.nodes.Loader[T]):
         self._iterator.reset(state)
         ended = self.restart_on_stop_iteration and not self._iterator.has_next()
         # After the nodes took up their parts (so a cursor out of range is named as such):
-        # an edit that left every cursor in range still does not match the digest.
-        check_state_digest(state)
+        # an edit that left every cursor in range still does not match the digest. By then
+        # the fetch loop runs (it read for has_next), so a refused state stops it: a caller
+        # that catches the error must not keep threads reading for a state it refused.
+        try:
+            check_state_digest(state)
+        except BaseException:
+            close_graph(self.root)
+            raise
         if ended:
             self._iterator.reset(None)  # the state was an epoch's end: begin the next one
 
