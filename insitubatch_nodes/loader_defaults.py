@@ -17,7 +17,7 @@ from insitubatch_nodes.byte_sizes import parse_nbytes, size_argument
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.inflight_target import CEILING
-from insitubatch_nodes.core.memory_bound import LARGEST_BUDGET, MemoryPlan, plan_loader_memory
+from insitubatch_nodes.core.memory_bound import MemoryPlan, least_fitting, plan_loader_memory
 from insitubatch_nodes.host_resources import HostResources
 from insitubatch_nodes.io.redact import redact
 from insitubatch_nodes.io.zarr_source import ZarrSource
@@ -113,16 +113,10 @@ def budget_that_fits(
         batches_held: gathered batches alive at once.
         above: a budget known not to fit.
     """
-    low, high = above, max(2 * above, 1)
-    while _planned(high, anchors, layouts, batch_size, batches_held) is None:
-        if high >= LARGEST_BUDGET:
-            return None
-        low, high = high, 2 * high
-    while high - low > 1:  # low never fits, high does
-        middle = (low + high) // 2
-        fits = _planned(middle, anchors, layouts, batch_size, batches_held) is not None
-        low, high = (low, middle) if fits else (middle, high)
-    return high
+    return least_fitting(
+        lambda budget: _planned(budget, anchors, layouts, batch_size, batches_held) is not None,
+        above=above,
+    )
 
 
 def loader_defaults(

@@ -20,7 +20,7 @@ never changes the batches.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -314,7 +314,19 @@ def least_budget(
             return False
         return True
 
-    low, high = 0, 1  # low never fits
+    return least_fitting(fits, above=0)
+
+
+def least_fitting(fits: Callable[[int], bool], *, above: int) -> int | None:
+    """The least budget above `above` for which `fits` holds and one byte less does not:
+    doubling until one fits, then bisection. None when nothing up to `LARGEST_BUDGET`
+    fits.
+
+    Args:
+        fits: whether a budget (bytes) is enough.
+        above: a budget known not to fit (0 for none).
+    """
+    low, high = above, max(2 * above, 1)  # low never fits
     while not fits(high):
         if high >= LARGEST_BUDGET:
             return None
