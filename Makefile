@@ -27,6 +27,7 @@ $(BIN)/.bench-installed: $(BIN)/.installed
 
 bench: $(BIN)/.bench-installed
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.defaults $(DEFAULTS_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache *.egg-info

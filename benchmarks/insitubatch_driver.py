@@ -26,6 +26,7 @@ def main() -> None:
     parser.add_argument("--path", required=True)
     parser.add_argument("--variables", required=True, help="comma-separated")
     parser.add_argument("--latency-s", type=float, default=0.0)
+    parser.add_argument("--bandwidth-bytes-s", type=float, default=0.0)
     parser.add_argument("--batch-size", type=int, required=True)
     parser.add_argument("--max-samples", type=int, required=True)
     parser.add_argument("--max-seconds", type=float, required=True)
@@ -38,9 +39,11 @@ def main() -> None:
     variables = args.variables.split(",")
 
     rss_before = peak_rss_mb()
-    delayed = args.latency_s > 0
+    delayed = args.latency_s > 0 or args.bandwidth_bytes_s > 0
     store = (
-        latency_store.open_latency_store(args.path, args.latency_s)
+        latency_store.open_latency_store(
+            args.path, args.latency_s, bandwidth_bytes_s=args.bandwidth_bytes_s or None
+        )
         if delayed
         else obstore_store(Path(args.path).resolve().as_uri())  # its documented local path
     )

@@ -96,8 +96,21 @@ def run_peer(
     max_samples: int,
     max_seconds: float,
     settings: PeerSettings,
+    bandwidth_bytes_s: float = 0.0,
 ) -> tuple[Drained, dict[str, Any]]:
-    """One scenario in a fresh interpreter: what it yielded, and its own report."""
+    """One scenario in a fresh interpreter: what it yielded, and its own report.
+
+    Args:
+        interpreter: the peer's venv's Python (`ensure_venv`).
+        path: the store's folder.
+        variables: the arrays to read.
+        latency_s: delay added to every read (0: the store as it is).
+        batch_size: samples per batch.
+        max_samples: stop after this many samples.
+        max_seconds: or after this long.
+        settings: its knobs.
+        bandwidth_bytes_s: replies also cross one link of this rate (0: no cap).
+    """
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "drained.npz"
         command = [
@@ -107,6 +120,7 @@ def run_peer(
             f"--path={path}",
             f"--variables={','.join(variables)}",
             f"--latency-s={latency_s}",
+            f"--bandwidth-bytes-s={bandwidth_bytes_s}",
             f"--batch-size={batch_size}",
             f"--max-samples={max_samples}",
             f"--max-seconds={max_seconds}",

@@ -15,7 +15,7 @@ import numpy as np
 import zarr
 import zarr.codecs
 
-from insitubatch_nodes.synthetic import ERA5_VARIABLES, write_era5_like
+from insitubatch_nodes.synthetic import ERA5_VARIABLES, weather_field, write_era5_like
 
 # The codec the synthetic writer uses, then the ones re-encoded from it.
 BASE_CODEC = "zstd"
@@ -74,3 +74,52 @@ def _recode(source: Path, target: Path, compressor: Any) -> None:
             copy[start : start + step] = array[start : start + step]
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
+
+
+ARCO_LEVELS = 37
+ARCO_GRID = (721, 1440)
+ARCO_VARIABLES = ("temperature", "2m_temperature")
+
+
+def ensure_arco_store(cache: Path, time_steps: int) -> Path:
+    """A store with ARCO-ERA5's layout and few time steps: a `(T, 37, 721, 1440)` float32
+    variable chunked one step (154 MB per chunk, decoded) beside a `(T, 721, 1440)` surface
+    variable, zstd level 1, smooth fields with noise. Written once (atomically), reused.
+
+    Args:
+        cache: the folder the benchmark stores live in.
+        time_steps: T, the steps (one chunk each).
+    """
+    path = cache / f"arco-{time_steps}.zarr"
+    if (path / "zarr.json").exists():
+        return path
+    cache.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(path.name + f".partial-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    group = zarr.open_group(str(staging), mode="w")
+    zstd = zarr.codecs.ZstdCodec(level=1)
+    levels = group.create_array(
+        ARCO_VARIABLES[0],
+        shape=(time_steps, ARCO_LEVELS, *ARCO_GRID),
+        chunks=(1, ARCO_LEVELS, *ARCO_GRID),
+        dtype="float32",
+        compressors=zstd,
+        dimension_names=("time", "level", "latitude", "longitude"),
+    )
+    surface = group.create_array(
+        ARCO_VARIABLES[1],
+        shape=(time_steps, *ARCO_GRID),
+        chunks=(1, *ARCO_GRID),
+        dtype="float32",
+        compressors=zstd,
+        dimension_names=("time", "latitude", "longitude"),
+    )
+    for step in range(time_steps):
+        steps = np.array([step])
+        levels[step] = np.stack(
+            [weather_field(level, steps, ARCO_GRID)[0] for level in range(ARCO_LEVELS)]
+        )
+        surface[step] = weather_field(ARCO_LEVELS, steps, ARCO_GRID)[0]
+    shutil.rmtree(path, ignore_errors=True)
+    staging.rename(path)
+    return path
