@@ -25,6 +25,7 @@ from insitubatch_nodes.core.settings import (
     as_optional_int,
     int_from_environment,
 )
+from insitubatch_nodes.device.copy_ahead import default_prefetch, staging_slots
 from insitubatch_nodes.host_resources import HostResources
 from insitubatch_nodes.io.chunk_cache import CacheSpec
 from insitubatch_nodes.io.fork_guard import check_object_stores_usable
@@ -39,7 +40,7 @@ from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
 from insitubatch_nodes.nodes.gather import GatherNode
 from insitubatch_nodes.nodes.normalise import NormaliseNode
-from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode, default_prefetch, resolve_device
+from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode, resolve_device
 from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
 from insitubatch_nodes.nodes.read_plan import ReadPlanNode
 from insitubatch_nodes.nodes.shuffle_block import ShuffleBlockNode
@@ -344,7 +345,7 @@ def build_loader(
     decode_on = decode_device(decode, target)
     prefetch = as_optional_int("device_prefetch", device_prefetch, minimum=0)
     prefetch = default_prefetch(target) if prefetch is None else prefetch
-    slots = PinToDeviceNode.staging_slots(prefetch)
+    slots = staging_slots(prefetch)
     stack = as_bool("stack", stack)
     spatial_dims = as_int("spatial_dims", spatial_dims, minimum=0)
     # Found before any process group exists: follow one started later (Lightning's DDP).

@@ -18,11 +18,11 @@ from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.inflight_target import CEILING
 from insitubatch_nodes.core.memory_bound import MemoryPlan, least_fitting, plan_loader_memory
+from insitubatch_nodes.device.copy_ahead import default_prefetch, staging_slots
 from insitubatch_nodes.host_resources import HostResources
 from insitubatch_nodes.io.redact import redact
 from insitubatch_nodes.io.zarr_source import ZarrSource
 from insitubatch_nodes.loader_choices import HostTooSmallError, choose_loader_settings
-from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode, default_prefetch
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ def loader_defaults(
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     host = HostResources.read() if host is None else host
-    held = PinToDeviceNode.staging_slots(default_prefetch(torch.device(device)))
+    held = staging_slots(default_prefetch(torch.device(device)))
     anchors = split_anchors(opened, split, None)
     samples = int(anchors.unit_sizes(anchors.units).sum())
     refused: str | None = None

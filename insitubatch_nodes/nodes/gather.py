@@ -14,6 +14,7 @@ from torchdata.nodes import BaseNode
 
 from insitubatch_nodes.core.read_plan import ReadPlan
 from insitubatch_nodes.core.settings import as_bool, as_int
+from insitubatch_nodes.device.copy_ahead import CUDA_PREFETCH, staging_slots
 from insitubatch_nodes.device.staging_ring import StagingRing, page_locked
 from insitubatch_nodes.items import (
     PATCH_ORIGIN_KEY,
@@ -22,7 +23,6 @@ from insitubatch_nodes.items import (
     BatchDraw,
     FetchedBlock,
 )
-from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
 from insitubatch_nodes.reused_buffers import ReusedBuffers
 
@@ -71,7 +71,7 @@ class GatherNode(BaseNode[Batch]):
         source: BaseNode[BatchDraw],
         *,
         pin_memory: bool = False,
-        pinned_batches: int = PinToDeviceNode.staging_slots(PinToDeviceNode.CUDA_PREFETCH),
+        pinned_batches: int = staging_slots(CUDA_PREFETCH),
     ) -> None:
         super().__init__()
         pin_memory = as_bool("pin_memory", pin_memory)

@@ -39,6 +39,7 @@ from torchdata.nodes import BaseNode
 
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.device.batch_copy import BatchCopier
+from insitubatch_nodes.device.copy_ahead import default_prefetch, staging_slots
 from insitubatch_nodes.device.staging_ring import StagedBatch
 from insitubatch_nodes.items import HOST_KEYS, SAMPLE_INDEX_KEY, as_batch
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
@@ -67,16 +68,6 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     if resolved.type == "cuda" and resolved.index is None:
         resolved = torch.device("cuda", torch.cuda.current_device())
     return resolved
-
-
-def default_prefetch(device: torch.device) -> int:
-    """Two batches copied ahead on CUDA (the copy of k+1 overlaps the step on k, with one
-    to spare); none elsewhere, where nothing is copied.
-
-    Args:
-        device: where batches go.
-    """
-    return PinToDeviceNode.CUDA_PREFETCH if device.type == "cuda" else 0
 
 
 class _Transfer(Protocol):
@@ -131,7 +122,6 @@ class PinToDeviceNode(BaseNode[dict[str, torch.Tensor]]):
     """
 
     SOURCE_KEY = "source"
-    CUDA_PREFETCH = 2  # the default on CUDA; none elsewhere, where nothing is copied
 
     def __init__(
         self,
@@ -160,7 +150,7 @@ class PinToDeviceNode(BaseNode[dict[str, torch.Tensor]]):
         self._transfer: _Transfer
         self.copier: BatchCopier | None = None
         if self.device.type == "cuda":
-            self.copier = BatchCopier(self.device, slots=self.staging_slots(prefetch))
+            self.copier = BatchCopier(self.device, slots=staging_slots(prefetch))
             self._transfer = self.copier
         elif self.device.type == "cpu":
             self._transfer = _ZeroCopy()
@@ -169,15 +159,6 @@ class PinToDeviceNode(BaseNode[dict[str, torch.Tensor]]):
         self._ahead: deque[_Ahead] = deque()
         self._source_done = False
         self._delivered_source_state: dict[str, Any] = {}
-
-    @staticmethod
-    def staging_slots(prefetch: int) -> int:
-        """One slot per batch that may be in flight: the prefetched ones and the newest.
-
-        Args:
-            prefetch: batches copied ahead of the one handed out.
-        """
-        return prefetch + 1
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)

@@ -31,9 +31,9 @@ from insitubatch_nodes.core.channels import (
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.sample_spec import SampleSpec, batch_key
 from insitubatch_nodes.core.settings import as_bool, as_int
+from insitubatch_nodes.device.copy_ahead import CUDA_PREFETCH, staging_slots
 from insitubatch_nodes.device.staging_ring import StagingRing, page_locked
 from insitubatch_nodes.items import SAMPLE_INDEX_KEY, Batch, as_batch
-from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
 
 
@@ -61,7 +61,7 @@ class StackChannelsNode(BaseNode[Batch]):
         *,
         spatial_dims: int = DEFAULT_SPATIAL_DIMS,
         pin_memory: bool = False,
-        pinned_batches: int = PinToDeviceNode.staging_slots(PinToDeviceNode.CUDA_PREFETCH),
+        pinned_batches: int = staging_slots(CUDA_PREFETCH),
     ) -> None:
         super().__init__()
         self.source = source
