@@ -130,6 +130,9 @@ def test_durations_as_users_write_them(value: object, expected: np.timedelta64) 
         ("6M", r"frequency is '6M': write a whole number and a unit"),
         ("0h", "give a duration longer than zero"),
         (6, r"frequency must be a duration such as '6h'"),
+        # numpy's unit-less timedelta64 takes whatever unit it meets: 6 hours against an
+        # hourly axis, 6 ns against a nanosecond one
+        (np.timedelta64(6), r"frequency is numpy.timedelta64\(6\) with no unit"),
     ],
 )
 def test_bad_durations_are_refused(value: object, message: str) -> None:

@@ -50,6 +50,12 @@ def duration(value: str | datetime.timedelta | np.timedelta64, what: str) -> np.
                 f"'30min' or '3600s' (units: s, min, h, d, w)"
             )
         result = np.timedelta64(int(found["count"]), unit)
+    elif isinstance(value, np.timedelta64) and np.datetime_data(value.dtype)[0] == "generic":
+        raise ValueError(
+            f"{what} is numpy.timedelta64({int(value.astype(np.int64))}) with no unit: numpy "
+            f"would read it in whatever unit it meets (hours on an hourly axis, nanoseconds "
+            f"on another); give one, e.g. numpy.timedelta64(6, 'h') or '6h'"
+        )
     elif isinstance(value, datetime.timedelta | np.timedelta64) and not isinstance(value, bool):
         result = np.timedelta64(value)
     else:
