@@ -41,7 +41,7 @@ def ours(
         split="all",
         batch_size=batch_size,
         block_chunks=kw.get("block_chunks"),  # None: the builder's default
-        max_inflight=kw.get("max_inflight", 64),
+        max_inflight=kw.get("max_inflight"),  # None: self-tuning, as users run it
         device="cpu",
         seed=0,
     )

@@ -15,8 +15,10 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import logging
 import multiprocessing
 import os
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -57,6 +59,9 @@ def _run_loader(
     from benchmarks.measure import drain, peak_rss_mb
 
     factory, options = LOADERS[name]
+    heard = BudgetHeard()
+    logging.getLogger("insitubatch_nodes").addHandler(heard)
+    logging.getLogger("insitubatch_nodes").setLevel(logging.INFO)
     rss_before = peak_rss_mb()
     batches = factory(path, latency_s, ERA5_VARIABLES, batch_size, **options)
     drained = drain(batches, ERA5_VARIABLES, max_samples, max_seconds)
@@ -66,8 +71,23 @@ def _run_loader(
             "reads": latency_store.READS.value,
             "peak_rss_MB": peak_rss_mb(),
             "rss_growth_MB": peak_rss_mb() - rss_before,
+            **({"memory_budget_MB": heard.budget >> 20} if heard.budget else {}),
         }
     )
+
+
+class BudgetHeard(logging.Handler):
+    """The memory budget `build_loader` logged that it chose (the host's share unless
+    given): what a run's memory is held to."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.budget: int | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        found = re.search(r"memory_budget=(\d+)", record.getMessage())
+        if found:
+            self.budget = int(found[1])
 
 
 def run_isolated(*args: Any) -> dict[str, Any]:
