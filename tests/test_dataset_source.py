@@ -131,6 +131,8 @@ def test_what_stored_chunks_cannot_give_is_refused(stores: dict[int, str], tmp_p
         (ds[["t2m"]].isel(lon=[0, 2]), r"2 of 4 positions of 't2m' along 'lon' .* not one run"),
         (ds[["t2m"]].isel(lat=slice(None, None, -1)), r"along 'lat' that are not one run"),
         (ds[["z"]].sel(level=[850, 250]), r"levels \[850, 250\] are in another order"),
+        (ds[["z"]].sel(level=500), r"selects one value of 'level'.* ds.sel\(level=\[\.\.\.\]\)"),
+        (ds[["t2m"]].isel(lat=0), r"selects one value of 'lat'"),
         (ds[["t2m"]].isel(time=[0, 1, 5]), "is not a run of steps"),
         (ds[["t2m"]].isel(time=slice(1, 40, 4)), "start at a multiple of 4"),
         (ds[["t2m"]].isel(time=slice(0, 8)).assign_coords(time=TIMES[:8] + 1), "not the store's"),

@@ -230,6 +230,14 @@ def _check_stored(variable: Any, name: str, arrays: Mapping[str, zarr.Array], wh
             f"arrays are {sorted(arrays)}: select variables by their stored names"
         )
     stored = dimension_names(arrays[name])
+    dropped = [dim for dim in stored or () if dim not in variable.dims]
+    if dropped and [dim for dim in stored or () if dim in variable.dims] == list(variable.dims):
+        raise ValueError(
+            f"the Dataset's variable {name!r} selects one value of "
+            f"{', '.join(map(repr, dropped))} (a scalar sel or isel drops the dimension), "
+            f"and the loader reads whole stored dimensions: select a list, e.g. "
+            f"ds.sel({dropped[0]}=[...]), to keep it"
+        )
     if stored is not None and tuple(variable.dims) != stored:
         raise ValueError(
             f"the Dataset's variable {name!r} has dimensions {tuple(variable.dims)}, stored "
