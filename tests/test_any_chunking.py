@@ -27,6 +27,9 @@ from insitubatch_nodes import (
 )
 from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.pool_order import pool_epoch_order
+from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
+from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
 
 MISALIGNED = {
     "a": ((840, 3, 4), (5, 3, 4), "float32"),
@@ -273,3 +276,32 @@ def test_a_manifest_on_the_fine_grid_round_trips(
     again = ZarrSource.open(url, manifest=saved)
     assert again.geometry.unit_length == 5
     assert np.array_equal(again.split_units("val"), opened.split_units("val"))
+
+
+@pytest.mark.parametrize("revisits", [1, 2, 4])
+def test_revisits_hold_more_units_in_the_same_window_within_the_budget(
+    memory_url: Any, revisits: int
+) -> None:
+    """With k revisits the pool holds k times the units (P) for one window, and its blocks
+    all fit the slots the budget planned (none gets memory of its own), the slots being a
+    visit's rows, not a chunk's."""
+    url, truth = memory_url({"a": ((480, 4, 4), (8, 4, 4), "float32")})
+    loader = build_loader(
+        url,
+        split="all",
+        batch_size=8,
+        device="cpu",
+        shuffle="pool",
+        shuffle_window=16 * 8 * 64,  # 16 chunks of 8 steps of 64 bytes
+        memory_budget=1 << 22,
+        revisits=revisits,
+    )
+    pool = next(n for n in graph_nodes(loader.root) if isinstance(n, PoolShuffleNode))
+    assert pool.pool_size == 16 * revisits
+    drawn = np.concatenate(_epoch(loader, truth))
+    assert np.array_equal(np.sort(drawn), np.arange(480))
+    fetch = next(n for n in graph_nodes(loader.root) if isinstance(n, AsyncFetchNode))
+    slots = fetch.context.block_slots
+    assert slots.blocks_outside == 0
+    assert 0 < slots.peak_leased_bytes <= slots.capacity_bytes
+    assert loader.stats()["chunk_amplification"] == pytest.approx(revisits)
