@@ -6,6 +6,7 @@ once per epoch, resume is exact at any cut, and a state of another grid is refus
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from conftest import write_store
 from graphs import build_stage
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from time_stores import hourly
 
 from insitubatch_nodes import (
     AnchorSet,
@@ -30,6 +32,7 @@ from insitubatch_nodes.core.pool_order import pool_epoch_order
 from insitubatch_nodes.loader import graph_nodes
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
+from insitubatch_nodes.split_command import split_manifest
 
 MISALIGNED = {
     "a": ((840, 3, 4), (5, 3, 4), "float32"),
@@ -305,3 +308,43 @@ def test_revisits_hold_more_units_in_the_same_window_within_the_budget(
     assert slots.blocks_outside == 0
     assert 0 < slots.peak_leased_bytes <= slots.capacity_bytes
     assert loader.stats()["chunk_amplification"] == pytest.approx(revisits)
+
+
+def test_date_splits_inside_one_lcm_unit_fall_back_to_the_fine_grid(tmp_path: Path) -> None:
+    """Variables chunked 5 and 7 hours (units of 35) with val and test cut inside the last
+    unit: no split owns a unit there, so build_loader(splits=) and `insitubatch split`
+    cut the same manifest on the fine grid, and each split reads exactly its hours."""
+    import xarray as xr
+
+    times = hourly("2020-01-01T00", 84)
+    values = np.arange(84 * 6, dtype=np.float32).reshape(84, 2, 3)
+    ds = xr.Dataset(
+        {"t2m": (("time", "lat", "lon"), values), "u10": (("time", "lat", "lon"), -values)},
+        coords={"time": times, "lat": np.arange(2.0), "lon": np.arange(3.0)},
+    )
+    encoding = {"t2m": {"chunks": (5, 2, 3)}, "u10": {"chunks": (7, 2, 3)}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds.to_zarr(str(tmp_path / "s.zarr"), zarr_format=3, encoding=encoding, consolidated=False)
+    url = str(tmp_path / "s.zarr")
+    splits = {
+        "train": ("2020-01-01T00", "2020-01-03T07"),  # hours 0 .. 55
+        "val": ("2020-01-03T08", "2020-01-03T17"),  # 56 .. 65
+        "test": ("2020-01-03T18", "2020-01-04T11"),  # 66 .. 83
+    }
+    cut = split_manifest(url, splits)
+    assert cut.unit_length == 5
+    hours = {"train": (0, 56), "val": (56, 66), "test": (66, 84)}
+    for split, (first, stop) in hours.items():
+        loader = build_loader(
+            url, split=split, splits=splits, batch_size=4, device="cpu", evaluation=True
+        )
+        drawn = []
+        for batch in loader:
+            index = np.asarray(batch["sample_index"])
+            assert np.array_equal(np.asarray(batch["t2m"]), values[index])
+            assert np.array_equal(np.asarray(batch["u10"]), -values[index])
+            drawn.append(index)
+        assert np.array_equal(np.concatenate(drawn), np.arange(first, stop))
+    opened = ZarrSource.open(url, splits=splits)
+    assert opened.manifest.to_json() == cut.to_json()
