@@ -16,6 +16,7 @@ from conftest import write_store
 from graphs import build_stage
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from resume_check import check_every_cut
 from time_stores import hourly
 
 from insitubatch_nodes import (
@@ -348,3 +349,30 @@ def test_date_splits_inside_one_lcm_unit_fall_back_to_the_fine_grid(tmp_path: Pa
         assert np.array_equal(np.concatenate(drawn), np.arange(first, stop))
     opened = ZarrSource.open(url, splits=splits)
     assert opened.manifest.to_json() == cut.to_json()
+
+
+@pytest.mark.parametrize(
+    ("unit_length", "pool_size", "world_size", "windowed"),
+    [(2, None, 1, False), (2, 3, 2, True), (1, 4, 1, False), (1, None, 2, True)],
+)
+def test_every_cut_resumes_on_a_fine_grid_and_its_revisits(
+    memory_url: Any, unit_length: int, pool_size: int | None, world_size: int, windowed: bool
+) -> None:
+    """The default store (chunks 3 and 2: units of 6) on the fine grid of 2 and on its
+    revisits of 1 step, block and pool shuffles, with and without a window: every cut of
+    an epoch, through a checkpoint, resumes into what the uninterrupted run yields."""
+    url, _ = memory_url()
+    spec = SampleSpec({"x": window(["t2m", "u10"], steps=3)}) if windowed else None
+    for rank in range(world_size):
+        check_every_cut(
+            lambda rank=rank: build_stage(
+                url,
+                "device",
+                rank=rank,
+                world_size=world_size,
+                batch_size=7,
+                spec=spec,
+                pool_size=pool_size,
+                unit_length=unit_length,
+            )
+        )
