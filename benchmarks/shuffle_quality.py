@@ -1,6 +1,8 @@
 """Shuffle quality of the block order against the pool order (issue 17), from the pure
 orders (the loader yields exactly these, `tests/test_pool_shuffle.py`): a year of hourly
-ERA5-shaped steps (4 x float32 (121, 240)), batch 32, the default block size and pool.
+ERA5-shaped steps (4 x float32 (121, 240)), batch 32, the default block size and pool, and
+the pool with revisits (its units are visits of a chunk; distinct units still count the
+store's chunks of `steps_per_chunk` steps, against a uniform shuffle over them).
 
 Run: `python benchmarks/shuffle_quality.py`.
 """
@@ -30,6 +32,7 @@ from insitubatch_nodes.core.quality import (
 
 BATCH = 32
 STEPS = 8760
+REVISITS = (2,)  # visits per unit (`build_loader(revisits=)`): distinct counts store chunks
 
 
 def report(steps_per_chunk: int) -> None:
@@ -52,6 +55,15 @@ def report(steps_per_chunk: int) -> None:
             anchors, a, pool_size=pool, batch_size=BATCH, drop_last=True
         ),
     }
+    for revisits in REVISITS:
+        visits = AnchorSet.everything(anchors.geometry.visits(revisits))
+        v = assign_epoch(visits, visits.units, seed=0, epoch=0, rank=0, world_size=1)
+        size = pool_units(
+            SHUFFLE_WINDOW_BYTES, unit_nbytes(visits, layouts), visits.unit_length, BATCH
+        )
+        orders[f"pool r={revisits} (P={size})"] = pool_epoch_order(
+            visits, v, pool_size=size, batch_size=BATCH, drop_last=True
+        )
     for name, order in orders.items():
         batches = list(order.reshape(-1, BATCH))
         d = distinct_units_per_batch(batches, steps_per_chunk)

@@ -17,6 +17,7 @@ from insitubatch_nodes.channel_stats import StatsLike
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS, batch_channels
 from insitubatch_nodes.core.date_ranges import RangeLike
+from insitubatch_nodes.core.geometry import SampleGeometry
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.core.settings import (
@@ -76,6 +77,7 @@ def split_anchors(
     spec: SampleSpec | None,
     patches: PatchSpec | None = None,
     allowed: np.ndarray | None = None,
+    geometry: SampleGeometry | None = None,
 ) -> AnchorSet:
     """The anchors of `split` that `spec` may use; an error if the spec names a variable
     not opened, or if its windows leave no anchor.
@@ -86,6 +88,8 @@ def split_anchors(
         spec: the sample spec (offsets in stored steps), or None for one step per sample.
         patches: the patch spec, or None for whole samples.
         allowed: which steps may be anchors (`time_selection`), or None for every one.
+        geometry: the loader's unit grid (`SampleGeometry.visits` of the source's), or
+            None for the source's own.
     """
     if spec is not None:
         missing = [v for v in spec.variables() if v not in opened.layouts]
@@ -95,7 +99,11 @@ def split_anchors(
                 f"loader has {sorted(opened.layouts)}: add them to variables=[...]"
             )
     anchors = AnchorSet.for_steps(
-        opened.geometry, opened.step_ranges(split), spec, patches, allowed=allowed
+        opened.geometry if geometry is None else geometry,
+        opened.step_ranges(split),
+        spec,
+        patches,
+        allowed=allowed,
     )
     if anchors.units.size == 0:
         lo, hi = spec.span if spec is not None else (0, 0)
@@ -161,6 +169,7 @@ def build_loader(
     batch_size: int = 32,
     shuffle: str = "block",
     shuffle_window: int | None = None,
+    revisits: int = 1,
     block_chunks: int | None = None,
     max_inflight: int | None = None,
     prefetch_blocks: int = 2,
@@ -225,6 +234,13 @@ def build_loader(
         shuffle_window: bytes the pool's units may hold (it sets P, and P is in the
             state); by default 1 GiB, or half of a smaller `memory_budget` given: never
             the host's memory, since it decides the batches. Counted in the budget.
+        revisits: visits per unit and epoch: each unit is read `revisits` times, each
+            visit keeping only its equal run of the unit's steps (a chunk decoded whole,
+            the rest dropped), so the pool's memory holds `revisits` times as many of the
+            store's units and batches mix better, for `revisits` times the reads (see
+            `read_amplification`/`chunk_amplification` in `loader.stats()`). Every sample
+            is still drawn once per epoch. Must divide the unit length; recorded in the
+            state (a state of another value is refused).
         block_chunks: units read together (with `shuffle="block"`, also shuffled
             together: larger blocks shuffle better and hold more memory); by default at
             least 64 samples and 8 chunks, within an eighth of a fixed 1 GiB, or of a
@@ -352,6 +368,7 @@ def build_loader(
     grouped = torch.distributed.is_available() and torch.distributed.is_initialized()
     follow = rank is None and world_size is None and not grouped
     rank, world_size = resolve_rank(rank, world_size)
+    revisits = as_int("revisits", revisits, minimum=1)
     if spec is not None and variables is None:
         variables = spec.variables()
     opened = ZarrSource.open(
@@ -365,7 +382,8 @@ def build_loader(
     )
     timing = time_selection(opened, spec, stride=stride, frequency=frequency, max_gap=max_gap)
     spec = timing.spec
-    anchors = split_anchors(opened, split, spec, patches, timing.allowed)
+    grid = opened.geometry.visits(revisits)
+    anchors = split_anchors(opened, split, spec, patches, timing.allowed, grid)
     permute = ChunkPermuteNode(
         anchors,
         anchors.units,
@@ -375,6 +393,7 @@ def build_loader(
         fingerprint=opened.fingerprint(split, anchors.anchors),
         evaluation=evaluation,
         follow_process_group=follow,
+        unit_grid={"unit_steps": grid.unit_length, "revisits": revisits},
     )
     permute.check_full_batch(batch_size, drop_last, split)
     chosen = choose_loader_settings(
@@ -400,6 +419,7 @@ def build_loader(
         block_memory_bytes=memory.blocks_alive_bytes,
         inflight_bytes=memory.inflight_bytes,
         cache=cache_spec(cache, opened),
+        unit_length=grid.unit_length,
     )
     blocks = AsyncFetchNode(
         ReadPlanNode(permute, anchors, block_chunks=chosen.block_chunks),

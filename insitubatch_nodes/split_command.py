@@ -19,6 +19,7 @@ from insitubatch_nodes.core.date_manifest import make_date_manifest
 from insitubatch_nodes.core.date_ranges import RangeLike, range_from_text
 from insitubatch_nodes.core.geometry import SampleGeometry
 from insitubatch_nodes.core.manifest import SplitManifest
+from insitubatch_nodes.core.unit_grid import grid_manifest
 from insitubatch_nodes.io.zarr_source import ZarrSource
 
 
@@ -37,12 +38,16 @@ def split_manifest(
         splits: split name -> an inclusive range of dates (`make_date_manifest`).
         variables: the arrays the manifest is for (default: the loader's default).
         unit_steps: steps per unit (a multiple of every variable's time chunk); default
-            the arrays' own unit.
+            the arrays' own unit, or the fine grid when that leaves a split no unit of its
+            own (`core.unit_grid.grid_manifest`, as `build_loader(splits=)` cuts).
         storage_options: object-store client options (obstore's).
     """
     opened = ZarrSource.open(source, variables, storage_options=storage_options)
+    axis = opened.time_axis()
+    if unit_steps is None:  # the grid build_loader(splits=) cuts on
+        return grid_manifest(opened.layouts, lambda grid: make_date_manifest(grid, axis, splits))
     geometry = SampleGeometry.from_layouts(opened.layouts, unit_length=unit_steps)
-    return make_date_manifest(geometry, opened.time_axis(), splits)
+    return make_date_manifest(geometry, axis, splits)
 
 
 def split_text(manifest: SplitManifest) -> str:

@@ -20,6 +20,7 @@ from insitubatch_nodes import (
     PoolShuffleNode,
     ReadPlanNode,
     RetryPolicy,
+    SampleGeometry,
     SampleSpec,
     ShuffleBlockNode,
     ZarrSource,
@@ -56,10 +57,16 @@ def build_stage(
     read_across_epochs: bool = False,
     block_memory_bytes: int = DEFAULT_MEMORY_BUDGET,
     pool_size: int | None = None,
+    unit_length: int | None = None,
 ) -> BaseNode[Any]:
-    """The default graph up to `stage`; with `pool_size`, its shuffle is the pool's."""
+    """The default graph up to `stage`; with `pool_size`, its shuffle is the pool's; with
+    `unit_length`, its units are that long (any length: a fine grid, revisits)."""
     source = ZarrSource.open(url)
-    anchors = AnchorSet.for_split(source.geometry, source.split_units(split), spec, patches)
+    if unit_length is None:
+        anchors = AnchorSet.for_split(source.geometry, source.split_units(split), spec, patches)
+    else:
+        grid = SampleGeometry(source.geometry.variables, unit_length)
+        anchors = AnchorSet.for_steps(grid, source.step_ranges(split), spec, patches)
     node: BaseNode[Any] = ChunkPermuteNode(
         anchors, anchors.units, seed=seed, rank=rank, world_size=world_size
     )
@@ -78,6 +85,7 @@ def build_stage(
                     zarr_pipeline=zarr_pipeline,
                     retry=retry,
                     block_memory_bytes=block_memory_bytes,
+                    unit_length=unit_length,
                 ),
                 prefetch_blocks=prefetch_blocks,
                 decode_on=decode_on,

@@ -22,6 +22,7 @@ from insitubatch_nodes.core.geometry import SampleGeometry
 from insitubatch_nodes.core.manifest import units_to_ranges
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.sample_spec import SampleSpec
+from insitubatch_nodes.core.unit_grid import is_aligned, unit_rows_bound
 
 
 @dataclass(frozen=True, eq=False)
@@ -166,8 +167,16 @@ class AnchorSet:
 
     def block_rows_bound(self, block_chunks: int) -> int:
         """Most buffer rows a block of `block_chunks` units holds: its steps plus, with a
-        window or leads, the halo chunks on both sides of each unit."""
+        window or leads, the halo chunks on both sides of each unit. On a grid the chunks
+        do not align with (`core.unit_grid`), the most slot rows any variable's pieces of
+        a unit take."""
         lo, hi = self.spec.span if self.spec is not None else (0, 0)
+        layouts = self.geometry.variables.values()
+        if not is_aligned(layouts, self.geometry.unit_length):
+            return block_chunks * max(
+                unit_rows_bound(layout.sample_chunk, self.geometry.unit_length, -lo, hi)
+                for layout in layouts
+            )
         rows = self.geometry.unit_length
         if hi > lo:
             widest = max(layout.sample_chunk for layout in self.geometry.variables.values())

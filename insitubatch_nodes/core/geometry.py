@@ -1,9 +1,15 @@
 """Where samples live: the sample axis (axis 0) of several aligned arrays, cut into units.
 
-A *unit* is the smallest run of samples whose boundaries are chunk boundaries of every
-variable at once (the least common multiple of their sample-axis chunk lengths). Shuffling,
-splitting and rank partitioning all work on whole units, so no chunk is ever read twice in
-an epoch, however differently the variables are chunked.
+A *unit* is by default the smallest run of samples whose boundaries are chunk boundaries of
+every variable at once (the least common multiple of their sample-axis chunk lengths).
+Shuffling, splitting and rank partitioning all work on whole units, so then no chunk is
+read twice in an epoch, however differently the variables are chunked.
+
+Misaligned chunkings (5, 7 and 12 steps make one unit of 420) can leave too few units for
+the splits and ranks; units then fall back to the *fine grid*, the shortest chunk length
+(`core.unit_grid`). A chunk that straddles two units is then read for each, keeping only
+the rows that unit needs (`core.read_plan`). Revisits cut units finer still
+(`SampleGeometry.visits`).
 """
 
 from __future__ import annotations
@@ -191,14 +197,33 @@ class SampleGeometry:
                 + "; select variables that share a time axis"
             )
         lcm = math.lcm(*(layout.sample_chunk for layout in variables.values()))
+        finest = min(layout.sample_chunk for layout in variables.values())
         if unit_length is None:
             unit_length = lcm
-        elif unit_length < 1 or unit_length % lcm:
+        elif unit_length < 1 or (unit_length % lcm and unit_length != finest):
             raise ValueError(
                 f"unit length {unit_length} is not a multiple of every variable's sample-axis "
-                f"chunk length (their least common multiple is {lcm})"
+                f"chunk length (their least common multiple is {lcm}), nor the fine grid of "
+                f"the shortest chunk length ({finest})"
             )
         return cls(dict(variables), unit_length)
+
+    def visits(self, revisits: int) -> SampleGeometry:
+        """The grid of `revisits` visits per unit: each unit cut into `revisits` equal runs
+        of steps, each a unit of its own. An epoch then reads each chunk once per visit,
+        keeping only that visit's rows, so a pool of units holding the same memory spans
+        `revisits` times as many of the store's units.
+
+        Args:
+            revisits: visits per unit (an int >= 1 dividing the unit length).
+        """
+        if revisits < 1 or self.unit_length % revisits:
+            divisors = [k for k in range(1, self.unit_length + 1) if self.unit_length % k == 0]
+            raise ValueError(
+                f"revisits={revisits} must divide the unit length of {self.unit_length} steps "
+                f"(each visit keeps an equal run of a unit's steps); use one of {divisors}"
+            )
+        return SampleGeometry(self.variables, self.unit_length // revisits)
 
     @property
     def num_samples(self) -> int:

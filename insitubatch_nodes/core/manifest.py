@@ -30,6 +30,7 @@ from insitubatch_nodes.core.manifest_checks import (
     check_disjoint,
     checked_layout,
     checked_ranges,
+    fine_grid,
     is_int,
     layout_from_json,
     no_duplicate_keys,
@@ -100,8 +101,9 @@ class SplitManifest:
                 f"manifest field 'layouts' must map variable names to layouts, got "
                 f"{shown(self.layouts)}{FIX_HINT}"
             )
+        finest = fine_grid(self.layouts.values())
         layouts = {
-            name: checked_layout(name, layout, num_samples, unit_length)
+            name: checked_layout(name, layout, num_samples, unit_length, finest)
             for name, layout in self.layouts.items()
         }
         if not isinstance(self.splits, Mapping):
@@ -329,7 +331,9 @@ class SplitManifest:
                     f"{name!r} has {layout.shape[0]} samples but the manifest was made for "
                     f"{self.num_samples}"
                 )
-            elif self.unit_length % layout.sample_chunk:
+            elif self.unit_length % layout.sample_chunk and self.unit_length != fine_grid(
+                [*layouts.values(), *self.layouts.values()]
+            ):
                 problems.append(
                     f"{name!r} has sample-axis chunk length {layout.sample_chunk}, which does "
                     f"not divide the manifest's unit length {self.unit_length}"

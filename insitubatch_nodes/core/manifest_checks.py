@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -107,8 +107,24 @@ def plain_data(value: object, where: str) -> Any:
     )
 
 
+def fine_grid(layouts: Iterable[object]) -> int:
+    """The shortest sample-axis chunk length among `layouts` (entries not yet checked
+    are skipped: `checked_layout` names them), or 0 for none: the one unit length a
+    manifest may have that is not a multiple of every chunk length (`core.unit_grid`).
+
+    Args:
+        layouts: recorded layouts, checked or not.
+    """
+    lengths = [
+        int(layout.chunks[0])
+        for layout in layouts
+        if isinstance(layout, VariableLayout) and is_int(layout.chunks[0])
+    ]
+    return min(lengths, default=0)
+
+
 def checked_layout(
-    name: object, layout: object, num_samples: int, unit_length: int
+    name: object, layout: object, num_samples: int, unit_length: int, finest_chunk: int = 0
 ) -> VariableLayout:
     """`layout` with plain ints, after checking it can be a variable cut into these units.
 
@@ -117,6 +133,9 @@ def checked_layout(
         layout: its recorded layout.
         num_samples: the manifest's sample count.
         unit_length: the manifest's unit length.
+        finest_chunk: the shortest sample-axis chunk length of the manifest's variables: a
+            unit length equal to it (the fine grid, `core.unit_grid`) may straddle the
+            other variables' chunks; 0 for none.
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"manifest layout name {shown(name)} is not a non-empty str{FIX_HINT}")
@@ -143,7 +162,7 @@ def checked_layout(
             f"manifest layout of {name!r} has {plain.shape[0]} samples along axis 0, but the "
             f"manifest's num_samples is {num_samples}{FIX_HINT}"
         )
-    if unit_length % plain.sample_chunk:
+    if unit_length % plain.sample_chunk and unit_length != finest_chunk:
         raise ValueError(
             f"manifest layout of {name!r} has sample-axis chunk length {plain.sample_chunk}, "
             f"which does not divide the manifest's unit_length {unit_length}: its chunks would "

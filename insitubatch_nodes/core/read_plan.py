@@ -8,6 +8,11 @@ block, not one per sample. Chunks are laid out in the block buffer in the order 
 block's anchors first need them, so without a spec the buffer is simply the block's units
 stacked in block order, one row per sample.
 
+On a grid the chunks do not align with (a fine grid, revisits: `core.unit_grid`), a
+chunk is read once per *piece* instead: the rows the block needs of it inside one unit
+cell, kept alone (`ChunkRead.rows`), so a chunk straddling two units is read for each and
+a unit's rows lie in pieces of its own.
+
 `rows[variable]` maps (anchor, offset) to a buffer row, so the gather is one vectorised
 take per variable and block.
 """
@@ -26,6 +31,7 @@ from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.partition import EpochAssignment
 from insitubatch_nodes.core.patches import PatchSpec, touched_chunks
 from insitubatch_nodes.core.sample_spec import SampleSpec
+from insitubatch_nodes.core.unit_grid import is_aligned
 
 
 @dataclass(frozen=True)
@@ -117,6 +123,28 @@ class ReadPlan:
         return sum(len(r) for r in self.reads.values())
 
 
+def chunk_rows_read(plan: ReadPlan, layouts: Mapping[str, VariableLayout]) -> tuple[int, int]:
+    """Bytes `plan`'s reads decode (each its whole chunk, whatever it keeps) and bytes of
+    the sample-axis rows they keep: their ratio is what a grid finer than the chunks
+    costs (1 when every chunk is kept whole). Inner picks are not counted as waste here.
+
+    Args:
+        plan: a block's read plan.
+        layouts: the variables' layouts, by name.
+    """
+    decoded = kept = 0
+    for name, reads in plan.reads.items():
+        layout = layouts[name]
+        itemsize = np.dtype(layout.dtype).itemsize
+        for read in reads:
+            selection = layout.chunk_selection(read.coords)
+            row = itemsize * math.prod(s.stop - s.start for s in selection[1:])
+            valid = selection[0].stop - selection[0].start
+            decoded += valid * row
+            kept += (valid if read.rows is None else read.rows[1] - read.rows[0]) * row
+    return decoded, kept
+
+
 def _first_seen_order(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Distinct values in order of first appearance, and each value's position among them."""
     distinct, first, inverse = np.unique(values, return_index=True, return_inverse=True)
@@ -124,6 +152,40 @@ def _first_seen_order(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
     return distinct[order], rank[inverse.reshape(-1)]
+
+
+def _pieces(
+    steps: np.ndarray, chunk: int, unit_length: int, num_units: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The pieces `steps` lie in, on a grid the chunks do not align with: a piece is the
+    needed steps of one (chunk, unit cell), from the first to the last (so never longer
+    than the chunk or the unit: `core.unit_grid.slot_rows`). Distinct pieces in the
+    order the steps first need them, each step's piece, and each piece's chunk, first
+    step and stop. Vectorised: one sort over the steps.
+    """
+    cells = num_units + 1
+    keys, position = _first_seen_order((steps // chunk) * cells + steps // unit_length)
+    order = np.argsort(position, kind="stable")
+    ordered = steps[order]
+    starts = np.flatnonzero(np.r_[True, np.diff(position[order]) != 0])
+    first = np.minimum.reduceat(ordered, starts) if starts.size else ordered[:0]
+    last = np.maximum.reduceat(ordered, starts) if starts.size else ordered[:0]
+    return keys // cells, position, first, last + 1
+
+
+def _kept_rows(
+    chunk_ids: np.ndarray, first: np.ndarray, stop: np.ndarray, chunk: int, num_samples: int
+) -> list[tuple[int, int] | None]:
+    """Each piece's rows of its chunk (counted from the chunk's first row), or None when
+    it is the whole chunk."""
+    begin = chunk_ids * chunk
+    whole = (first == begin) & (stop == np.minimum(begin + chunk, num_samples))
+    return [
+        None if w else (a, b)
+        for w, a, b in zip(
+            whole.tolist(), (first - begin).tolist(), (stop - begin).tolist(), strict=True
+        )
+    ]
 
 
 def plan_block(
@@ -155,23 +217,31 @@ def plan_block(
     rows: dict[str, np.ndarray] = {}
     buffer_rows: dict[str, int] = {}
     segment_starts: dict[str, np.ndarray] = {}
+    aligned = is_aligned(geometry.variables.values(), geometry.unit_length)
     for name, offsets in wanted.items():
         layout = geometry.variables[name]
         c = layout.sample_chunk
         steps = sample_index[:, None] + np.asarray(offsets, dtype=np.int64)[None, :]
-        chunk_ids, position = _first_seen_order(steps.reshape(-1) // c)
-        lengths = np.minimum((chunk_ids + 1) * c, geometry.num_samples) - chunk_ids * c
+        if aligned:
+            chunk_ids, position = _first_seen_order(steps.reshape(-1) // c)
+            first = chunk_ids * c
+            stop = np.minimum((chunk_ids + 1) * c, geometry.num_samples)
+            kept: list[tuple[int, int] | None] = [None] * chunk_ids.size
+        else:
+            chunk_ids, position, first, stop = _pieces(
+                steps.reshape(-1), c, geometry.unit_length, geometry.num_units
+            )
+            kept = _kept_rows(chunk_ids, first, stop, c, geometry.num_samples)
+        lengths = stop - first
         dest = np.cumsum(lengths) - lengths
-        rows[name] = (dest[position] + steps.reshape(-1) - chunk_ids[position] * c).reshape(
-            steps.shape
-        )
+        rows[name] = (dest[position] + steps.reshape(-1) - first[position]).reshape(steps.shape)
         buffer_rows[name] = int(lengths.sum())
         segment_starts[name] = dest
         if origins is None:
             inner = layout.inner_chunk_grid()
             reads[name] = tuple(
-                ChunkRead((chunk, *rest), row)
-                for chunk, row in zip(chunk_ids.tolist(), dest.tolist(), strict=True)
+                ChunkRead((chunk, *rest), row, keep)
+                for chunk, row, keep in zip(chunk_ids.tolist(), dest.tolist(), kept, strict=True)
                 for rest in inner
             )
         else:
@@ -183,6 +253,7 @@ def plan_block(
                 position.reshape(steps.shape),
                 chunk_ids,
                 dest,
+                kept,
             )
     return ReadPlan(
         assignment=assignment,
@@ -208,11 +279,13 @@ def _patch_reads(
     positions: np.ndarray,
     chunk_ids: np.ndarray,
     dest: np.ndarray,
+    kept: list[tuple[int, int] | None],
 ) -> tuple[ChunkRead, ...]:
     """Each (time chunk, grid chunk) that some sample's crop touches, once; every chunk of
     the axes between time and the grid (levels), which crops do not cut.
 
-    `positions` is (samples, offsets): where each step's time chunk sits in `chunk_ids`.
+    `positions` is (samples, offsets): where each step's time chunk (its piece, on a
+    grid the chunks do not align with) sits in `chunk_ids`; `kept` each one's rows.
     """
     ndim, k = len(layout.shape), len(size)
     grid, grid_chunks = layout.shape[ndim - k :], layout.chunks[ndim - k :]
@@ -228,6 +301,10 @@ def _patch_reads(
         spatial = tuple(int(i) for i in np.unravel_index(flat, counts))
         for rest in itertools.product(*middle):
             reads.append(
-                ChunkRead((int(chunk_ids[position]), *rest, *spatial), int(dest[position]))
+                ChunkRead(
+                    (int(chunk_ids[position]), *rest, *spatial),
+                    int(dest[position]),
+                    kept[position],
+                )
             )
     return tuple(reads)

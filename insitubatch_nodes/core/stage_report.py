@@ -49,6 +49,9 @@ class EpochActivity:
         cache_misses: chunks the cache was asked for and did not hold.
         cache_bytes_served: stored bytes the cache served (store traffic saved).
         cache_bytes_written: bytes of entries written to the cache.
+        chunk_bytes_decoded: bytes of the chunks the delivered blocks read, whole.
+        chunk_bytes_kept: bytes of the rows those reads kept (less than whole where units
+            are finer than chunks: `core.unit_grid`).
     """
 
     wall_s: float = 0.0
@@ -76,6 +79,8 @@ class EpochActivity:
     cache_misses: int = 0
     cache_bytes_served: int = 0
     cache_bytes_written: int = 0
+    chunk_bytes_decoded: int = 0
+    chunk_bytes_kept: int = 0
 
 
 def _share(part: float, whole: float) -> float:
@@ -158,6 +163,7 @@ def epoch_stats(activity: EpochActivity) -> dict[str, float | int | str]:
         "decode_cpu_s": a.decode_cpu_s,
         "gather_s": a.gather_s,
         "read_amplification": _share(a.bytes_decoded, delivered),
+        "chunk_amplification": _share(a.chunk_bytes_decoded, a.chunk_bytes_kept),
         "memory_held_bytes": a.memory_held_bytes,
         "memory_allowed_bytes": a.memory_allowed_bytes,
         "limiting_stage": stage,

@@ -112,6 +112,7 @@ class ReadContext:
         block_memory_bytes: int = DEFAULT_MEMORY_BUDGET,
         inflight_bytes: int | None = None,
         cache: CacheSpec | None = None,
+        unit_length: int | None = None,
     ) -> ReadContext:
         """A context with fresh shared parts, its settings checked.
 
@@ -129,6 +130,9 @@ class ReadContext:
                 decodes itself, or None for zarr's own.
             block_memory_bytes: memory of blocks alive at once (the shuffle window and
                 the read-ahead), at most: the block slots' capacity.
+            unit_length: steps per unit of the loader's grid, when it may be shorter than
+                a chunk (a fine grid, revisits: `core.unit_grid`): block slots are then
+                that short; None for chunk-sized slots.
             inflight_bytes: stored bytes of reads under way at once, at most (the memory
                 budget's share for them), or None for no bound but the reads'.
         """
@@ -151,7 +155,9 @@ class ReadContext:
             opened_arrays=OpenedArrays(store),
             shard_indexes=ShardIndexes(),
             block_slots=BlockSlots(
-                layouts, as_int("block_memory_bytes", block_memory_bytes, minimum=0)
+                layouts,
+                as_int("block_memory_bytes", block_memory_bytes, minimum=0),
+                unit_length=unit_length,
             ),
             cache=None if cache is None else ChunkCache(cache),
         )

@@ -6,7 +6,9 @@ memory unit by unit and count what it holds. So each variable has one backing ar
 into slots of one sample-axis chunk (the variable's `sample_chunk` rows), and a block
 leases one slot per *segment* of its plan (`ReadPlan.segment_starts`: the rows of one
 sample-axis chunk it reads). A unit is whole chunks of every variable, hence whole slots:
-whatever holds a unit's segments can give them back on their own.
+whatever holds a unit's segments can give them back on their own. On a grid the chunks
+do not align with (`core.unit_grid`), a segment is one piece (a chunk's rows inside one
+unit cell) and a slot holds the longest piece, `unit_grid.slot_rows`.
 
 A block's rows are then scattered over the backing array. `BlockMemory.rows` translates
 the plan's buffer rows into backing rows with one vectorised search, so the gather stays
@@ -42,6 +44,7 @@ import numpy as np
 
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.read_plan import ReadPlan
+from insitubatch_nodes.core.unit_grid import slot_rows
 
 SPARE_SLOTS = 2  # per variable beyond the capacity's share: ragged last chunks round up
 
@@ -183,9 +186,9 @@ class _Backing:
     """One variable's slots: a backing array (allocated at the first lease), the slots
     given back (a heap, lowest first) and the first slot never leased."""
 
-    def __init__(self, layout: VariableLayout, slots: int) -> None:
+    def __init__(self, layout: VariableLayout, slots: int, rows: int) -> None:
         self.slots = slots
-        self.slot_rows = layout.sample_chunk
+        self.slot_rows = rows
         self.shape = (slots * self.slot_rows, *layout.sample_shape)
         self.dtype = np.dtype(layout.dtype)
         self.slot_nbytes = self.slot_rows * math.prod(layout.sample_shape) * self.dtype.itemsize
@@ -222,10 +225,19 @@ class BlockSlots:
         capacity_bytes: memory of blocks alive at once, at most (the shuffle window and
             the read-ahead of `core.memory_bound.plan_memory`); each variable gets slots
             for that many samples, and a block its slots allow.
+        unit_length: steps per unit when units may be shorter than chunks (a fine grid,
+            revisits): a slot then holds `core.unit_grid.slot_rows` rows, the longest
+            piece a plan reads; None for one chunk's rows.
     """
 
-    def __init__(self, layouts: Mapping[str, VariableLayout], capacity_bytes: int) -> None:
+    def __init__(
+        self,
+        layouts: Mapping[str, VariableLayout],
+        capacity_bytes: int,
+        unit_length: int | None = None,
+    ) -> None:
         self._layouts = dict(layouts)
+        self._unit_length = unit_length
         self.capacity_bytes = capacity_bytes
         sample_bytes = sum(
             math.prod(layout.sample_shape) * np.dtype(layout.dtype).itemsize
@@ -246,9 +258,13 @@ class BlockSlots:
         memory of its own), so a small array does not reserve the whole budget."""
         backings = {}
         for name, layout in self._layouts.items():
-            chunks = -(-layout.shape[0] // layout.sample_chunk)
-            wanted = -(-self._samples // layout.sample_chunk) + SPARE_SLOTS
-            backings[name] = _Backing(layout, min(wanted, 2 * chunks + SPARE_SLOTS))
+            rows = layout.sample_chunk
+            pieces = -(-layout.shape[0] // rows)
+            if self._unit_length is not None and self._unit_length % rows:
+                rows = slot_rows(rows, self._unit_length)
+                pieces += -(-layout.shape[0] // self._unit_length)  # cut at unit cells too
+            wanted = -(-self._samples // rows) + SPARE_SLOTS
+            backings[name] = _Backing(layout, min(wanted, 2 * pieces + SPARE_SLOTS), rows)
         return backings
 
     def lease(self, plan: ReadPlan) -> BlockMemory:
@@ -259,6 +275,16 @@ class BlockSlots:
             plan: the block's read plan.
         """
         wanted = {name: int(plan.segment_starts[name].size) for name in plan.reads}
+        for name in plan.reads:
+            if not plan.segment_starts[name].size:
+                continue
+            longest = int(np.diff(plan.segment_starts[name], append=plan.buffer_rows[name]).max())
+            if longest > self._backings[name].slot_rows:
+                raise ValueError(
+                    f"a block of {name!r} has a segment of {longest} rows, longer than its "
+                    f"{self._backings[name].slot_rows}-row slots: the plan's unit grid is not "
+                    f"the one these slots were made for (ReadContext.create(unit_length=...))"
+                )
         with self._lock:
             backings = self._backings
             if any(backings[name].free < count for name, count in wanted.items()):

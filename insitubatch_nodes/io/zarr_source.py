@@ -16,6 +16,7 @@ from insitubatch_nodes.core.date_ranges import RangeLike, TimeAxis
 from insitubatch_nodes.core.fingerprint import source_fingerprint
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.manifest import SplitManifest, make_manifest
+from insitubatch_nodes.core.unit_grid import grid_manifest
 from insitubatch_nodes.io.array_metadata import codec_summary, fill_value_text
 from insitubatch_nodes.io.block_reader import ReadContext
 from insitubatch_nodes.io.icechunk_store import snapshot_id_of
@@ -110,6 +111,8 @@ class ZarrSource:
         Without a manifest or `splits` the default one is cut: contiguous train/val/test at
         0.8/0.1/0.1 (on a store too short for three splits, asking for an empty one is the
         error). A manifest cut by dates is checked against the store's time coordinate.
+        Either is cut on the fine grid when the chunks' least common multiple leaves a
+        split no unit of its own (`core.unit_grid.grid_manifest`).
 
         Args:
             source: the Zarr group: a URL or path, or an open zarr `Store`.
@@ -139,12 +142,17 @@ class ZarrSource:
                 f"indices; select the other variables explicitly"
             )
         if splits is not None:
-            geometry = SampleGeometry.from_layouts(layouts)
-            axis = read_time_axis(arrays, list(layouts), geometry.num_samples, where, secrets)
-            split_manifest = make_date_manifest(geometry, axis, splits)
+            length = SampleGeometry.from_layouts(layouts).num_samples
+            axis = read_time_axis(arrays, list(layouts), length, where, secrets)
+            split_manifest = grid_manifest(
+                layouts, lambda grid: make_date_manifest(grid, axis, splits)
+            )
+            geometry = split_manifest.geometry_for(layouts)
         elif manifest is None:
-            geometry = SampleGeometry.from_layouts(layouts)
-            split_manifest = make_manifest(geometry, allow_empty=True)
+            split_manifest = grid_manifest(
+                layouts, lambda grid: make_manifest(grid, allow_empty=True)
+            )
+            geometry = split_manifest.geometry_for(layouts)
         else:
             split_manifest = load_manifest(manifest)
             geometry = split_manifest.geometry_for(layouts)

@@ -33,7 +33,7 @@ import torch
 from torchdata.nodes import BaseNode
 
 from insitubatch_nodes.core.memory_bound import sample_nbytes
-from insitubatch_nodes.core.read_plan import ReadPlan
+from insitubatch_nodes.core.read_plan import ReadPlan, chunk_rows_read
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.device.device_block_reader import DeviceBlockReader
 from insitubatch_nodes.io.block_reader import BlockReader, ReadContext
@@ -100,6 +100,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         self.read_across_epochs = as_bool("read_across_epochs", read_across_epochs)
         self.stats = context.stats
         self._epoch_start = context.stats.snapshot()  # what `stage_counters` counts from
+        self._chunk_bytes = (0, 0)  # delivered this epoch: whole chunks read, rows kept
         self._row_nbytes = {name: context.row_nbytes(name) for name in context.layouts}
         self._local = context.is_local
         self._owner_pid = os.getpid()
@@ -121,6 +122,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         check_same_process(self._owner_pid)
         super().reset(initial_state)
         self._epoch_start = self.stats.snapshot()
+        self._chunk_bytes = (0, 0)
         if initial_state is None and self._next_start is not None:
             self._adopt_next_epoch()
             return
@@ -263,6 +265,8 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         finally:
             self._waiting_on = None
         self._delivered_source_state = pending.source_state
+        decoded, kept = chunk_rows_read(block.plan, self.context.layouts)
+        self._chunk_bytes = (self._chunk_bytes[0] + decoded, self._chunk_bytes[1] + kept)
         self._read_ahead()
         if not self._pending:
             self.close()  # that was the last block: no IO left to do
@@ -298,6 +302,8 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             "cache_misses": now.cache_misses - then.cache_misses,
             "cache_bytes_served": now.cache_bytes_served - then.cache_bytes_served,
             "cache_bytes_written": now.cache_bytes_written - then.cache_bytes_written,
+            "chunk_bytes_decoded": self._chunk_bytes[0],
+            "chunk_bytes_kept": self._chunk_bytes[1],
         }
 
     def get_state(self) -> dict[str, Any]:

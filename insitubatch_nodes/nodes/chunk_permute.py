@@ -72,11 +72,15 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
             node is first reset (or asked for its epoch's size), its rank and world size
             are taken instead. A framework that starts the process group after the loader
             was built (Lightning's DDP, given the loader in `Trainer.fit`) is followed so.
+        unit_grid: the unit grid the units are on, as plain ints (`build_loader` records
+            `{"unit_steps", "revisits"}`), kept in the state's config so that a state made
+            on another grid is refused by name; None records nothing.
     """
 
     EPOCH_KEY = "epoch"
     POSITION_KEY = "position"
     EVALUATION_KEY = "evaluation"
+    UNIT_GRID_KEY = "unit_grid"
 
     def __init__(
         self,
@@ -90,6 +94,7 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         fingerprint: Mapping[str, Any] | None = None,
         evaluation: bool = False,
         follow_process_group: bool = False,
+        unit_grid: Mapping[str, int] | None = None,
     ) -> None:
         super().__init__()
         seed = as_int("seed", seed, minimum=0)
@@ -115,6 +120,7 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         self.world_size = world_size
         self._count_shares()
         self.fingerprint = None if fingerprint is None else copy.deepcopy(dict(fingerprint))
+        self.unit_grid = None if unit_grid is None else {k: int(v) for k, v in unit_grid.items()}
         self._epoch = initial_epoch
         self._position = 0
         self._started = False
@@ -289,7 +295,7 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         self._position += 1
         return ticket
 
-    def _config(self) -> dict[str, int]:
+    def _config(self) -> dict[str, Any]:
         config = {
             "seed": self.seed,
             "rank": self.rank,
@@ -297,6 +303,8 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
             "units": int(self.split_units.size),
             "samples": self.num_samples,
         }
+        if self.unit_grid is not None:
+            config[self.UNIT_GRID_KEY] = dict(self.unit_grid)
         if self.evaluation:  # training states keep the layout they always had
             config[self.EVALUATION_KEY] = True
         return config
