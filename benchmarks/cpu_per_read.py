@@ -6,7 +6,10 @@ get (tasks, futures, retries, wake-ups, thread hops). This runs the default load
 the 1-step-per-chunk ERA5-shaped store behind a fixed delay per read and reports the
 process's CPU time per chunk read, less the decode threads' decode time
 (`FetchStats.decode_cpu_ns`); the rest (gets, scheduling, the gather, the consumer loop)
-is what per-read work costs.
+is what per-read work costs. That rest is split into what Python threads spent (the
+library's work per read, and the latency wrapper's) and what the store client's native
+threads spent (obstore's runtime reading local files here; an object store's HTTP and
+TLS work in production), which the library does not control.
 
     python -m benchmarks.cpu_per_read --latency-ms 30 --epochs 4
 """
@@ -19,6 +22,7 @@ from pathlib import Path
 
 from benchmarks.latency_store import open_latency_store
 from benchmarks.stores import ensure_store
+from benchmarks.thread_cpu import PythonThreadsCPU
 from insitubatch_nodes import build_loader
 from insitubatch_nodes.loader import graph_nodes
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
@@ -39,6 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache/insitubatch-ab")
     args = parser.parse_args(argv)
     steps = {1: 480, 4: 960, 24: 1920}[args.steps_per_chunk]
+    python_threads = PythonThreadsCPU().__enter__()  # before the loader starts threads
     store = ensure_store(args.cache, steps, args.steps_per_chunk, "zstd")
     source = open_latency_store(str(store), args.latency_ms / 1000)
     loader = build_loader(
@@ -54,17 +59,22 @@ def main(argv: list[str] | None = None) -> None:
         pass
     stats = fetch.stats
     chunks, decode_ns = stats.chunks_read, stats.decode_cpu_ns
+    python_threads.start()
     cpu, wall, samples = time.process_time(), time.perf_counter(), 0
     for _ in range(args.epochs):
         for batch in loader:
             samples += len(batch["sample_index"])
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    python_cpu = python_threads.seconds()
+    python_threads.__exit__()
     chunks, decode_s = stats.chunks_read - chunks, (stats.decode_cpu_ns - decode_ns) / 1e9
     print(
         f"{samples / wall:.0f} samples/s, {chunks / wall:.0f} chunk reads/s, "
         f"reads in flight {fetch.context.inflight.limit}; per chunk read: "
         f"{cpu / chunks * 1e6:.0f} us CPU, {decode_s / chunks * 1e6:.0f} us of it decoding, "
-        f"{(cpu - decode_s) / chunks * 1e6:.0f} us the rest"
+        f"{(cpu - decode_s) / chunks * 1e6:.0f} us the rest: "
+        f"{(python_cpu - decode_s) / chunks * 1e6:.0f} us in Python threads, "
+        f"{(cpu - python_cpu) / chunks * 1e6:.0f} us in the store client's native threads"
     )
 
 

@@ -15,7 +15,7 @@ the plan's buffer rows into backing rows with one vectorised search, so the gath
 one take per (field, block); decoding shifts each chunk's target rows once
 (`BlockMemory.region`), which is Python work per chunk, not per sample.
 
-Each leased slot is a small token whose garbage collection gives the slot back. The
+Each leased slot is a small token whose deletion gives the slot back. The
 block's `BlockMemory` holds the tokens grouped by unit (a unit's group: the slots its
 samples' rows lie in, a window's halo included, so a slot two units need is in both
 groups). By default the groups go with the block (when the shuffle and the gather are done
@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import heapq
 import math
+import sys
 import threading
-import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -138,9 +138,28 @@ class BlockMemory:
 
 
 class _SlotToken:
-    """One leased slot: giving it back is this object's finalizer."""
+    """One leased slot, given back when the token is dropped (`__del__`).
 
-    __slots__ = ("__weakref__",)
+    One object per slot: a `weakref.finalize` per slot took five objects the garbage
+    collector tracks (token, finalizer, its record, its arguments, the weak reference),
+    which with one time step per chunk were a third of the objects alive while a loader
+    ran, and kept alive across collections they made the full ones come more often.
+    """
+
+    __slots__ = ("_generation", "_name", "_nbytes", "_owner", "_slot")
+
+    def __init__(
+        self, owner: BlockSlots, generation: int, name: str, slot: int, nbytes: int
+    ) -> None:
+        self._owner = owner
+        self._generation = generation
+        self._name = name
+        self._slot = slot
+        self._nbytes = nbytes
+
+    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        if not _finalizing():  # at interpreter exit there is nothing left to give back to
+            self._owner._give_back(self._generation, self._name, self._slot, self._nbytes)
 
 
 def unit_segment_pairs(plan: ReadPlan, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -303,13 +322,8 @@ class BlockSlots:
         }
         tokens: dict[str, list[_SlotToken]] = {}
         for name, slots in taken.items():
-            tokens[name] = []
-            for slot in slots:
-                token = _SlotToken()
-                weakref.finalize(
-                    token, self._give_back, generation, name, slot, backings[name].slot_nbytes
-                )
-                tokens[name].append(token)
+            size = backings[name].slot_nbytes
+            tokens[name] = [_SlotToken(self, generation, name, slot, size) for slot in slots]
         return BlockMemory(
             arrays,
             {name: plan.segment_starts[name] for name in taken},

@@ -3,6 +3,8 @@
 A semaphore whose size follows `core.inflight_target.InflightTarget`: each read waits for
 a slot, and when it completes its round trip and bytes go to the target, whose `limit`
 the next waits see, and to the counters (`FetchStats.add_read`: latency, bytes, waits).
+A read given a timeout has it counted from when it holds its slot, the loop's reads
+sharing one timer (`io.deadlines`).
 Made per event loop (its waiters are that loop's futures); the target is the
 `ReadContext`'s, so what one epoch learnt about the store starts the next.
 """
@@ -16,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from insitubatch_nodes.core.inflight_target import InflightTarget
+from insitubatch_nodes.io.deadlines import Deadlines
 from insitubatch_nodes.io.fetch_stats import FetchStats
 
 T = TypeVar("T")
@@ -47,19 +50,31 @@ class ReadSlots:
         self.stats = stats
         self.in_flight = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self._deadlines = Deadlines()
 
-    async def run(self, read: Callable[[], Awaitable[T]]) -> T:
+    async def run(self, read: Callable[[], Awaitable[T]], timeout_s: float | None = None) -> T:
         """`await read()` once a slot is free; its round trip and bytes feed the target.
 
         Args:
             read: one try of a read.
+            timeout_s: seconds the read may take once it holds its slot, after which it is
+                cancelled and `TimeoutError` raised (as `asyncio.timeout` does), or None.
         """
         queued = time.monotonic()
         await self._acquire()
         try:
             started = time.monotonic()
             in_flight = self.in_flight
-            found = await read()
+            if timeout_s is None:
+                found = await read()
+            else:
+                timeout = asyncio.Timeout(None)
+                async with timeout:
+                    self._deadlines.watch(timeout, timeout_s)
+                    try:
+                        found = await read()
+                    finally:
+                        self._deadlines.drop(timeout)
             finished = time.monotonic()
             nbytes = read_nbytes(found)
             self.target.observe(started, finished, nbytes)

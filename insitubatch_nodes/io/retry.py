@@ -128,13 +128,12 @@ class RetryPolicy:
         timeout.
         """
 
-        async def timed() -> T:
-            async with asyncio.timeout(self.attempt_timeout_s):
-                return await attempt()
-
         for tried in range(1, self.attempts + 1):
             try:
-                return await (timed() if limit is None else limit.run(timed))
+                if limit is not None:
+                    return await limit.run(attempt, self.attempt_timeout_s)
+                async with asyncio.timeout(self.attempt_timeout_s):
+                    return await attempt()
             except Exception as err:  # CancelledError is a BaseException: never retried
                 if tried == self.attempts or not self.is_transient(err):
                     raise ReadGaveUp(tried) from err

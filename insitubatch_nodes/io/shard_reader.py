@@ -172,6 +172,7 @@ class ShardReader:
         self._stats = stats
         self._indexes = indexes
         self._index_reads: dict[str, asyncio.Future[np.ndarray | None]] = {}  # on the loop
+        self._prototype = default_buffer_prototype()  # zarr's config, read once, not per get
 
     def _key(self, shard: tuple[int, ...]) -> str:
         return chunk_key(self._metadata, self._prefix, shard)
@@ -179,9 +180,7 @@ class ShardReader:
     async def _get(self, key: str, byte_range: Any) -> Any:
         """A ranged get under the retry policy, each try holding one of the read slots."""
         return await self._retry.call(
-            lambda: self._store.get(
-                key, prototype=default_buffer_prototype(), byte_range=byte_range
-            ),
+            lambda: self._store.get(key, prototype=self._prototype, byte_range=byte_range),
             key,
             self._stats.count_retry,
             limit=self._inflight,

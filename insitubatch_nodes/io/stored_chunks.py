@@ -123,6 +123,8 @@ class ChunkFetcher:
         self._stats = context.stats
         self._local_root = local_root(context.store)
         self._inflight = ReadSlots(context.inflight, context.stats)
+        # zarr looks the buffer classes up in its config at each call: once per fetcher
+        self._prototype = default_buffer_prototype()
         self._shard_readers: dict[str, ShardReader] = {}
         self._scratches = threading.local()
         self._cached = (
@@ -229,13 +231,16 @@ class ChunkFetcher:
         per_hop = max(1, len(reads) // (2 * self._context.decode_threads))
         fetched: Loaded = []
         take = self._checked(array, sink)
+        store, prototype, retry = self._context.store, self._prototype, self._retry
 
         async def get(read: ChunkRead) -> None:
             key = array.key(read.coords)
             try:
-                found = await self.with_retries(
-                    lambda: self._context.store.get(key, prototype=default_buffer_prototype()),
+                found = await retry.call(
+                    lambda: store.get(key, prototype=prototype),
                     key,
+                    self._stats.count_retry,
+                    limit=self._inflight,
                 )
             except Exception as err:
                 raise self.error(array.name, read.coords, key, err) from scrubbed(err)
