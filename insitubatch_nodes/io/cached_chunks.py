@@ -1,10 +1,13 @@
 """The chunk cache as a source in front of the store, for one fetcher (one epoch's loop).
 
 `ChunkFetcher.fetch` asks `serve` first: every wanted chunk whose entry is in the cache,
-for the object's current version, is read and verified in the decode threads and handed
-to the sink there; the rest come back as misses, which the fetcher reads from the store
-as it would without a cache, through `admitting(sink)`: once the sink has taken a
-missed chunk's bytes (and so checked them), they are admitted to the cache.
+for the object's current version, is verified in the decode threads and handed to the
+sink there, straight from the mapped segment; the rest come back as misses, which the
+fetcher reads from the store as it would without a cache, through `admitting(sink)`:
+once the sink has taken a missed chunk's bytes (and so checked them), they are admitted
+to the cache. When the fetcher's last block in flight is done (`finished`), the
+segment written meanwhile is sealed if due (`ChunkCache.due`): at the latest at the end
+of each epoch.
 
 A hit holds no read slot: it never feeds the in-flight target's latency estimate
 (`core.inflight_target`), which must describe the store, and is counted apart
@@ -18,10 +21,10 @@ import asyncio
 import json
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from insitubatch_nodes.core.read_plan import ChunkRead
-from insitubatch_nodes.io.chunk_cache import ChunkCache, entry_digest, scratch_nbytes
+from insitubatch_nodes.io.chunk_cache import ChunkCache, key_hasher, scratch_nbytes
 from insitubatch_nodes.io.fetch_stats import FetchStats
 from insitubatch_nodes.io.object_versions import ObjectVersions
 from insitubatch_nodes.io.shard_reader import Loaded
@@ -61,8 +64,9 @@ class CachedChunks:
         self._versions = versions
         self._stats = stats
         self._threads = decode_threads
-        self._metadata: dict[str, str] = {}
+        self._hashers: dict[str, Any] = {}  # by variable: its key's shared parts, hashed
         self._scratches = threading.local()
+        self._fetching = 0
 
     async def serve(
         self, reads: Reads, take: Callable[[StoredArray], Callable[[Loaded], None]]
@@ -74,11 +78,15 @@ class CachedChunks:
             reads: the chunks wanted, by array.
             take: the checked sink for an array's chunks.
         """
+        self._fetching += 1
+        self._cache.refresh()
         for array in reads:
             path = array.array.store_path.path
             await self._versions.prepare(f"{path}/" if path else "")
-            if array.name not in self._metadata:
-                self._metadata[array.name] = metadata_text(array)
+            if array.name not in self._hashers:
+                self._hashers[array.name] = key_hasher(
+                    self._versions.identity, path, metadata_text(array)
+                )
         work = [(array, read) for array, wanted in reads.items() for read in wanted]
         hops = max(1, min(len(work), self._threads))
         loop = asyncio.get_running_loop()
@@ -111,14 +119,9 @@ class CachedChunks:
                 if version is None:  # no object to cache against: read it as usual
                     missed.append((array, read))
                     continue
-                digest = entry_digest(
-                    self._versions.identity,
-                    array.array.store_path.path,
-                    self._metadata[array.name],
-                    repr(read.coords),
-                    key,
-                    version,
-                )
+                hasher = self._hashers[array.name].copy()
+                hasher.update(f"\0{read.coords!r}\0{key}\0{version}".encode())
+                digest = hasher.digest()
                 limit = array.decoder.stored_bound
                 found = self._cache.lookup(digest, limit, self._scratch(scratch_nbytes(limit)))
                 if found is None:
@@ -131,6 +134,12 @@ class CachedChunks:
         finally:
             self._stats.add(cache_hits=hits, cache_misses=len(missed), cache_bytes_served=served)
         return missed, digests
+
+    def finished(self) -> None:
+        """One block's fetch (begun by `serve`) is over; seal the segment written if due."""
+        self._fetching -= 1
+        if self._cache.due(idle=self._fetching == 0):
+            self._cache.seal()
 
     def admitting(self, sink: ChunkSink, digests: Digests) -> ChunkSink:
         """`sink`, then each chunk it took whose digest is in `digests` admitted to the cache.

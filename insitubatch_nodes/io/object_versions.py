@@ -10,7 +10,8 @@ cheaply as it can:
 - object stores (obstore: S3, GCS, Azure, also its memory store): each array's objects
   are listed once per epoch (one request per 1,000 objects; ETag, last-modified, size);
   an object not listed, or an array whose listing failed, is not cached that epoch;
-- an Icechunk snapshot: immutable, so its id in the store's identity is the version;
+- an Icechunk snapshot: immutable, so its id in the store's identity is the version (the
+  same snapshot read by branch, tag or id shares its entries);
 - any other store (a wrapper store, say) gives no versions: its entries are keyed by its
   identity and the array's metadata only, and rewriting its chunks in place with the
   same metadata needs the cache folder cleared (`versioned` says so, and the loader logs
@@ -221,8 +222,9 @@ def object_versions(
     if root is not None:
         return FileVersions(str(root.resolve()))
     snapshot = snapshot_id_of(store)
-    if snapshot is not None:
-        return FixedVersions(f"icechunk|{where}|{snapshot}", versioned=True)
+    if snapshot is not None:  # the repository, not how the snapshot was named (`@branch=...`)
+        repository = where.rpartition("@")[0] or where
+        return FixedVersions(f"icechunk|{repository}|{snapshot}", versioned=True)
     if isinstance(store, ObjectStore):
         client = store.store
         identity = where

@@ -188,6 +188,9 @@ class ChunkFetcher:
                     group.create_task(self._read_local(local, sink))
         except BaseExceptionGroup as failures:
             raise first_failure(failures) from None  # the error itself, not a wrapper
+        finally:
+            if self._cached is not None:
+                self._cached.finished()
 
     def _shard_reader(self, array: StoredArray) -> ShardReader:
         found = self._shard_readers.get(array.name)
