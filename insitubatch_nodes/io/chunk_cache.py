@@ -214,6 +214,14 @@ class ChunkCache:
             )
         return payload
 
+    def holds(self, digest: bytes) -> bool:
+        """Whether entry `digest` is in the cache (not yet verified: `lookup` does that).
+
+        Args:
+            digest: the entry's key digest.
+        """
+        return digest in self._index or (self._writer is not None and self._writer.holds(digest))
+
     def admit(self, digest: bytes, payload: bytes | memoryview) -> int:
         """Write entry `digest` holding `payload` if the budget has room; the bytes it took
         on disk (0 when read-only, full, already there, or the write failed: a cache that

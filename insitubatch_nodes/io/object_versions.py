@@ -51,10 +51,12 @@ class ObjectVersions(Protocol):
     Args:
         identity: the store, as a cache key names it (no credentials).
         versioned: whether `version` tells a rewritten object from the old one.
+        blocking: whether `version` does IO (then it is asked off the event loop).
     """
 
     identity: str
     versioned: bool
+    blocking: bool
 
     async def prepare(self, prefix: str) -> None:
         """Learn the versions of the objects under `prefix` (on the event loop), before
@@ -83,6 +85,7 @@ class FileVersions:
     """
 
     versioned = True
+    blocking = True
 
     def __init__(self, root: str) -> None:
         self.identity = f"file://{root}"
@@ -119,6 +122,7 @@ class ListedVersions:
     """
 
     versioned = True
+    blocking = False
 
     def __init__(
         self,
@@ -186,6 +190,8 @@ class FixedVersions:
         identity: the store as a cache key names it.
         versioned: whether the identity pins the objects' contents (a snapshot).
     """
+
+    blocking = False
 
     def __init__(self, identity: str, versioned: bool) -> None:
         self.identity = identity
