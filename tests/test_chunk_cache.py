@@ -270,6 +270,26 @@ def test_two_processes_share_one_cache_folder(tmp_path: Path) -> None:
     assert stats[0]["cache_hit_ratio"] == 1.0
 
 
+def test_two_processes_share_one_budget(tmp_path: Path) -> None:
+    url, _ = write_store(tmp_path / "s.zarr", LONG)
+    whole = tmp_path / "whole"
+    _epochs(_loader(url, CacheSpec(whole, 10**8)), 1)
+    budget = _budget(whole) // 2
+    folder = tmp_path / "cache"
+    command = [sys.executable, str(HERE / "cache_run.py"), url, str(folder), str(budget), "2"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
+    runs = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        for _ in range(2)
+    ]
+    for run in runs:
+        _, err = run.communicate(timeout=120)
+        assert run.returncode == 0, err.decode()[-2000:]
+    assert _pending(folder) == []
+    assert 0 < _budget(folder) <= budget  # both wrote, and together stayed within it
+    _all_verify(folder)
+
+
 def test_a_writer_killed_mid_epoch_leaves_a_cache_the_next_run_trusts(tmp_path: Path) -> None:
     url, _ = write_store(tmp_path / "s.zarr", LONG)
     reference, _ = _epochs(_loader(url), 1)

@@ -258,10 +258,12 @@ class SegmentWriter:
     def _reserve(self, needed: int) -> bool:
         assert self._descriptor is not None
         step = max(min(RESERVE_STEP, self._budget.max_bytes // 16), 0)
-        for wanted in (needed + step, needed):
+        for wanted in (needed + step, needed, needed):
             if self._budget.grow(self._descriptor, self._reserved, wanted):
                 self._reserved = wanted
                 return True
+            if wanted == needed and not self._budget.sweep():
+                break  # full, and no killed writer's space to take back
         return False
 
     def _abandon(self) -> None:
