@@ -40,7 +40,7 @@ from typing import Any
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.io.cache_entry import DIGEST_NBYTES, HEADER_NBYTES
 from insitubatch_nodes.io.cache_segment import SUFFIX, Segment
-from insitubatch_nodes.io.segment_writer import FolderBudget, SegmentWriter, folder_bytes
+from insitubatch_nodes.io.segment_writer import FolderBudget, SegmentWriter
 
 log = logging.getLogger(__name__)
 
@@ -235,14 +235,13 @@ class ChunkCache:
             return 0
         return self._writer.append(digest, payload)
 
-    @property
-    def admitted_bytes(self) -> int:
-        """Bytes the budget counts: sealed segments, and the space pending ones reserved."""
-        return folder_bytes(self.root)
-
     def _map(self, path: Path) -> None:
         self._mapped.add(path.name)
-        segment = Segment.open(path)
+        try:
+            segment = Segment.open(path)
+        except OSError as err:  # out of descriptors or mappings, say: serve it from the store
+            log.warning("chunk cache %s: cannot map %s (%s)", self.root, path.name, err)
+            return
         if segment is None:
             if path.exists():
                 log.warning("chunk cache %s: segment %s is damaged", self.root, path.name)
