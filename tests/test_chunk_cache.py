@@ -219,15 +219,19 @@ def test_damaged_entries_are_never_served_and_are_cached_again(
     reference, _ = _epochs(_loader(url), 1)
     folder = tmp_path / "cache"
     _epochs(_loader(url, CacheSpec(folder, 10**8)), 1)
-    [segment_path] = _segments(folder)
-    segment = Segment.open(segment_path)
-    assert segment is not None
-    (_, flipped, _), (_, swapped, _), (_, zeroed, length), (_, donor, _) = segment.records[:4]
-    donor_header = bytes(segment.view[donor : donor + HEADER_NBYTES])
-    del segment
-    _damage(segment_path, flipped + HEADER_NBYTES + 1, b"\xff\x00\xff")  # bits flipped
-    _damage(segment_path, swapped, donor_header)  # a whole header, but another chunk's
-    _damage(segment_path, zeroed + HEADER_NBYTES, bytes(length))  # payload zeroed
+    entries = []  # (segment, entry offset, payload length, its header), in every segment
+    for path in _segments(folder):
+        segment = Segment.open(path)
+        assert segment is not None
+        for _, offset, length in segment.records:
+            head = bytes(segment.view[offset : offset + HEADER_NBYTES])
+            entries.append((path, offset, length, head))
+        del segment
+    (flipped, swapped, zeroed, donor) = entries[:4]
+    _damage(flipped[0], flipped[1] + HEADER_NBYTES + 1, b"\xff\x00\xff")  # bits flipped
+    _damage(swapped[0], swapped[1], donor[3])  # a whole header, but another chunk's
+    _damage(zeroed[0], zeroed[1] + HEADER_NBYTES, bytes(zeroed[2]))  # payload zeroed
+    segment_path = _segments(folder)[0]
     # a copy whose index is cut short, and a file that is no segment at all
     cut = segment_path.with_name("99999999999999999999-cut.seg")
     cut.write_bytes(segment_path.read_bytes()[:-5])
@@ -307,8 +311,7 @@ def test_a_writer_killed_mid_epoch_leaves_a_cache_the_next_run_trusts(tmp_path: 
     written = len(_entries(folder))
     assert 0 < written < 240
     _all_verify(folder)
-    abandoned = _pending(folder)
-    assert abandoned  # the segment it was writing, never sealed: never read
+    abandoned = _pending(folder)  # the segment it was writing (unless it had just sealed)
     for path in abandoned:  # old enough that no writer can be about to lock it
         os.utime(path, (1, 1))
     keys, stats = _epochs(_loader(url, CacheSpec(folder, 10**8)), 1)
@@ -319,6 +322,38 @@ def test_a_writer_killed_mid_epoch_leaves_a_cache_the_next_run_trusts(tmp_path: 
     assert _budget(folder) == sum(p.stat().st_size for p in _segments(folder))
     assert len(_entries(folder)) == 240
     _all_verify(folder)
+
+
+def test_a_killed_writers_pending_segment_is_swept_and_its_space_freed(tmp_path: Path) -> None:
+    writer = (
+        "import sys, time\n"
+        "from insitubatch_nodes.io.chunk_cache import CacheSpec, ChunkCache, entry_digest\n"
+        "cache = ChunkCache(CacheSpec(sys.argv[1], 10**6))\n"
+        "for i in range(20):\n"
+        "    assert cache.admit(entry_digest('k', str(i)), b'x' * 1000)\n"
+        "print('written', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    run = subprocess.Popen(
+        [sys.executable, "-c", writer, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert run.stdout is not None and run.stdout.readline() == b"written\n"
+    [pending] = _pending(tmp_path)
+    reserved = _budget(tmp_path)
+    assert reserved >= 20 * 1000
+    ChunkCache(CacheSpec(tmp_path, 10**6))  # its writer is alive: left alone
+    os.utime(pending, (1, 1))
+    ChunkCache(CacheSpec(tmp_path, 10**6))  # alive, however old
+    assert pending.exists() and _budget(tmp_path) == reserved
+    os.kill(run.pid, signal.SIGKILL)
+    run.wait(timeout=30)
+    os.utime(pending, (1, 1))
+    assert _segments(tmp_path) == []  # never sealed: no reader ever saw its entries
+    cache = ChunkCache(CacheSpec(tmp_path, 10**6))  # its writer is gone: swept
+    assert not pending.exists() and _budget(tmp_path) == 0
+    assert not cache.holds(entry_digest("k", "0"))
 
 
 def test_a_full_cache_admits_until_its_budget_and_keeps_what_it_holds(tmp_path: Path) -> None:
@@ -345,7 +380,7 @@ def test_a_read_only_cache_serves_what_it_holds_and_never_writes(tmp_path: Path)
     whole = tmp_path / "whole"
     _epochs(_loader(url, CacheSpec(whole, 10**8)), 1)
     _epochs(_loader(url, CacheSpec(folder, _budget(whole) // 2)), 1)  # prepared, half full
-    [segment_path] = _segments(folder)
+    segment_path = _segments(folder)[0]
     segment = Segment.open(segment_path)
     assert segment is not None
     offset = segment.records[0][1]
