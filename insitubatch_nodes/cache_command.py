@@ -15,7 +15,8 @@ from typing import Any
 
 from insitubatch_nodes.builder import build_loader
 from insitubatch_nodes.byte_sizes import nbytes_text
-from insitubatch_nodes.io.chunk_cache import CacheSpec, ChunkCache
+from insitubatch_nodes.io.chunk_cache import LAYOUT, CacheSpec
+from insitubatch_nodes.io.segment_writer import folder_bytes
 
 PREPARE_BATCH = 64  # samples per batch while preparing: fewer, larger gathers
 
@@ -65,7 +66,7 @@ def prepare_cache(
         "chunks": int(stats["chunks_read"]),
         "already_cached": int(stats.get("cache_hits", 0)),
         "bytes_written": int(stats.get("cache_bytes_written", 0)),
-        "cache_bytes": ChunkCache(spec).admitted_bytes,
+        "cache_bytes": folder_bytes(spec.folder / LAYOUT),
         "max_bytes": max_bytes,
     }
 

@@ -17,10 +17,12 @@ import zarr
 from conftest import as_numpy, batch_key, our_threads, write_store
 from s3_server import S3Server
 
-from insitubatch_nodes import CacheSpec, build_loader
+from insitubatch_nodes import CacheSpec, build_loader, open_icechunk
 from insitubatch_nodes.cli import main
-from insitubatch_nodes.io.cache_entry import HEADER_NBYTES, verified_payload
-from insitubatch_nodes.io.chunk_cache import LAYOUT, LEDGER, ChunkCache, entry_digest
+from insitubatch_nodes.io.cache_entry import HEADER, HEADER_NBYTES
+from insitubatch_nodes.io.cache_segment import Segment
+from insitubatch_nodes.io.chunk_cache import LAYOUT, ChunkCache, entry_digest
+from insitubatch_nodes.io.segment_writer import PENDING_SUFFIX, folder_bytes
 
 HERE = Path(__file__).parent
 STORE = {"t2m": ((48, 3, 4), (2, 3, 4), "float32"), "u10": ((48, 2), (4, 2), "int16")}
@@ -42,20 +44,42 @@ def _epochs(loader: Any, epochs: int = 2) -> tuple[list[list[Any]], list[dict[st
     return keys, stats
 
 
-def _entries(folder: Path) -> list[Path]:
-    root = folder / LAYOUT
-    return sorted(p for p in root.glob("*/*") if not p.name.startswith("."))
+def _segments(folder: Path) -> list[Path]:
+    return sorted((folder / LAYOUT).glob("*.seg"))
 
 
-def _ledger(folder: Path) -> int:
-    return int.from_bytes((folder / LAYOUT / LEDGER).read_bytes(), "little")
+def _pending(folder: Path) -> list[Path]:
+    return sorted((folder / LAYOUT).glob(f".*{PENDING_SUFFIX}"))
+
+
+def _entries(folder: Path) -> set[bytes]:
+    """The key digests of every entry in the folder's sealed segments."""
+    found: set[bytes] = set()
+    for path in _segments(folder):
+        segment = Segment.open(path)
+        assert segment is not None, path
+        found.update(digest for digest, _, _ in segment.records)
+    return found
+
+
+def _budget(folder: Path) -> int:
+    return folder_bytes(folder / LAYOUT)
 
 
 def _all_verify(folder: Path) -> None:
-    """Every entry in `folder` is whole and checks out under the digest it is named by."""
-    for path in _entries(folder):
-        data = memoryview(path.read_bytes())
-        assert verified_payload(data, bytes.fromhex(path.name), 1 << 30) is not None, path
+    """Every segment in `folder` is whole and each of its entries checks out under its key."""
+    for path in _segments(folder):
+        segment = Segment.open(path)
+        assert segment is not None, path
+        for digest, offset, length in segment.records:
+            assert segment.payload(offset, length, digest, 1 << 30) is not None, (path, offset)
+
+
+def _damage(path: Path, offset: int, data: bytes) -> None:
+    """Overwrite bytes of a segment in place (as a failing disk would)."""
+    with open(path, "r+b") as file:
+        file.seek(offset)
+        file.write(data)
 
 
 def test_batches_are_the_same_with_the_cache_off_cold_and_warm(tmp_path: Path) -> None:
@@ -80,10 +104,11 @@ def test_batches_are_the_same_with_the_cache_off_cold_and_warm(tmp_path: Path) -
     resumed = _loader(url, cache)
     resumed.load_state_dict(state)
     assert [batch_key(b) for b in resumed] == reference[0][3:]
-    assert _ledger(tmp_path / "cache") == sum(
-        p.stat().st_size for p in _entries(tmp_path / "cache")
-    )
-    _all_verify(tmp_path / "cache")
+    folder = tmp_path / "cache"
+    assert _pending(folder) == []  # every epoch's entries were sealed at its end
+    assert _budget(folder) == sum(p.stat().st_size for p in _segments(folder))
+    assert len(_entries(folder)) == CHUNKS
+    _all_verify(folder)
     assert our_threads() == []
 
 
@@ -154,25 +179,75 @@ def test_a_store_changed_between_runs_is_never_served_old_bytes(
     assert loader.stats()["cache_hits"] == 12  # u10's chunks did not change
 
 
-def test_damaged_entries_are_dropped_and_read_again(tmp_path: Path) -> None:
+def test_a_new_icechunk_snapshot_is_never_served_the_old_ones_bytes(tmp_path: Path) -> None:
+    icechunk = pytest.importorskip("icechunk")
+    path = tmp_path / "repo"
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(path)))
+    old = np.arange(48 * 3, dtype="float32").reshape(48, 3)
+    session = repo.writable_session("main")
+    group = zarr.open_group(session.store, mode="w")
+    group.create_array("x", shape=(48, 3), chunks=(4, 3), dtype="float32")[...] = old
+    first = session.commit("first")
+    cache = CacheSpec(tmp_path / "cache", 10**8)
+
+    def read(store: Any) -> tuple[np.ndarray, dict[str, Any]]:
+        loader = _loader(store, cache)
+        batches = list(loader)
+        indices = np.concatenate([as_numpy(b["sample_index"]) for b in batches])
+        values = np.empty_like(old)
+        values[indices] = np.concatenate([as_numpy(b["x"]) for b in batches])
+        return values, loader.stats()
+
+    values, stats = read(open_icechunk(path))
+    np.testing.assert_array_equal(values, old)
+    assert stats["cache_hits"] == 0 and stats["cache_bytes_written"] > 0
+    session = repo.writable_session("main")  # every chunk rewritten, same metadata and keys
+    zarr.open_group(session.store, mode="r+")["x"][...] = old + 1000
+    session.commit("second")
+    values, stats = read(open_icechunk(path))  # the tip: the new snapshot
+    np.testing.assert_array_equal(values, old + 1000)
+    assert stats["cache_hits"] == 0
+    values, stats = read(open_icechunk(path, snapshot_id=first))  # the old one: still cached
+    np.testing.assert_array_equal(values, old)
+    assert stats["cache_hit_ratio"] == 1.0
+
+
+def test_damaged_entries_are_never_served_and_are_cached_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     url, _ = write_store(tmp_path / "s.zarr", STORE)
     reference, _ = _epochs(_loader(url), 1)
     folder = tmp_path / "cache"
     _epochs(_loader(url, CacheSpec(folder, 10**8)), 1)
-    entries = _entries(folder)
-    flipped, cut, swapped, emptied, grown = entries[:5]
-    data = bytearray(flipped.read_bytes())
-    data[-1] ^= 0x40
-    flipped.write_bytes(bytes(data))
-    cut.write_bytes(cut.read_bytes()[:-3])
-    swapped.write_bytes(entries[6].read_bytes())  # a whole entry, but another chunk's
-    emptied.write_bytes(b"")
-    grown.write_bytes(grown.read_bytes() + b"\0" * 10)
+    entries = []  # (segment, entry offset, payload length, its header), in every segment
+    for path in _segments(folder):
+        segment = Segment.open(path)
+        assert segment is not None
+        for _, offset, length in segment.records:
+            head = bytes(segment.view[offset : offset + HEADER_NBYTES])
+            entries.append((path, offset, length, head))
+        del segment
+    (flipped, swapped, zeroed, donor) = entries[:4]
+    _damage(flipped[0], flipped[1] + HEADER_NBYTES + 1, b"\xff\x00\xff")  # bits flipped
+    _damage(swapped[0], swapped[1], donor[3])  # a whole header, but another chunk's
+    _damage(zeroed[0], zeroed[1] + HEADER_NBYTES, bytes(zeroed[2]))  # payload zeroed
+    segment_path = _segments(folder)[0]
+    # a copy whose index is cut short, and a file that is no segment at all
+    cut = segment_path.with_name("99999999999999999999-cut.seg")
+    cut.write_bytes(segment_path.read_bytes()[:-5])
+    (folder / LAYOUT / "99999999999999999999-junk.seg").write_bytes(b"not a segment")
     keys, stats = _epochs(_loader(url, CacheSpec(folder, 10**8)), 1)
-    assert keys == reference
-    assert stats[0]["cache_hits"] == CHUNKS - 5
-    _all_verify(folder)  # the five were dropped, read from the store and written again
-    assert len(_entries(folder)) == CHUNKS
+    assert keys == reference  # never a damaged byte in a batch
+    assert stats[0]["cache_hits"] == CHUNKS - 3
+    assert stats[0]["cache_bytes_written"] > 0  # the three were read and cached again
+    assert "damaged" in caplog.text
+    assert {p.name for p in _segments(folder)} >= {segment_path.name}
+    assert not cut.exists() and not (folder / LAYOUT / "99999999999999999999-junk.seg").exists()
+    # a later run takes the newer, whole copies over the damaged ones
+    caplog.clear()
+    keys, stats = _epochs(_loader(url, CacheSpec(folder, 10**8)), 1)
+    assert keys == reference and stats[0]["cache_hit_ratio"] == 1.0
+    assert "damaged" not in caplog.text
 
 
 def test_two_processes_share_one_cache_folder(tmp_path: Path) -> None:
@@ -191,12 +266,32 @@ def test_two_processes_share_one_cache_folder(tmp_path: Path) -> None:
         outputs.append([json.loads(line) for line in out.decode().splitlines()])
     batches = [[line for line in output if "batch" in line] for output in outputs]
     assert batches[0] == batches[1]
-    # both wrote, neither corrupted the other: every entry whole, the ledger exact
+    # both wrote, neither corrupted the other: every segment whole, the budget exact
     _all_verify(folder)
-    assert len(_entries(folder)) == CHUNKS
-    assert _ledger(folder) == sum(p.stat().st_size for p in _entries(folder))
+    assert len(_entries(folder)) == CHUNKS and _pending(folder) == []
+    assert _budget(folder) == sum(p.stat().st_size for p in _segments(folder))
     _, stats = _epochs(_loader(url, CacheSpec(folder, 10**8)), 1)
     assert stats[0]["cache_hit_ratio"] == 1.0
+
+
+def test_two_processes_share_one_budget(tmp_path: Path) -> None:
+    url, _ = write_store(tmp_path / "s.zarr", LONG)
+    whole = tmp_path / "whole"
+    _epochs(_loader(url, CacheSpec(whole, 10**8)), 1)
+    budget = _budget(whole) // 2
+    folder = tmp_path / "cache"
+    command = [sys.executable, str(HERE / "cache_run.py"), url, str(folder), str(budget), "2"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
+    runs = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        for _ in range(2)
+    ]
+    for run in runs:
+        _, err = run.communicate(timeout=120)
+        assert run.returncode == 0, err.decode()[-2000:]
+    assert _pending(folder) == []
+    assert 0 < _budget(folder) <= budget  # both wrote, and together stayed within it
+    _all_verify(folder)
 
 
 def test_a_writer_killed_mid_epoch_leaves_a_cache_the_next_run_trusts(tmp_path: Path) -> None:
@@ -209,17 +304,56 @@ def test_a_writer_killed_mid_epoch_leaves_a_cache_the_next_run_trusts(tmp_path: 
         [*command, "--slow"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
     )
     assert run.stdout is not None
-    for _ in range(3):
-        run.stdout.readline()  # three batches out: the cache is being written
+    while not _segments(folder):  # some entries sealed, the rest still to come
+        assert run.stdout.readline(), "the run ended before the test could kill it"
     os.kill(run.pid, signal.SIGKILL)
     run.wait(timeout=30)
     written = len(_entries(folder))
     assert 0 < written < 240
     _all_verify(folder)
+    abandoned = _pending(folder)  # the segment it was writing (unless it had just sealed)
+    for path in abandoned:  # old enough that no writer can be about to lock it
+        os.utime(path, (1, 1))
     keys, stats = _epochs(_loader(url, CacheSpec(folder, 10**8)), 1)
     assert keys == reference
     assert stats[0]["cache_hits"] == written
+    assert not any(path.exists() for path in abandoned)  # swept, its reserved bytes freed
+    assert _pending(folder) == []
+    assert _budget(folder) == sum(p.stat().st_size for p in _segments(folder))
+    assert len(_entries(folder)) == 240
     _all_verify(folder)
+
+
+def test_a_killed_writers_pending_segment_is_swept_and_its_space_freed(tmp_path: Path) -> None:
+    writer = (
+        "import sys, time\n"
+        "from insitubatch_nodes.io.chunk_cache import CacheSpec, ChunkCache, entry_digest\n"
+        "cache = ChunkCache(CacheSpec(sys.argv[1], 10**6))\n"
+        "for i in range(20):\n"
+        "    assert cache.admit(entry_digest('k', str(i)), b'x' * 1000)\n"
+        "print('written', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    run = subprocess.Popen(
+        [sys.executable, "-c", writer, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert run.stdout is not None and run.stdout.readline() == b"written\n"
+    [pending] = _pending(tmp_path)
+    reserved = _budget(tmp_path)
+    assert reserved >= 20 * 1000
+    ChunkCache(CacheSpec(tmp_path, 10**6))  # its writer is alive: left alone
+    os.utime(pending, (1, 1))
+    ChunkCache(CacheSpec(tmp_path, 10**6))  # alive, however old
+    assert pending.exists() and _budget(tmp_path) == reserved
+    os.kill(run.pid, signal.SIGKILL)
+    run.wait(timeout=30)
+    os.utime(pending, (1, 1))
+    assert _segments(tmp_path) == []  # never sealed: no reader ever saw its entries
+    cache = ChunkCache(CacheSpec(tmp_path, 10**6))  # its writer is gone: swept
+    assert not pending.exists() and _budget(tmp_path) == 0
+    assert not cache.holds(entry_digest("k", "0"))
 
 
 def test_a_full_cache_admits_until_its_budget_and_keeps_what_it_holds(tmp_path: Path) -> None:
@@ -227,16 +361,16 @@ def test_a_full_cache_admits_until_its_budget_and_keeps_what_it_holds(tmp_path: 
     reference, _ = _epochs(_loader(url), 3)
     whole = tmp_path / "whole"
     _epochs(_loader(url, CacheSpec(whole, 10**8)), 1)
-    budget = _ledger(whole) // 2
+    budget = _budget(whole) // 2
     folder = tmp_path / "half"
     keys, stats = _epochs(_loader(url, CacheSpec(folder, budget)), 3)
     assert keys == reference
-    assert _ledger(folder) <= budget
-    held = {p.name for p in _entries(folder)}
+    assert _budget(folder) <= budget
+    held = _entries(folder)
     assert 0.35 <= stats[1]["cache_hit_ratio"] <= 0.65  # about C/S
     assert stats[1]["cache_bytes_written"] == 0  # full: nothing more is admitted
     assert stats[2]["cache_hits"] == stats[1]["cache_hits"]  # and nothing is evicted
-    assert {p.name for p in _entries(folder)} == held
+    assert _entries(folder) == held
 
 
 def test_a_read_only_cache_serves_what_it_holds_and_never_writes(tmp_path: Path) -> None:
@@ -245,11 +379,15 @@ def test_a_read_only_cache_serves_what_it_holds_and_never_writes(tmp_path: Path)
     folder = tmp_path / "cache"
     whole = tmp_path / "whole"
     _epochs(_loader(url, CacheSpec(whole, 10**8)), 1)
-    _epochs(_loader(url, CacheSpec(folder, _ledger(whole) // 2)), 1)  # prepared, half full
+    _epochs(_loader(url, CacheSpec(folder, _budget(whole) // 2)), 1)  # prepared, half full
+    segment_path = _segments(folder)[0]
+    segment = Segment.open(segment_path)
+    assert segment is not None
+    offset = segment.records[0][1]
+    del segment
+    _damage(segment_path, offset + HEADER_NBYTES, b"\x01\x02\x03")
+    (folder / LAYOUT / "99999999999999999999-junk.seg").write_bytes(b"not a segment")
     before = {p: p.stat().st_mtime_ns for p in (folder / LAYOUT).rglob("*")}
-    damaged = _entries(folder)[0]
-    damaged.write_bytes(b"not an entry")
-    before[damaged] = damaged.stat().st_mtime_ns
     keys, stats = _epochs(_loader(url, CacheSpec(folder, 10**8, read_only=True)), 1)
     assert keys == reference
     assert 0 < stats[0]["cache_hits"] < CHUNKS and stats[0]["cache_bytes_written"] == 0
@@ -274,20 +412,28 @@ def test_no_secret_in_any_cache_path_or_file(s3_server: S3Server, tmp_path: Path
 
 
 def test_cache_entries_verify_their_key_length_and_checksum(tmp_path: Path) -> None:
-    cache = ChunkCache(CacheSpec(tmp_path, 1000))
+    cache = ChunkCache(CacheSpec(tmp_path, 2000))
     one, two = entry_digest("a", "1"), entry_digest("a", "2")
     scratch = bytearray(HEADER_NBYTES + 200)
-    assert cache.admit(one, b"x" * 100) == HEADER_NBYTES + 100
-    assert bytes(cache.lookup(one, 100, scratch) or b"") == b"x" * 100
-    assert cache.lookup(one, 99, scratch) is None  # longer than a chunk can be: dropped
-    assert not cache.path(one).exists()
-    assert cache.admitted_bytes == 0
-    cache.admit(one, b"y" * 100)
-    cache.path(two).parent.mkdir(exist_ok=True)
-    os.replace(cache.path(one), cache.path(two))  # an entry under another's name
+    assert cache.admit(one, b"x" * 100) > HEADER_NBYTES + 100
+    assert cache.admit(one, b"x" * 100) == 0  # there already
+    assert bytes(cache.lookup(one, 100, scratch) or b"") == b"x" * 100  # pending, not sealed
+    assert cache.lookup(one, 99, scratch) is None  # longer than a chunk can be
+    cache.seal()
+    assert bytes(cache.lookup(one, 100, scratch) or b"") == b"x" * 100  # sealed, mapped
+    assert cache.lookup(one, 99, scratch) is None
     assert cache.lookup(two, 100, scratch) is None
-    assert cache.admit(one, b"z" * 990) == 0  # past the budget: refused, and full now
-    assert cache.admit(two, b"z" * 10) == 0
+    [segment] = _segments(tmp_path)
+    _damage(segment, 0, HEADER.pack(b"IBCE", 1, 1, 0, 100, 0, two))  # another key's header
+    again = ChunkCache(CacheSpec(tmp_path, 2000))
+    assert again.lookup(one, 100, scratch) is None and again.lookup(two, 100, scratch) is None
+    assert again.admit(one, b"z" * 100) > 0  # dropped, so cached again
+    assert again.admit(two, b"z" * 2000) == 0  # past the budget: refused, and full now
+    assert again.admit(entry_digest("a", "3"), b"z" * 10) == 0
+    again.seal()
+    assert bytes(ChunkCache(CacheSpec(tmp_path, 2000)).lookup(one, 100, scratch) or b"") == (
+        b"z" * 100
+    )  # the newer segment's copy wins
 
 
 def test_cache_settings_are_checked(tmp_path: Path) -> None:

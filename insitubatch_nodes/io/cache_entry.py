@@ -1,9 +1,10 @@
-"""One chunk cache entry on disk: a fixed header, then the chunk's stored bytes.
+"""One chunk cache entry on disk: a fixed header, then the chunk's stored bytes (packed
+with others into a segment file, `cache_segment`).
 
 An entry is trusted only after it proves itself: the header names the format, the
 checksum kind, the payload's length and checksum, and the digest of the key it was
-written under, so a file that was cut short, overwritten, flipped on disk or moved to
-another entry's name reads as damaged (`None`), never as a chunk. xxh3 (about 20 GB/s
+written under, so an entry that was cut short, overwritten, flipped on disk or moved to
+another entry's place reads as damaged (`None`), never as a chunk. xxh3 (about 20 GB/s
 on one core here) is the checksum when the `xxhash` package is installed, crc32c
 (google-crc32c, a dependency already, about 12 GB/s) otherwise; each entry says which
 it was written with, so caches written by either are read by both.
@@ -43,6 +44,11 @@ def checksum(kind: int, payload: bytes | memoryview) -> int | None:
     return None
 
 
+def preferred_kind() -> int:
+    """The checksum kind this process writes: xxh3 when it can, crc32c otherwise."""
+    return XXH3_64 if xxhash is not None else CRC32C
+
+
 def header(digest: bytes, payload: bytes | memoryview) -> bytes:
     """The header of an entry holding `payload` under key `digest`.
 
@@ -50,7 +56,7 @@ def header(digest: bytes, payload: bytes | memoryview) -> bytes:
         digest: the entry's key digest (`DIGEST_NBYTES` bytes).
         payload: the chunk's stored bytes.
     """
-    kind = XXH3_64 if xxhash is not None else CRC32C
+    kind = preferred_kind()
     value = checksum(kind, payload)
     assert value is not None
     return HEADER.pack(MAGIC, FORMAT, kind, 0, len(payload), value, digest)

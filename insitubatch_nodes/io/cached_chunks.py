@@ -1,10 +1,15 @@
 """The chunk cache as a source in front of the store, for one fetcher (one epoch's loop).
 
-`ChunkFetcher.fetch` asks `serve` first: every wanted chunk whose entry is in the cache,
-for the object's current version, is read and verified in the decode threads and handed
-to the sink there; the rest come back as misses, which the fetcher reads from the store
-as it would without a cache, through `admitting(sink)`: once the sink has taken a
-missed chunk's bytes (and so checked them), they are admitted to the cache.
+`ChunkFetcher.fetch` asks `partition` first, which tells the chunks the cache holds, for
+the object's current version, from the rest by the in-memory index alone (no entry read,
+and no thread hop unless versions need a `stat`), so the misses go to the store at once,
+as they would without a cache, through `admitting(sink)`: once the sink has taken a
+missed chunk's bytes (and so checked them), they are admitted to the cache. Meanwhile
+`serve` verifies the hits in the decode threads and hands them to the sink there,
+straight from the mapped segment; a hit found damaged is read from the store after all.
+When the fetcher's last block in flight is done (`finished`), the segment written
+meanwhile is sealed if due (`ChunkCache.due`): at the latest at the end
+of each epoch.
 
 A hit holds no read slot: it never feeds the in-flight target's latency estimate
 (`core.inflight_target`), which must describe the store, and is counted apart
@@ -18,10 +23,10 @@ import asyncio
 import json
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from insitubatch_nodes.core.read_plan import ChunkRead
-from insitubatch_nodes.io.chunk_cache import ChunkCache, entry_digest, scratch_nbytes
+from insitubatch_nodes.io.chunk_cache import ChunkCache, key_hasher, scratch_nbytes
 from insitubatch_nodes.io.fetch_stats import FetchStats
 from insitubatch_nodes.io.object_versions import ObjectVersions
 from insitubatch_nodes.io.shard_reader import Loaded
@@ -31,6 +36,7 @@ if TYPE_CHECKING:
 
 Reads = Mapping["StoredArray", tuple[ChunkRead, ...]]
 Digests = dict[tuple[str, tuple[int, ...]], bytes]  # (variable, chunk) -> its entry's digest
+Hits = list[tuple["StoredArray", ChunkRead, bytes]]  # chunks the cache holds, with digests
 
 
 def metadata_text(array: StoredArray) -> str:
@@ -61,76 +67,110 @@ class CachedChunks:
         self._versions = versions
         self._stats = stats
         self._threads = decode_threads
-        self._metadata: dict[str, str] = {}
+        self._hashers: dict[str, Any] = {}  # by variable: its key's shared parts, hashed
         self._scratches = threading.local()
+        self._fetching = 0
 
-    async def serve(
-        self, reads: Reads, take: Callable[[StoredArray], Callable[[Loaded], None]]
-    ) -> tuple[dict[StoredArray, tuple[ChunkRead, ...]], Digests]:
-        """Hand every chunk of `reads` the cache holds to `take(array)` (in the decode
-        threads); the misses, and the digests the cacheable ones are to be admitted under.
+    async def partition(self, reads: Reads) -> tuple[Hits, Reads, Digests]:
+        """Split `reads` into the chunks the cache holds (for the object's current version)
+        and the rest, with the digests the cacheable ones are admitted under; no entry is
+        read yet, so the misses go to the store at once. Begins a block's fetch (see
+        `finished`).
 
         Args:
             reads: the chunks wanted, by array.
-            take: the checked sink for an array's chunks.
         """
+        self._fetching += 1
+        self._cache.refresh()
         for array in reads:
             path = array.array.store_path.path
             await self._versions.prepare(f"{path}/" if path else "")
-            if array.name not in self._metadata:
-                self._metadata[array.name] = metadata_text(array)
-        work = [(array, read) for array, wanted in reads.items() for read in wanted]
-        hops = max(1, min(len(work), self._threads))
-        loop = asyncio.get_running_loop()
-        parts = await asyncio.gather(
-            *(
-                loop.run_in_executor(None, self._serve_some, work[i::hops], take)
-                for i in range(hops)
-            )
-        )
+            if array.name not in self._hashers:
+                self._hashers[array.name] = key_hasher(
+                    self._versions.identity, path, metadata_text(array)
+                )
+        if self._versions.blocking:  # a `stat` per chunk: not on the event loop
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(None, self._partition, reads)
+        return self._partition(reads)
+
+    def _partition(self, reads: Reads) -> tuple[Hits, Reads, Digests]:
+        hits: Hits = []
         missed: dict[StoredArray, list[ChunkRead]] = {}
         digests: Digests = {}
-        for part_missed, part_digests in parts:
-            for array, read in part_missed:
-                missed.setdefault(array, []).append(read)
-            digests.update(part_digests)
-        return {array: tuple(wanted) for array, wanted in missed.items()}, digests
-
-    def _serve_some(
-        self,
-        work: list[tuple[StoredArray, ChunkRead]],
-        take: Callable[[StoredArray], Callable[[Loaded], None]],
-    ) -> tuple[list[tuple[StoredArray, ChunkRead]], Digests]:
-        missed: list[tuple[StoredArray, ChunkRead]] = []
-        digests: Digests = {}
-        hits = served = 0
-        try:
-            for array, read in work:
+        for array, wanted in reads.items():
+            hasher = self._hashers[array.name]
+            for read in wanted:
                 key = array.key(read.coords)
                 version = self._versions.version(key)
                 if version is None:  # no object to cache against: read it as usual
-                    missed.append((array, read))
+                    missed.setdefault(array, []).append(read)
                     continue
-                digest = entry_digest(
-                    self._versions.identity,
-                    array.array.store_path.path,
-                    self._metadata[array.name],
-                    repr(read.coords),
-                    key,
-                    version,
-                )
+                finished = hasher.copy()
+                finished.update(f"\0{read.coords!r}\0{key}\0{version}".encode())
+                digest = finished.digest()
+                digests[(array.name, read.coords)] = digest
+                if self._cache.holds(digest):
+                    hits.append((array, read, digest))
+                else:
+                    missed.setdefault(array, []).append(read)
+        self._stats.add(cache_misses=sum(map(len, missed.values())))
+        return hits, {array: tuple(wanted) for array, wanted in missed.items()}, digests
+
+    async def serve(
+        self, hits: Hits, take: Callable[[StoredArray], Callable[[Loaded], None]]
+    ) -> Reads:
+        """Hand each of `hits` (`partition`'s) to `take(array)`, verified, in the decode
+        threads; the ones found damaged, to be read from the store instead.
+
+        Args:
+            hits: the chunks the cache holds.
+            take: the checked sink for an array's chunks.
+        """
+        if not hits:
+            return {}
+        hops = max(1, min(len(hits), self._threads))
+        loop = asyncio.get_running_loop()
+        parts = await asyncio.gather(
+            *(
+                loop.run_in_executor(None, self._serve_some, hits[i::hops], take)
+                for i in range(hops)
+            )
+        )
+        damaged: dict[StoredArray, list[ChunkRead]] = {}
+        for part in parts:
+            for array, read in part:
+                damaged.setdefault(array, []).append(read)
+        return {array: tuple(wanted) for array, wanted in damaged.items()}
+
+    def _serve_some(
+        self, hits: Hits, take: Callable[[StoredArray], Callable[[Loaded], None]]
+    ) -> list[tuple[StoredArray, ChunkRead]]:
+        damaged: list[tuple[StoredArray, ChunkRead]] = []
+        served = 0
+        try:
+            for array, read, digest in hits:
                 limit = array.decoder.stored_bound
                 found = self._cache.lookup(digest, limit, self._scratch(scratch_nbytes(limit)))
                 if found is None:
-                    missed.append((array, read))
-                    digests[(array.name, read.coords)] = digest
+                    damaged.append((array, read))
                     continue
                 take(array)([(read, found)])  # before the next lookup reuses the scratch
-                hits += 1
                 served += len(found)
         finally:
-            self._stats.add(cache_hits=hits, cache_misses=len(missed), cache_bytes_served=served)
-        return missed, digests
+            self._stats.add(
+                cache_hits=len(hits) - len(damaged),
+                cache_misses=len(damaged),
+                cache_bytes_served=served,
+            )
+        return damaged
+
+    def finished(self) -> None:
+        """One block's fetch (begun by `partition`) is over; seal the segment written if
+        due."""
+        self._fetching -= 1
+        if self._cache.due(idle=self._fetching == 0):
+            self._cache.seal()
 
     def admitting(self, sink: ChunkSink, digests: Digests) -> ChunkSink:
         """`sink`, then each chunk it took whose digest is in `digests` admitted to the cache.

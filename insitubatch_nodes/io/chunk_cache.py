@@ -1,43 +1,53 @@
 """A folder of verified chunk cache entries, shared by every process that opens it.
 
-What it keeps: each chunk's stored (compressed) bytes as the store gave them, one file
-per entry named by the digest of its key (`entry_digest`: the store's identity, the
-array's metadata, the chunk and the object's version, hashed, so no part of a URL or a
-credential is in any path or file), written whole to a temporary name and linked into
-place: a reader sees a whole entry or none, and of two writers of one entry the first
-one's whole copy stays (a link never replaces), counted once in the ledger. Every
-entry is verified when read (`cache_entry`); a damaged one is deleted (unless the
-cache is read-only) and read from the store again.
+What it keeps: each chunk's stored (compressed) bytes as the store gave them, under the
+digest of its key (`entry_digest`: the store's identity, the array's metadata, the chunk
+and the object's version, hashed, so no part of a URL or a credential is on disk),
+packed into segment files (`cache_segment`): each process appends the entries it admits
+to a pending segment of its own and renames it into place once, sealed
+(`segment_writer`). A reader sees whole segments or none; two writers never share a
+file, so of two writers of one entry each writes its own whole copy, and a reader takes
+either. Opening the folder maps every sealed segment once and reads their indexes into
+memory; later lookups are a dictionary lookup and a check of the mapped bytes, with no
+file opened per chunk. Segments sealed by other processes are picked up by `refresh`.
 
-The budget: entries are admitted until the bytes on disk would pass `max_bytes`, and
+Every entry is verified when read (`cache_entry`); a damaged one is forgotten (this
+process reads the chunk from the store and admits it again, into a newer segment that
+later readers prefer) and a segment whose index is damaged is deleted (unless the cache
+is read-only). A mapped segment must not be truncated while in use: delete the folder to
+start over, never cut its files.
+
+The budget: entries are admitted until the segments on disk would pass `max_bytes`, and
 kept (no eviction). Every reuse of a chunk crosses an epoch boundary, so for a cache of
 C bytes and a split of S no policy hits more than C/S of an epoch's chunks, and LRU,
-evicting each chunk just before its next use, would hit fewer. The bytes admitted are
-counted in one small ledger file that every writer updates under `flock` (the only
-lock, and writers only: reads take none), so processes sharing the folder share the
-budget. A writer killed mid-entry leaves a temporary file the ledger still counts: the
-ledger errs towards full, never past the budget. Delete the folder to start over.
+evicting each chunk just before its next use, would hit fewer. Processes sharing the
+folder share the budget (`segment_writer.FolderBudget`: the only lock, taken by writers
+a few MiB at a time; reads take none).
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import logging
 import os
 import threading
+import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from insitubatch_nodes.core.settings import as_bool, as_int
-from insitubatch_nodes.io.cache_entry import DIGEST_NBYTES, HEADER_NBYTES, header, verified_payload
+from insitubatch_nodes.io.cache_entry import DIGEST_NBYTES, HEADER_NBYTES
+from insitubatch_nodes.io.cache_segment import SUFFIX, Segment
+from insitubatch_nodes.io.segment_writer import FolderBudget, SegmentWriter
 
 log = logging.getLogger(__name__)
 
-LAYOUT = "insitubatch-chunks-v1"  # the folder's layout; a new layout gets a new folder
-LEDGER = "admitted_bytes"
+LAYOUT = "insitubatch-chunks-v2"  # the folder's layout; a new layout gets a new folder
+SEGMENT_BYTES = 64 << 20  # a pending segment this large is sealed at the next block's end
+SEAL_AFTER_S = 2.0  # and one this old: other processes see entries within seconds
+REFRESH_S = 1.0  # how often, at most, the folder is listed for other processes' segments
 
 
 def entry_digest(*parts: str) -> bytes:
@@ -46,11 +56,22 @@ def entry_digest(*parts: str) -> bytes:
     Args:
         *parts: the key's parts; none may contain a NUL character.
     """
+    return key_hasher(*parts).digest()
+
+
+def key_hasher(*parts: str) -> Any:
+    """A hash of an entry key's first `parts`, to `.copy()` and finish with the rest: the
+    parts every chunk of an array shares (its store, path and metadata, a few KB) are
+    hashed once, not per chunk; `entry_digest(*parts, *rest)` equals the finished copy's.
+
+    Args:
+        *parts: the key's first parts; none may contain a NUL character.
+    """
     digest = hashlib.sha256(LAYOUT.encode())
     for part in parts:
         digest.update(b"\0")
         digest.update(part.encode())
-    return digest.digest()
+    return digest
 
 
 @dataclass(frozen=True)
@@ -96,8 +117,8 @@ class CacheSpec:
 class ChunkCache:
     """The cache folder of `spec`, opened by this process (see the module).
 
-    Thread-safe: lookups run in any decode thread at once; admissions serialise on the
-    ledger only.
+    Thread-safe: lookups run in any decode thread at once, under no lock; admissions
+    serialise on this process's pending segment only.
 
     Args:
         spec: the folder, the budget and whether to write.
@@ -106,50 +127,100 @@ class ChunkCache:
     def __init__(self, spec: CacheSpec) -> None:
         self.spec = spec
         self.root = spec.folder / LAYOUT
-        self._lock = threading.Lock()
-        self._full = False
-        self._ledger: int | None = None
+        self._index: dict[bytes, tuple[Segment, int, int]] = {}
+        self._mapped: set[str] = set()
+        self._refreshing = threading.Lock()
+        self._refreshed_at = float("-inf")
+        self._writer: SegmentWriter | None = None
         if not spec.read_only:
             self.root.mkdir(parents=True, exist_ok=True)
-            self._ledger = os.open(self.root / LEDGER, os.O_RDWR | os.O_CREAT, 0o644)
-            weakref.finalize(self, os.close, self._ledger)
-            with self._locked_ledger() as used:
-                if used is None:  # a new folder, or a lost ledger: count what is there
-                    self._write_ledger(self._count_entries())
+            budget = FolderBudget(self.root, spec.max_bytes)
+            budget.sweep()
+            self._writer = SegmentWriter(budget)
+            weakref.finalize(self, _seal_and_close, self._writer, budget)
+        self.refresh(force=True)
 
-    def path(self, digest: bytes) -> Path:
-        """Where the entry of `digest` lives.
+    def due(self, idle: bool) -> bool:
+        """Whether this process's pending segment is to be sealed now: it holds entries and
+        no block is being read (`idle`: the end of an epoch, or a pause), or it is large or
+        old (see the module).
 
         Args:
-            digest: an `entry_digest`.
+            idle: whether no block's chunks are being fetched now.
         """
-        name = digest.hex()
-        return self.root / name[:2] / name
+        writer = self._writer
+        if writer is None or not writer.age_s:
+            return False
+        return idle or writer.entry_bytes >= SEGMENT_BYTES or writer.age_s >= SEAL_AFTER_S
+
+    def seal(self) -> None:
+        """Seal this process's pending segment (if it holds entries) and serve it mapped."""
+        if self._writer is not None:
+            sealed = self._writer.seal()
+            if sealed is not None:
+                self._map(sealed)
+
+    def refresh(self, force: bool = False) -> None:
+        """Map the segments sealed since the last look (by any process), at most once per
+        `REFRESH_S` unless `force`d.
+
+        Args:
+            force: list the folder now.
+        """
+        now = time.monotonic()
+        if not force and now - self._refreshed_at < REFRESH_S:
+            return
+        if not self._refreshing.acquire(blocking=force):
+            return  # another thread is at it
+        try:
+            self._refreshed_at = now
+            try:
+                names = sorted(
+                    entry.name for entry in os.scandir(self.root) if entry.name.endswith(SUFFIX)
+                )
+            except FileNotFoundError:
+                return
+            for name in names:  # oldest first (names start with the time sealed): newer win
+                if name not in self._mapped:
+                    self._map(self.root / name)
+        finally:
+            self._refreshing.release()
 
     def lookup(self, digest: bytes, limit: int, scratch: bytearray) -> memoryview | None:
-        """The verified stored bytes of entry `digest` (a view of `scratch`, valid until its
-        next use), or None when there is none or it is damaged (then dropped).
+        """The verified stored bytes of entry `digest`, or None when there is none or it is
+        damaged (then forgotten). A view of the segment's mapping, or of `scratch` for an
+        entry not sealed yet: valid until `scratch`'s next use.
 
         Args:
             digest: the entry's key digest.
             limit: the most stored bytes a valid chunk of its array takes.
-            scratch: a buffer of at least `scratch_nbytes(limit)` bytes to read into.
+            scratch: a buffer of at least `scratch_nbytes(limit)` bytes.
         """
         assert len(digest) == DIGEST_NBYTES and len(scratch) >= scratch_nbytes(limit)
-        path = self.path(digest)
-        try:
-            descriptor = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            return None
-        try:
-            got = os.readv(descriptor, [scratch])
-        finally:
-            os.close(descriptor)
-        entry = memoryview(scratch)[:got]
-        payload = None if got == len(scratch) else verified_payload(entry, digest, limit)
+        found = self._index.get(digest)
+        if found is None:
+            return None if self._writer is None else self._writer.read(digest, limit, scratch)
+        segment, offset, length = found
+        payload = segment.payload(offset, length, digest, limit)
         if payload is None:
-            self.drop(path)
+            if self._index.get(digest) is found:
+                del self._index[digest]
+            log.warning(
+                "chunk cache %s: a damaged entry in %s was not used; its chunk is read from "
+                "the store%s",
+                self.root,
+                segment.path.name,
+                "" if self._writer is None else " and cached again",
+            )
         return payload
+
+    def holds(self, digest: bytes) -> bool:
+        """Whether entry `digest` is in the cache (not yet verified: `lookup` does that).
+
+        Args:
+            digest: the entry's key digest.
+        """
+        return digest in self._index or (self._writer is not None and self._writer.holds(digest))
 
     def admit(self, digest: bytes, payload: bytes | memoryview) -> int:
         """Write entry `digest` holding `payload` if the budget has room; the bytes it took
@@ -160,87 +231,31 @@ class ChunkCache:
             digest: the entry's key digest.
             payload: the chunk's stored bytes, as the store gave them.
         """
-        if self._ledger is None or self._full:
+        if self._writer is None or self._writer.full or digest in self._index:
             return 0
-        path = self.path(digest)
-        if path.exists():
-            return 0
-        nbytes = HEADER_NBYTES + len(payload)
-        if not self._reserve(nbytes):
-            return 0
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        return self._writer.append(digest, payload)
+
+    def _map(self, path: Path) -> None:
+        self._mapped.add(path.name)
         try:
-            path.parent.mkdir(exist_ok=True)
-            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                os.writev(descriptor, [header(digest, payload), payload])
-            finally:
-                os.close(descriptor)
-            try:
-                os.link(temporary, path)  # never replaces: a second writer's bytes are not
-            except FileExistsError:  # counted twice; the entry there is as good as ours
-                self._reserve(-nbytes)
-                nbytes = 0
-            finally:
-                temporary.unlink(missing_ok=True)
-        except OSError as err:
-            temporary.unlink(missing_ok=True)
-            self._reserve(-nbytes)
-            log.warning("chunk cache %s: could not write an entry (%s); reading on", self.root, err)
-            self._full = True  # a full or failing disk: stop trying
-            return 0
-        return nbytes
+            segment = Segment.open(path)
+        except OSError as err:  # out of descriptors or mappings, say: serve it from the store
+            log.warning("chunk cache %s: cannot map %s (%s)", self.root, path.name, err)
+            return
+        if segment is None:
+            if path.exists():
+                log.warning("chunk cache %s: segment %s is damaged", self.root, path.name)
+                if self._writer is not None:
+                    path.unlink(missing_ok=True)
+            return
+        for digest, offset, length in segment.records:
+            self._index[digest] = (segment, offset, length)
 
-    def drop(self, path: Path) -> bool:
-        """Delete a damaged entry (not in a read-only cache); whether this call deleted it.
 
-        Args:
-            path: the entry's path.
-        """
-        if self._ledger is None:
-            return False
-        try:
-            nbytes = path.stat().st_size
-            path.unlink()
-        except FileNotFoundError:
-            return False  # another reader dropped it first
-        self._reserve(-nbytes)
-        log.warning("chunk cache %s: dropped a damaged entry %s", self.root, path.name)
-        return True
-
-    @property
-    def admitted_bytes(self) -> int:
-        """Bytes the ledger counts (entries, plus temporary files of interrupted writes)."""
-        if self._ledger is None:
-            return self._count_entries()
-        with self._locked_ledger() as used:
-            return used or 0
-
-    def _reserve(self, nbytes: int) -> bool:
-        with self._locked_ledger() as used:
-            used = self._count_entries() if used is None else used
-            if nbytes > 0 and used + nbytes > self.spec.max_bytes:
-                self._full = True
-                return False
-            self._write_ledger(max(0, used + nbytes))
-            return True
-
-    def _locked_ledger(self) -> _Ledger:
-        assert self._ledger is not None
-        return _Ledger(self._ledger, self._lock)
-
-    def _write_ledger(self, used: int) -> None:
-        assert self._ledger is not None
-        os.pwrite(self._ledger, used.to_bytes(8, "little"), 0)
-
-    def _count_entries(self) -> int:
-        if not self.root.is_dir():
-            return 0
-        total = 0
-        for folder in os.scandir(self.root):
-            if folder.is_dir():
-                total += sum(entry.stat().st_size for entry in os.scandir(folder.path))
-        return total
+def _seal_and_close(writer: SegmentWriter, budget: FolderBudget) -> None:
+    """When a cache is collected (or the process exits): seal what it wrote, free the lock."""
+    writer.seal()
+    budget.close()
 
 
 def scratch_nbytes(limit: int) -> int:
@@ -251,28 +266,3 @@ def scratch_nbytes(limit: int) -> int:
         limit: the most stored bytes a valid chunk takes.
     """
     return HEADER_NBYTES + limit + 1
-
-
-class _Ledger:
-    """The ledger held: this process's lock, then the folder's `flock`; yields the bytes
-    it counts, or None when it holds no valid count."""
-
-    def __init__(self, descriptor: int, lock: threading.Lock) -> None:
-        self._descriptor = descriptor
-        self._lock = lock
-
-    def __enter__(self) -> int | None:
-        self._lock.acquire()
-        try:
-            fcntl.flock(self._descriptor, fcntl.LOCK_EX)
-        except BaseException:
-            self._lock.release()
-            raise
-        raw = os.pread(self._descriptor, 9, 0)
-        return int.from_bytes(raw, "little") if len(raw) == 8 else None
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            fcntl.flock(self._descriptor, fcntl.LOCK_UN)
-        finally:
-            self._lock.release()

@@ -10,7 +10,8 @@ cheaply as it can:
 - object stores (obstore: S3, GCS, Azure, also its memory store): each array's objects
   are listed once per epoch (one request per 1,000 objects; ETag, last-modified, size);
   an object not listed, or an array whose listing failed, is not cached that epoch;
-- an Icechunk snapshot: immutable, so its id in the store's identity is the version;
+- an Icechunk snapshot: immutable, so its id in the store's identity is the version (the
+  same snapshot read by branch, tag or id shares its entries);
 - any other store (a wrapper store, say) gives no versions: its entries are keyed by its
   identity and the array's metadata only, and rewriting its chunks in place with the
   same metadata needs the cache folder cleared (`versioned` says so, and the loader logs
@@ -50,10 +51,12 @@ class ObjectVersions(Protocol):
     Args:
         identity: the store, as a cache key names it (no credentials).
         versioned: whether `version` tells a rewritten object from the old one.
+        blocking: whether `version` does IO (then it is asked off the event loop).
     """
 
     identity: str
     versioned: bool
+    blocking: bool
 
     async def prepare(self, prefix: str) -> None:
         """Learn the versions of the objects under `prefix` (on the event loop), before
@@ -82,6 +85,7 @@ class FileVersions:
     """
 
     versioned = True
+    blocking = True
 
     def __init__(self, root: str) -> None:
         self.identity = f"file://{root}"
@@ -118,6 +122,7 @@ class ListedVersions:
     """
 
     versioned = True
+    blocking = False
 
     def __init__(
         self,
@@ -186,6 +191,8 @@ class FixedVersions:
         versioned: whether the identity pins the objects' contents (a snapshot).
     """
 
+    blocking = False
+
     def __init__(self, identity: str, versioned: bool) -> None:
         self.identity = identity
         self.versioned = versioned
@@ -221,8 +228,9 @@ def object_versions(
     if root is not None:
         return FileVersions(str(root.resolve()))
     snapshot = snapshot_id_of(store)
-    if snapshot is not None:
-        return FixedVersions(f"icechunk|{where}|{snapshot}", versioned=True)
+    if snapshot is not None:  # the repository, not how the snapshot was named (`@branch=...`)
+        repository = where.rpartition("@")[0] or where
+        return FixedVersions(f"icechunk|{repository}|{snapshot}", versioned=True)
     if isinstance(store, ObjectStore):
         client = store.store
         identity = where

@@ -11,8 +11,8 @@ it read:
 - other stores: `store.get` of each chunk key on the loop, handed to the sink a few chunks
   per thread hop, starting while other gets are still in flight;
 - sharded arrays: inner chunks by byte range from cached shard indexes (`shard_reader`);
-- with a chunk cache (`ReadContext.cache`), chunks it holds come from local disk first,
-  and those read from the store are admitted to it (`cached_chunks`).
+- with a chunk cache (`ReadContext.cache`), chunks it holds come from local disk, beside
+  the store's reads of the rest, which are admitted to it (`cached_chunks`).
 
 Every chunk's stored length is checked against what a valid chunk can take before the
 sink sees it. The sink runs in a decode thread; the bytes it gets are valid only during
@@ -170,26 +170,41 @@ class ChunkFetcher:
             reads: the chunks wanted, by array.
             sink: what takes the chunks' bytes (see `ChunkSink`).
         """
-        local: list[tuple[StoredArray, ChunkRead]] = []
         try:
-            if self._cached is not None:
-                reads, digests = await self._cached.serve(
-                    reads, lambda array: self._checked(array, sink)
-                )
-                sink = self._cached.admitting(sink, digests)
-            async with asyncio.TaskGroup() as group:
-                for array, wanted in reads.items():
-                    if array.shards is not None:
-                        shards = self._shard_reader(array)
-                        group.create_task(shards.read(wanted, self._checked(array, sink)))
-                    elif self._local_root is not None:
-                        local.extend((array, read) for read in wanted)
-                    else:
-                        group.create_task(self._get_all(array, wanted, sink))
-                if local:
-                    group.create_task(self._read_local(local, sink))
+            if self._cached is None:
+                await self._fetch_from_store(reads, sink)
+                return
+            try:
+                hits, reads, digests = await self._cached.partition(reads)
+                admitting = self._cached.admitting(sink, digests)
+                async with asyncio.TaskGroup() as group:  # hits beside the store's reads
+                    served = group.create_task(
+                        self._cached.serve(hits, lambda array: self._checked(array, sink))
+                    )
+                    group.create_task(self._fetch_from_store(reads, admitting))
+                damaged = served.result()
+                if damaged:  # entries that failed their check: read from the store after all
+                    await self._fetch_from_store(damaged, admitting)
+            finally:
+                self._cached.finished()
         except BaseExceptionGroup as failures:
             raise first_failure(failures) from None  # the error itself, not a wrapper
+
+    async def _fetch_from_store(
+        self, reads: Mapping[StoredArray, tuple[ChunkRead, ...]], sink: ChunkSink
+    ) -> None:
+        local: list[tuple[StoredArray, ChunkRead]] = []
+        async with asyncio.TaskGroup() as group:
+            for array, wanted in reads.items():
+                if array.shards is not None:
+                    shards = self._shard_reader(array)
+                    group.create_task(shards.read(wanted, self._checked(array, sink)))
+                elif self._local_root is not None:
+                    local.extend((array, read) for read in wanted)
+                else:
+                    group.create_task(self._get_all(array, wanted, sink))
+            if local:
+                group.create_task(self._read_local(local, sink))
 
     def _shard_reader(self, array: StoredArray) -> ShardReader:
         found = self._shard_readers.get(array.name)
