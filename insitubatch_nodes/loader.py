@@ -74,7 +74,8 @@ def close_graph(root: BaseNode[Any], *, epoch_ended: bool = False) -> None:
     Args:
         root: the graph's last node.
         epoch_ended: the epoch ran to its end, so nodes that read across epochs are left
-            running.
+            running, and nodes with an `end_epoch()` method are ended with it instead of
+            `close()` (the fetch node keeps its block memory for the next epoch).
     """
     nodes = [
         node
@@ -88,6 +89,8 @@ def close_graph(root: BaseNode[Any], *, epoch_ended: bool = False) -> None:
     failure: Exception | None = None
     for node in nodes:
         close = getattr(node, "close", None)
+        if epoch_ended:  # a node may keep what the next epoch reuses (`end_epoch`)
+            close = getattr(node, "end_epoch", close)
         if callable(close):
             try:
                 close()
