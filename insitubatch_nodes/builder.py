@@ -18,6 +18,7 @@ from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS, batch_channels
 from insitubatch_nodes.core.date_ranges import RangeLike
 from insitubatch_nodes.core.patches import PatchSpec
+from insitubatch_nodes.core.quality import UniformMixing
 from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.core.settings import (
     as_bool,
@@ -110,6 +111,17 @@ def split_anchors(
             f"use a larger split or a shorter window / lead"
         )
     return anchors
+
+
+def split_mixing(anchors: AnchorSet, batch_size: int) -> UniformMixing:
+    """What a uniform global shuffle of the split gives batches of `batch_size`.
+
+    Args:
+        anchors: the split's samples.
+        batch_size: samples per batch.
+    """
+    units = anchors.units
+    return UniformMixing(anchors.unit_sizes(units), anchors.unit_samples(units), batch_size)
 
 
 def decode_device(decode: str, target: torch.device) -> torch.device | None:
@@ -417,7 +429,12 @@ def build_loader(
         )
     # Host batches bound for a GPU are written page-locked by whichever node writes them last.
     pin = target.type == "cuda" and decode_on is None
-    node: BaseNode[Any] = GatherNode(draws, pin_memory=pin and not stack, pinned_batches=slots)
+    node: BaseNode[Any] = GatherNode(
+        draws,
+        pin_memory=pin and not stack,
+        pinned_batches=slots,
+        uniform_mixing=None if evaluation else lambda: split_mixing(anchors, batch_size),
+    )
     if stack:
         node = StackChannelsNode(
             node,

@@ -303,9 +303,12 @@ class Loader(torchdata.nodes.Loader[T]):
         """This epoch so far, as plain numbers (`core.stage_report.epoch_stats`): batches,
         samples per second, the share of time the consumer waited for data, chunks and
         bytes read, reads in flight (mean, max, target), read latency quantiles, retries,
-        decode CPU, gather time, read amplification, block memory held, and the
-        `limiting_stage` with its `evidence`. Cheap enough to call every step; counting
-        costs two clock reads per batch, and the stages' counters are kept anyway."""
+        decode CPU, gather time, read amplification, block memory held, the
+        `limiting_stage` with its `evidence`, and how mixed the batches are against a
+        uniform global shuffle of the split (`distinct_units_per_batch`, `time_distance`,
+        each with `_uniform` and `_ratio`, and `gap_score`; `core.quality.MixingTally`).
+        Cheap enough to call every step; counting costs two clock reads and O(batch)
+        numpy work per batch, and the stages' counters are kept anyway."""
         counters: dict[str, Any] = {}
         for node in graph_nodes(self.root):
             report = getattr(node, "stage_counters", None)
@@ -313,7 +316,12 @@ class Loader(torchdata.nodes.Loader[T]):
                 counters.update(report())
         if self._iterator is not None:
             counters.update(self._iterator.stage_counters())
-        return epoch_stats(EpochActivity(**counters))
+        stats = epoch_stats(EpochActivity(**counters))
+        for node in graph_nodes(self.root):
+            figures = getattr(node, "mixing_figures", None)
+            if callable(figures):
+                stats.update(figures())
+        return stats
 
     def scalar_stats(self) -> dict[str, float]:
         """`stats()`'s numbers as floats, for a metrics logger (the verdict and its
