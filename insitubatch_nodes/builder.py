@@ -35,7 +35,11 @@ from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.xarray_source import dataset_request, is_dataset
 from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
 from insitubatch_nodes.loader import Loader
-from insitubatch_nodes.loader_choices import check_shuffle, choose_loader_settings
+from insitubatch_nodes.loader_choices import (
+    DEFAULT_SHUFFLE,
+    check_shuffle,
+    choose_loader_settings,
+)
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
 from insitubatch_nodes.nodes.gather import GatherNode
@@ -170,7 +174,7 @@ def build_loader(
     split: str = "train",
     *,
     batch_size: int = 32,
-    shuffle: str = "block",
+    shuffle: str = DEFAULT_SHUFFLE,
     shuffle_window: int | None = None,
     block_chunks: int | None = None,
     max_inflight: int | None = None,
@@ -225,17 +229,19 @@ def build_loader(
         split: the split to read (`"train"`, `"val"`, `"test"`, a manifest's own, or
             `"all"`).
         batch_size: samples per batch.
-        shuffle: the epoch order. `"block"` (the default): samples mixed only within
-            blocks of `block_chunks` units (its states resume as they did). `"pool"`
-            (opt-in): units enter a pool of P in the epoch's order and each batch draws
-            uniformly over every sample left in the pool, so a batch mixes about as many
-            units as a global shuffle over P units would (`core.pool_order`); it reads P
-            units before its first batch and costs throughput (measured in DESIGN.md),
-            so it is not the default yet. A state made by one is refused by the other.
-            Evaluation loaders draw in order whichever is named.
+        shuffle: the epoch order. `"pool"` (the default): units enter a pool of P in the
+            epoch's order and each batch draws uniformly over every sample left in the
+            pool, so a batch mixes about as many units as a global shuffle over P units
+            would (`core.pool_order`); the pool reads its P units before the first batch
+            of an epoch. `"block"`: samples mixed only within blocks of `block_chunks`
+            units, the order of loaders before the pool (their states resume with it).
+            A state says which order (and version) made it, and the other refuses it by
+            name. Evaluation loaders draw in order whichever is named.
         shuffle_window: bytes the pool's units may hold (it sets P, and P is in the
-            state); by default 1 GiB, or half of a smaller `memory_budget` given: never
-            the host's memory, since it decides the batches. Counted in the budget.
+            state); by default 1 GiB, or, under a smaller `memory_budget` given, half of
+            it, shrunk further to what the budget holds beside the batches, reads in
+            flight and one block read ahead: never the host's memory, since P decides the
+            batches. Counted in the budget.
         block_chunks: units read together (with `shuffle="block"`, also shuffled
             together: larger blocks shuffle better and hold more memory); by default at
             least 64 samples and 8 chunks, within an eighth of a fixed 1 GiB, or of a
