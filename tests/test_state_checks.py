@@ -251,11 +251,10 @@ def test_a_state_from_another_icechunk_snapshot_is_refused(tmp_path: Path) -> No
 
 def test_an_old_state_without_fingerprint_or_node_names_still_resumes(memory_url: Any) -> None:
     url, _ = memory_url()
-    make = lambda: (
-        build_loader(  # noqa: E731
-            url, split="all", batch_size=5, block_chunks=2, shuffle="block"
-        ).root
-    )
+
+    def make() -> Any:
+        return build_loader(url, split="all", batch_size=5, block_chunks=2, shuffle="block").root
+
     epoch0 = uninterrupted(make, 1)[0]
     state = _state_after(Loader(make()), 3)
 
@@ -538,11 +537,10 @@ def test_a_cursor_edited_to_another_value_in_range_is_refused(memory_url: Any) -
     """Range checks cannot see a cursor moved by a few samples (the epoch would skip or
     repeat them): the digest the state was saved with does."""
     url, _ = memory_url()
-    make = lambda: (
-        build_loader(  # noqa: E731
-            url, split="all", batch_size=5, block_chunks=2, shuffle="block"
-        ).root
-    )
+
+    def make() -> Any:
+        return build_loader(url, split="all", batch_size=5, block_chunks=2, shuffle="block").root
+
     state = _state_after(Loader(make()), 3)
     shuffle = state["root"]["source"]["source"]
     assert shuffle["node"] == "ShuffleBlockNode" and shuffle["samples_yielded"] == 15
