@@ -19,6 +19,7 @@ from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS, batch_channels
 from insitubatch_nodes.core.date_ranges import RangeLike
 from insitubatch_nodes.core.geometry import SampleGeometry
 from insitubatch_nodes.core.patches import PatchSpec
+from insitubatch_nodes.core.quality import UniformMixing
 from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.core.settings import (
     as_bool,
@@ -36,7 +37,11 @@ from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.xarray_source import dataset_request, is_dataset
 from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
 from insitubatch_nodes.loader import Loader
-from insitubatch_nodes.loader_choices import check_shuffle, choose_loader_settings
+from insitubatch_nodes.loader_choices import (
+    DEFAULT_SHUFFLE,
+    check_shuffle,
+    choose_loader_settings,
+)
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
 from insitubatch_nodes.nodes.gather import GatherNode
@@ -121,6 +126,17 @@ def split_anchors(
     return anchors
 
 
+def split_mixing(anchors: AnchorSet, batch_size: int) -> UniformMixing:
+    """What a uniform global shuffle of the split gives batches of `batch_size`.
+
+    Args:
+        anchors: the split's samples.
+        batch_size: samples per batch.
+    """
+    units = anchors.units
+    return UniformMixing(anchors.unit_sizes(units), anchors.unit_samples(units), batch_size)
+
+
 def decode_device(decode: str, target: torch.device) -> torch.device | None:
     """The device blocks are decoded on: `target` for `decode="gpu"` (which needs it to be
     a CUDA device), None (the host) for `"cpu"`.
@@ -167,7 +183,7 @@ def build_loader(
     split: str = "train",
     *,
     batch_size: int = 32,
-    shuffle: str = "block",
+    shuffle: str = DEFAULT_SHUFFLE,
     shuffle_window: int | None = None,
     revisits: int = 1,
     block_chunks: int | None = None,
@@ -223,17 +239,19 @@ def build_loader(
         split: the split to read (`"train"`, `"val"`, `"test"`, a manifest's own, or
             `"all"`).
         batch_size: samples per batch.
-        shuffle: the epoch order. `"block"` (the default): samples mixed only within
-            blocks of `block_chunks` units (its states resume as they did). `"pool"`
-            (opt-in): units enter a pool of P in the epoch's order and each batch draws
-            uniformly over every sample left in the pool, so a batch mixes about as many
-            units as a global shuffle over P units would (`core.pool_order`); it reads P
-            units before its first batch and costs throughput (measured in DESIGN.md),
-            so it is not the default yet. A state made by one is refused by the other.
-            Evaluation loaders draw in order whichever is named.
+        shuffle: the epoch order. `"pool"` (the default): units enter a pool of P in the
+            epoch's order and each batch draws uniformly over every sample left in the
+            pool, so a batch mixes about as many units as a global shuffle over P units
+            would (`core.pool_order`); the pool reads its P units before the first batch
+            of an epoch. `"block"`: samples mixed only within blocks of `block_chunks`
+            units, the order of loaders before the pool (their states resume with it).
+            A state says which order (and version) made it, and the other refuses it by
+            name. Evaluation loaders draw in order whichever is named.
         shuffle_window: bytes the pool's units may hold (it sets P, and P is in the
-            state); by default 1 GiB, or half of a smaller `memory_budget` given: never
-            the host's memory, since it decides the batches. Counted in the budget.
+            state); by default 1 GiB, or, under a smaller `memory_budget` given, half of
+            it, shrunk further to what the budget holds beside the batches, reads in
+            flight and one block read ahead: never the host's memory, since P decides the
+            batches. Counted in the budget.
         revisits: visits per unit and epoch: each unit is read `revisits` times, each
             visit keeping only its equal run of the unit's steps (a chunk decoded whole,
             the rest dropped), so the pool's memory holds `revisits` times as many of the
@@ -438,7 +456,12 @@ def build_loader(
         )
     # Host batches bound for a GPU are written page-locked by whichever node writes them last.
     pin = target.type == "cuda" and decode_on is None
-    node: BaseNode[Any] = GatherNode(draws, pin_memory=pin and not stack, pinned_batches=slots)
+    node: BaseNode[Any] = GatherNode(
+        draws,
+        pin_memory=pin and not stack,
+        pinned_batches=slots,
+        uniform_mixing=None if evaluation else lambda: split_mixing(anchors, batch_size),
+    )
     if stack:
         node = StackChannelsNode(
             node,

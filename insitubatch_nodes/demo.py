@@ -58,6 +58,15 @@ def ensure_store(config: DemoConfig) -> tuple[Path, bool]:
     return path, True
 
 
+# the loader's own mixing figures for the epoch (`Loader.stats`), against a uniform shuffle
+MIXING_FIGURES = (
+    "distinct_units_per_batch",
+    "distinct_units_uniform",
+    "time_distance_ratio",
+    "gap_score",
+)
+
+
 def run_demo(config: DemoConfig) -> dict[str, float | int | bool | str]:
     started = time.perf_counter()
     path, written = ensure_store(config)
@@ -99,6 +108,7 @@ def run_demo(config: DemoConfig) -> dict[str, float | int | bool | str]:
             bar.update()
     epoch_s = time.perf_counter() - t0
     stats = _fetch_node(loader).stats
+    mixing = {key: loader.stats().get(key) for key in MIXING_FIGURES}
 
     resumed = make()
     resumed.load_state_dict(torch.load(io.BytesIO(checkpoint), weights_only=True))
@@ -124,6 +134,7 @@ def run_demo(config: DemoConfig) -> dict[str, float | int | bool | str]:
         "shuffle_gap_score_uniform": round(
             gap_score(np.random.default_rng(0).permutation(order)), 3
         ),
+        **{key: round(value, 3) for key, value in mixing.items() if value is not None},
         "chunks_per_batch_score": round(
             chunk_diversity(orders, source.geometry.unit_length, source.geometry.num_units), 3
         ),

@@ -74,7 +74,8 @@ def close_graph(root: BaseNode[Any], *, epoch_ended: bool = False) -> None:
     Args:
         root: the graph's last node.
         epoch_ended: the epoch ran to its end, so nodes that read across epochs are left
-            running.
+            running, and nodes with an `end_epoch()` method are ended with it instead of
+            `close()` (the fetch node keeps its block memory for the next epoch).
     """
     nodes = [
         node
@@ -88,6 +89,8 @@ def close_graph(root: BaseNode[Any], *, epoch_ended: bool = False) -> None:
     failure: Exception | None = None
     for node in nodes:
         close = getattr(node, "close", None)
+        if epoch_ended:  # a node may keep what the next epoch reuses (`end_epoch`)
+            close = getattr(node, "end_epoch", close)
         if callable(close):
             try:
                 close()
@@ -300,9 +303,12 @@ class Loader(torchdata.nodes.Loader[T]):
         """This epoch so far, as plain numbers (`core.stage_report.epoch_stats`): batches,
         samples per second, the share of time the consumer waited for data, chunks and
         bytes read, reads in flight (mean, max, target), read latency quantiles, retries,
-        decode CPU, gather time, read amplification, block memory held, and the
-        `limiting_stage` with its `evidence`. Cheap enough to call every step; counting
-        costs two clock reads per batch, and the stages' counters are kept anyway."""
+        decode CPU, gather time, read amplification, block memory held, the
+        `limiting_stage` with its `evidence`, and how mixed the batches are against a
+        uniform global shuffle of the split (`distinct_units_per_batch`, `time_distance`,
+        each with `_uniform` and `_ratio`, and `gap_score`; `core.quality.MixingTally`).
+        Cheap enough to call every step; counting costs two clock reads and O(batch)
+        numpy work per batch, and the stages' counters are kept anyway."""
         counters: dict[str, Any] = {}
         for node in graph_nodes(self.root):
             report = getattr(node, "stage_counters", None)
@@ -310,7 +316,12 @@ class Loader(torchdata.nodes.Loader[T]):
                 counters.update(report())
         if self._iterator is not None:
             counters.update(self._iterator.stage_counters())
-        return epoch_stats(EpochActivity(**counters))
+        stats = epoch_stats(EpochActivity(**counters))
+        for node in graph_nodes(self.root):
+            figures = getattr(node, "mixing_figures", None)
+            if callable(figures):
+                stats.update(figures())
+        return stats
 
     def scalar_stats(self) -> dict[str, float]:
         """`stats()`'s numbers as floats, for a metrics logger (the verdict and its

@@ -22,7 +22,7 @@ function (`loader_defaults`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from insitubatch_nodes.core.anchors import AnchorSet
@@ -46,6 +46,7 @@ from insitubatch_nodes.host_resources import HostResources
 
 GIVEN = "given"
 SHUFFLES = ("pool", "block")
+DEFAULT_SHUFFLE = "pool"
 
 
 def check_shuffle(shuffle: str) -> str:
@@ -56,8 +57,8 @@ def check_shuffle(shuffle: str) -> str:
     """
     if shuffle not in SHUFFLES:
         raise ValueError(
-            f"shuffle must be 'block' (samples mixed within blocks, the default) or "
-            f"'pool' (units mixed over a pool), got {shuffle!r}"
+            f"shuffle must be 'pool' (units mixed over a pool, the default) or 'block' "
+            f"(samples mixed within blocks, as loaders before the pool drew), got {shuffle!r}"
         )
     return shuffle
 
@@ -143,7 +144,7 @@ def choose_loader_settings(
     memory_budget: int | None,
     decode_threads: int | None,
     batches_held: int,
-    shuffle: str = "block",
+    shuffle: str = DEFAULT_SHUFFLE,
     shuffle_window: int | None = None,
     world_size: int = 1,
 ) -> LoaderChoices:
@@ -184,21 +185,10 @@ def choose_loader_settings(
     chunks = loader_block_chunks(anchors, layouts, block_chunks, sized_against)
     block_samples = anchors.block_rows_bound(chunks)
     pool_size, pool_from, window_samples = None, "", None
-    if check_shuffle(shuffle) == "pool":
-        window = shuffle_window_bytes(shuffle_window, memory_budget)
-        unit_bytes = unit_nbytes(anchors, layouts)
-        pool_size = pool_units(window, unit_bytes, anchors.unit_length, batch_size)
-        rank_units = -(-int(anchors.units.size) // max(1, world_size))
-        window_samples = pool_window_samples(
-            anchors, pool_size, rank_units, block_samples, batch_size
-        )
-        pool_from = (
-            f"shuffle_window={window} bytes{' (given)' if shuffle_window is not None else ''}"
-            f" over {unit_bytes}-byte units, at least a batch's units plus one: never the "
-            f"host's memory"
-        )
+    rank_units = -(-int(anchors.units.size) // max(1, world_size))
 
-    def plan_for(budget: int) -> MemoryPlan:
+    def plan_for(budget: int, pool: int | None = None) -> MemoryPlan:
+        pool = pool_size if pool is None else pool
         return plan_memory(
             budget,
             layouts,
@@ -206,7 +196,36 @@ def choose_loader_settings(
             block_samples=block_samples,
             max_inflight=max_inflight,
             batches_held=batches_held,
-            window_samples=window_samples,
+            window_samples=None
+            if pool is None
+            else pool_window_samples(anchors, pool, rank_units, block_samples, batch_size),
+        )
+
+    if check_shuffle(shuffle) == "pool":
+        window = shuffle_window_bytes(shuffle_window, memory_budget)
+        unit_bytes = unit_nbytes(anchors, layouts)
+        pool_size = pool_units(window, unit_bytes, anchors.unit_length, batch_size)
+        pool_from = (
+            f"shuffle_window={window} bytes{' (given)' if shuffle_window is not None else ''}"
+            f" over {unit_bytes}-byte units, at least a batch's units plus one: never the "
+            f"host's memory"
+        )
+        if shuffle_window is None and memory_budget is not None:
+            fitted = _pool_within(
+                memory_budget,
+                pool_units(1, 1, anchors.unit_length, batch_size),
+                pool_size,
+                plan_for,
+            )
+            if fitted < pool_size:
+                pool_size = fitted
+                pool_from = (
+                    f"the most units that memory_budget={memory_budget} bytes (given) holds "
+                    f"beside the batches, reads in flight and one block read ahead, below "
+                    f"the default window: never the host's memory"
+                )
+        window_samples = pool_window_samples(
+            anchors, pool_size, rank_units, block_samples, batch_size
         )
 
     if memory_budget is not None:
@@ -226,7 +245,8 @@ def choose_loader_settings(
             )
             if least is None or least > host.rank_memory_bytes:
                 keep = None if block_chunks is not None else chunks
-                raise _host_too_small(host, least, keep, refused) from None
+                named = None if shuffle_window is not None or pool_size is None else window
+                raise _host_too_small(host, least, keep, refused, named) from None
             budget, plan = least, plan_for(least)
             memory_from = (
                 f"raised to the least these settings fit in, above {memory_from}; within "
@@ -246,12 +266,40 @@ def choose_loader_settings(
     )
 
 
+def _pool_within(
+    budget: int, least: int, most: int, plan_for: Callable[[int, int], MemoryPlan]
+) -> int:
+    """The largest pool size in `least .. most` whose plan fits `budget` (the plan's
+    needs grow with the pool), or `most` when none does, so that the plan's refusal names
+    the default's numbers. A pure function of the settings: the budget is the user's."""
+
+    def fits(pool: int) -> bool:
+        try:
+            plan_for(budget, pool)
+        except ValueError:
+            return False
+        return True
+
+    if fits(most) or not fits(least):
+        return most
+    low, high = least, most  # low fits, high does not
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
+
+
 def _host_too_small(
-    host: HostResources, least: int | None, block_chunks: int | None, refused: ValueError
+    host: HostResources,
+    least: int | None,
+    block_chunks: int | None,
+    refused: ValueError,
+    shuffle_window: int | None = None,
 ) -> HostTooSmallError:
     """The refusal: what the settings need, what this rank has, the plan's numbers at the
     default budget, and what to do. Taking the least budget anyway means naming the
-    block too when it was a default: a budget below 1 GiB given alone would shrink it."""
+    block too when it was a default, and the pool's window (`shuffle_window`, given when
+    the pool's was a default): a budget below 1 GiB given alone would shrink them."""
     shared = (
         f" shared by {host.local_ranks} local ranks ({host.local_ranks_from})"
         if host.local_ranks > 1
@@ -261,7 +309,8 @@ def _host_too_small(
     anyway = ""
     if least is not None:
         block = "" if block_chunks is None else f", block_chunks={block_chunks}"
-        anyway = f", or pass memory_budget={least}{block} to take it anyway"
+        window = "" if shuffle_window is None else f", shuffle_window={shuffle_window}"
+        anyway = f", or pass memory_budget={least}{block}{window} to take it anyway"
     return HostTooSmallError(
         f"these settings need {need}, and this host has {host.rank_memory_bytes} bytes "
         f"available for this rank ({host.memory_bytes} bytes, {host.memory_from}{shared}); "

@@ -17,7 +17,8 @@ from insitubatch_nodes.byte_sizes import parse_nbytes, size_argument
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.inflight_target import CEILING
-from insitubatch_nodes.core.memory_bound import MemoryPlan, least_fitting, plan_loader_memory
+from insitubatch_nodes.core.memory_bound import MemoryPlan, least_fitting
+from insitubatch_nodes.core.quality import uniform_distinct_units
 from insitubatch_nodes.device.copy_ahead import default_prefetch, staging_slots
 from insitubatch_nodes.host_resources import HostResources
 from insitubatch_nodes.io.redact import redact
@@ -51,6 +52,11 @@ class LoaderDefaults:
         refused: the loader's refusal (a budget too small), or None.
         fitting_budget: a budget the defaults fit in (one byte less does not), when refused.
         fitting_argument: that budget as a `--memory-budget` value, short to type.
+        pool_size: the pool shuffle's units (P), or None when refused.
+        pool_from: why that many, or None when refused.
+        mixing: distinct units per batch a pool of P units gives, at most about (a uniform
+            shuffle of P units' samples), and what a uniform shuffle of the split gives,
+            exactly (`core.quality.uniform_distinct_units`), before any read; or None.
     """
 
     split: str
@@ -72,21 +78,28 @@ class LoaderDefaults:
     refused: str | None
     fitting_budget: int | None
     fitting_argument: str | None
+    pool_size: int | None = None
+    pool_from: str | None = None
+    mixing: tuple[float, float] | None = None
 
 
 def _planned(
     budget: int, anchors: AnchorSet, layouts: Mapping[str, VariableLayout], batch: int, held: int
-) -> tuple[int, MemoryPlan] | None:
+) -> MemoryPlan | None:
+    """The plan of `build_loader`'s defaults under `budget` given (the default shuffle's
+    pool included), or None when it is refused."""
     try:
-        return plan_loader_memory(
-            budget,
+        return choose_loader_settings(
             anchors,
             layouts,
+            HostResources(memory_bytes=budget, cores=1),  # the budget is given: unused
             batch_size=batch,
             block_chunks=None,
             max_inflight=None,
+            memory_budget=budget,
+            decode_threads=1,
             batches_held=held,
-        )
+        ).plan
     except ValueError:
         return None
 
@@ -160,6 +173,9 @@ def loader_defaults(
     block_samples: int | None = None
     plan: MemoryPlan | None = None
     reads: int | None = None
+    pool_size: int | None = None
+    pool_from: str | None = None
+    mixing: tuple[float, float] | None = None
     budget = host.memory_budget() if memory_budget is None else memory_budget
     memory_from = host.memory_text() if memory_budget is None else "given"
     try:
@@ -184,6 +200,13 @@ def loader_defaults(
         )
     else:
         budget, memory_from, plan = chosen.memory_budget, chosen.memory_from, chosen.plan
+        pool_size, pool_from = chosen.pool_size, chosen.pool_from
+        if pool_size is not None:
+            sizes = anchors.unit_sizes(anchors.units)
+            mixing = (
+                uniform_distinct_units(sizes[:pool_size], batch_size),
+                uniform_distinct_units(sizes, batch_size),
+            )
         block_chunks, block_from = chosen.block_chunks, chosen.block_from
         block_samples = anchors.block_rows_bound(block_chunks)
         if mean_read_bytes:
@@ -212,4 +235,7 @@ def loader_defaults(
         refused=refused,
         fitting_budget=fitting,
         fitting_argument=argument,
+        pool_size=pool_size,
+        pool_from=pool_from,
+        mixing=mixing,
     )

@@ -183,6 +183,7 @@ def _loader_lines(loader: LoaderDefaults) -> list[str]:
         ),
         ("decode threads", f"{loader.decode_threads} ({loader.threads_from})"),
         ("reads in flight", f"{reads} (within {nbytes_text(plan.inflight_bytes)})"),
+        *_pool_rows(loader),
         ("memory plan", ""),
         ("  shuffle window", _plan_bytes(plan.window_bytes)),
         (batches, _plan_bytes(plan.batch_bytes)),
@@ -193,6 +194,23 @@ def _loader_lines(loader: LoaderDefaults) -> list[str]:
     width = max(len(name) for name, _ in rows)
     lines += [f"  {name:<{width}}  {value}".rstrip() for name, value in rows]
     return lines
+
+
+def _pool_rows(loader: LoaderDefaults) -> list[tuple[str, str]]:
+    """The pool shuffle's size and the mixing it gives, predicted before any read."""
+    if loader.pool_size is None:
+        return []
+    rows = [("shuffle", f"pool of {loader.pool_size} units ({loader.pool_from})")]
+    if loader.mixing is not None:
+        pool, uniform = loader.mixing
+        rows.append(
+            (
+                "  mixing",
+                f"up to about {pool:.1f} distinct units per batch of {loader.batch_size}; a "
+                f"uniform shuffle of the split: {uniform:.1f} ({pool / uniform:.2f}x)",
+            )
+        )
+    return rows
 
 
 def _plan_bytes(nbytes: int) -> str:

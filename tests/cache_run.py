@@ -29,7 +29,8 @@ def main() -> None:
         device="cpu",
         decode_threads=2,
         cache=CacheSpec(folder, int(max_bytes)),
-        **({"block_chunks": 2, "prefetch_blocks": 1} if slow else {}),
+        # slow: the least pool, so that reads (and cache writes) run along the epoch
+        **({"block_chunks": 2, "prefetch_blocks": 1, "shuffle_window": 1} if slow else {}),
     )
     for epoch in range(int(epochs)):
         for batch in loader:

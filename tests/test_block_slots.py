@@ -156,7 +156,9 @@ def test_a_loader_holds_its_blocks_in_slots_within_the_budget_and_frees_them(
     memory_url: Any,
 ) -> None:
     url, _ = memory_url()
-    loader = build_loader(url, split="all", batch_size=4, block_chunks=2, device="cpu")
+    loader = build_loader(
+        url, split="all", batch_size=4, block_chunks=2, device="cpu", shuffle="block"
+    )
     slots = _fetch_node(loader.root).context.block_slots
     for batch in loader:
         assert slots.leased_bytes > 0  # the blocks being drawn from

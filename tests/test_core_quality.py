@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from insitubatch_nodes.core.quality import chunk_diversity, gap_score
 
@@ -39,3 +42,32 @@ def test_uniform_expectations_match_a_simulated_global_shuffle() -> None:
     assert abs(distance - uniform_time_distance(np.arange(n))) < 0.02 * n
     assert uniform_time_distance(np.arange(4)) == (3 + 2 + 1 + 2 + 1 + 1) / 6
     assert uniform_distinct_units(np.array([5]), 3) == 1.0
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    data=st.lists(st.lists(st.integers(0, 200), min_size=1, max_size=12), min_size=1, max_size=8),
+    unit_length=st.integers(1, 9),
+)
+def test_the_running_tally_is_the_slow_definitions(data: list[list[int]], unit_length: int) -> None:
+    from insitubatch_nodes.core.quality import (
+        MixingTally,
+        UniformMixing,
+        distinct_units_per_batch,
+        mean_time_distance,
+    )
+
+    batches = [np.array(b) for b in data]
+    tally = MixingTally()
+    for batch in batches:
+        tally.add(batch, batch // unit_length)
+    uniform = UniformMixing(np.full(23, unit_length), np.arange(23 * unit_length), 4)
+    figures = tally.figures(uniform)
+    assert figures["distinct_units_per_batch"] == pytest.approx(
+        distinct_units_per_batch(batches, unit_length)
+    )
+    assert figures["time_distance"] == pytest.approx(mean_time_distance(batches))
+    order = np.concatenate(batches)
+    gap = np.abs(np.diff(order)).mean() if order.size > 1 else 0.0
+    assert figures["gap_score"] == pytest.approx(min(1.0, gap / uniform.time_distance))
+    assert MixingTally().figures(uniform) == {}

@@ -318,7 +318,7 @@ def test_leaving_mid_epoch_under_faults_stops_everything_and_the_next_epoch_is_c
 
 # The pool shuffle with the least pool (P from a 1-byte window: a batch's units plus one),
 # so that its reads, like the block order's, run along the epoch.
-ORDERS = [{}, {"shuffle": "pool", "shuffle_window": 1}]
+ORDERS = [{"shuffle": "block"}, {"shuffle": "pool", "shuffle_window": 1}]
 
 
 @pytest.mark.parametrize("order", ORDERS, ids=["block", "pool"])

@@ -207,13 +207,16 @@ def test_what_cannot_fit_is_refused_with_the_numbers(one_step_per_chunk: str) ->
     assert f"this host has {3 * MIB // 2} bytes available for this rank" in message
     assert f"({3 * MIB} bytes, given shared by 2 local ranks (env))" in message
     assert f"memory_budget={3 * MIB // 4} bytes is too small" in message  # the plan's numbers
-    # a budget below 1 GiB given alone would shrink the block: the default one is named
-    assert f"pass memory_budget={least}, block_chunks=64 to take it anyway" in message
+    # a budget below 1 GiB given alone would shrink the block and the pool's window: the
+    # default ones are named
+    defaults = f"block_chunks=64, shuffle_window={1 << 30}"
+    assert f"pass memory_budget={least}, {defaults} to take it anyway" in message
     # the numbers are right: the least fits, given by hand; one byte less does not
-    taken = build_loader(one_step_per_chunk, memory_budget=least, block_chunks=64, **settings)
+    kept = {"block_chunks": 64, "shuffle_window": 1 << 30}
+    taken = build_loader(one_step_per_chunk, memory_budget=least, **kept, **settings)
     assert parts(taken)[0].block_chunks == 64 and loader_budget(taken, 8) == least
     with pytest.raises(ValueError, match=f"memory_budget={least - 1} bytes is too small"):
-        build_loader(one_step_per_chunk, memory_budget=least - 1, block_chunks=64, **settings)
+        build_loader(one_step_per_chunk, memory_budget=least - 1, **kept, **settings)
 
 
 def test_a_budget_short_of_the_need_is_raised_while_the_host_holds_it(

@@ -23,8 +23,10 @@ from insitubatch_nodes import AsyncFetchNode, ReadPlanNode, ZarrSource, build_lo
 from insitubatch_nodes.byte_sizes import nbytes_text, parse_nbytes, size_argument
 from insitubatch_nodes.cf_time import cf_reference, decode_cf_times
 from insitubatch_nodes.cli import main
+from insitubatch_nodes.core.quality import uniform_distinct_units
 from insitubatch_nodes.host_resources import HostResources
 from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
 from insitubatch_nodes.report_text import format_report
 from insitubatch_nodes.store_report import inspect_store
 from insitubatch_nodes.synthetic import write_era5_like
@@ -552,3 +554,24 @@ def test_the_installed_command(era5: Path, tmp_path: Path) -> None:
     assert failed.returncode == 2 and failed.stdout == ""
     assert failed.stderr.startswith("insitubatch inspect: no Zarr store at")
     assert failed.stderr.count("\n") == 1
+
+
+def test_the_pool_and_its_mixing_are_predicted_before_any_read(
+    era5: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = inspect_json(capsys, str(era5), "--device", "cpu", "--split", "all")["loader"]
+    built = build_loader(str(era5), split="all", device="cpu", host=HostResources(**report["host"]))
+    pool = next(n for n in graph_nodes(built.root) if isinstance(n, PoolShuffleNode))
+    assert report["pool_size"] == pool.pool_size
+    predicted, uniform = report["mixing"]
+    units = STEPS // STEPS_PER_CHUNK
+    assert uniform == pytest.approx(uniform_distinct_units(np.full(units, STEPS_PER_CHUNK), 32))
+    assert 0 < predicted <= uniform
+    for _ in built:  # what the loader then measures
+        pass
+    measured = built.stats()
+    assert measured["distinct_units_uniform"] == pytest.approx(uniform)
+    assert measured["distinct_units_per_batch"] <= predicted + 1
+    text = inspect(capsys, str(era5), "--device", "cpu", "--split", "all")[1]
+    assert f"pool of {pool.pool_size} units" in text
+    assert "distinct units per batch of 32" in text

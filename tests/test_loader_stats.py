@@ -7,9 +7,17 @@ import json
 import time
 from typing import Any
 
+import numpy as np
+import pytest
 from distant_store import Distant
 
 from insitubatch_nodes import build_loader, memory_store
+from insitubatch_nodes.core.quality import (
+    distinct_units_per_batch,
+    mean_time_distance,
+    uniform_distinct_units,
+    uniform_time_distance,
+)
 
 
 def test_a_distant_store_is_named_the_limit_and_the_figures_add_up(memory_url: Any) -> None:
@@ -65,3 +73,41 @@ def test_a_hook_gets_the_figures_as_floats_every_n_batches(memory_url: Any) -> N
     assert [entry["batches"] for entry in logged] == [5.0 * (i + 1) for i in range(len(logged))]
     assert all(isinstance(v, float) for entry in logged for v in entry.values())
     assert "limiting_stage" not in logged[0] and "data_stall_fraction" in logged[0]
+
+
+@pytest.mark.parametrize("shuffle", ["pool", "block"])
+def test_the_mixing_figures_are_the_epochs_batches_against_a_uniform_shuffle(
+    memory_url: Any, shuffle: str
+) -> None:
+    """The figures are those of the batches yielded, computed apart here with the slow
+    definitions of `core.quality`, and reset each epoch."""
+    url, _ = memory_url({"a": ((120, 3), (4, 3), "float32")})  # 30 units of 4 steps
+    loader = build_loader(
+        url, split="all", batch_size=8, shuffle=shuffle, block_chunks=2, device="cpu", seed=3
+    )
+    for _ in range(2):  # the second epoch's figures are its own
+        batches = [np.asarray(b["sample_index"]).copy() for b in loader]
+    stats = loader.stats()
+    order = np.concatenate(batches)
+    uniform_distance = uniform_time_distance(np.arange(120))
+    assert stats["distinct_units_per_batch"] == pytest.approx(distinct_units_per_batch(batches, 4))
+    assert stats["distinct_units_uniform"] == pytest.approx(
+        uniform_distinct_units(np.full(30, 4), 8)
+    )
+    assert stats["time_distance"] == pytest.approx(mean_time_distance(batches))
+    assert stats["time_distance_uniform"] == pytest.approx(uniform_distance)
+    assert stats["time_distance_ratio"] == pytest.approx(
+        mean_time_distance(batches) / uniform_distance
+    )
+    mean_gap = np.abs(np.diff(order)).mean()
+    assert stats["gap_score"] == pytest.approx(min(1.0, mean_gap / uniform_distance))
+    # the pool mixes more units into a batch than blocks of 2 units can
+    assert (stats["distinct_units_ratio"] > 0.6) == (shuffle == "pool")
+
+
+def test_an_evaluation_loader_keeps_no_mixing_figures(memory_url: Any) -> None:
+    url, _ = memory_url()
+    loader = build_loader(url, split="all", batch_size=4, device="cpu", evaluation=True)
+    for _ in loader:
+        pass
+    assert "distinct_units_per_batch" not in loader.stats()

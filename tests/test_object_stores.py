@@ -121,6 +121,7 @@ def test_the_server_going_away_mid_epoch_raises_once_in_bounded_time() -> None:
             prefetch_blocks=1,
             storage_options=server.options(),
             retry=QUICK,
+            shuffle="block",  # reads run along the epoch (a pool reads P units first)
         )
         iterator = iter(loader)
         next(iterator)

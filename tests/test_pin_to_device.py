@@ -166,7 +166,10 @@ def _composed_by_hand(
 
 
 def _built(url: str, device: str, **options: Any) -> Any:
-    return build_loader(url, split="all", batch_size=6, block_chunks=2, device=device, **options)
+    """The builder's loader with the README graph's order (`ShuffleBlockNode`)."""
+    return build_loader(
+        url, split="all", batch_size=6, block_chunks=2, device=device, shuffle="block", **options
+    )
 
 
 def _node(loader: Any, kind: type) -> Any:

@@ -19,8 +19,10 @@ from resume_check import check_every_cut
 from insitubatch_nodes import AnchorSet, Loader, SampleSpec, ZarrSource, build_loader, window
 from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.pool_order import pool_epoch_order
+from insitubatch_nodes.host_resources import HostResources
 from insitubatch_nodes.loader import graph_nodes
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
+from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
 from insitubatch_nodes.nodes.state_checks import CONFIG_KEY, ORDER_VERSION_KEY
 
 
@@ -196,7 +198,7 @@ def test_a_state_of_one_order_is_refused_by_the_other(memory_url: Any) -> None:
 
 def test_bad_shuffle_names_the_choices(memory_url: Any) -> None:
     url, _ = memory_url()
-    with pytest.raises(ValueError, match=r"shuffle must be 'block'.*or 'pool'"):
+    with pytest.raises(ValueError, match=r"shuffle must be 'pool'.*or 'block'"):
         build_loader(url, split="all", shuffle="global")
 
 
@@ -205,3 +207,55 @@ def test_evaluation_draws_in_order_whatever_the_shuffle(memory_url: Any) -> None
     loader = build_loader(url, split="all", batch_size=7, evaluation=True, shuffle="pool")
     order = np.concatenate(_indices(loader))
     assert np.array_equal(order, np.arange(order.size))
+
+
+def test_block_memory_stays_between_epochs_and_goes_on_close(memory_url: Any) -> None:
+    """A pool's window is re-faulted in if its memory is let go at every epoch's end (a
+    tenth of its throughput): the pages stay for the next epoch, and go on close()."""
+    url, _ = memory_url({"a": ((400, 64), (2, 64), "float32")})
+    loader = Loader(build_stage(url, "gather", batch_size=4, block_chunks=8, pool_size=3))
+    fetch = next(n for n in graph_nodes(loader.root) if isinstance(n, AsyncFetchNode))
+    slots = fetch.context.block_slots
+    for _ in loader:
+        pass
+    kept = slots.allocated_bytes
+    assert kept > 0
+    for _ in loader:
+        pass
+    assert slots.allocated_bytes == kept  # the same arrays, not new ones
+    loader.close()
+    assert slots.allocated_bytes == 0
+
+
+def _pool_size(loader: Loader[Any]) -> int:
+    return next(n for n in graph_nodes(loader.root) if isinstance(n, PoolShuffleNode)).pool_size
+
+
+def test_the_default_window_shrinks_to_fit_a_small_budget_given(memory_url: Any) -> None:
+    """Half of a 20 kB budget as the window left no room for a block read ahead, and the
+    default loader was refused where the block shuffle's fitted; the window now holds
+    the most units the budget has room for, and the loader stays within the budget."""
+    url, _ = memory_url({"a": ((400, 64), (2, 64), "float32")})  # 200 units of 512 B
+    args = {"split": "all", "batch_size": 4, "memory_budget": 20_000, "device": "cpu"}
+    loader = build_loader(url, **args)
+    assert 3 <= _pool_size(loader) < 20_000 // 2 // 512
+    fetch = next(n for n in graph_nodes(loader.root) if isinstance(n, AsyncFetchNode))
+    assert sum(len(b["sample_index"]) for b in loader) == 400
+    assert fetch.context.block_slots.peak_leased_bytes <= 20_000
+    # a budget given is a setting: the same on every host, so the same pool
+    assert _pool_size(build_loader(url, **args)) == _pool_size(loader)
+    # a window given is kept, and a budget it does not fit in is refused with the numbers
+    with pytest.raises(ValueError, match="memory_budget=20000 bytes is too small"):
+        build_loader(url, shuffle_window=10_000, **args)
+
+
+def test_a_budget_from_the_host_never_changes_the_pool(memory_url: Any) -> None:
+    url, _ = memory_url({"a": ((400, 64), (2, 64), "float32")})
+    sizes = {
+        _pool_size(build_loader(url, split="all", batch_size=4, device="cpu", host=host))
+        for host in (
+            HostResources(memory_bytes=6 << 20, cores=1),
+            HostResources(memory_bytes=512 << 30, cores=64, local_ranks=8),
+        )
+    }
+    assert len(sizes) == 1

@@ -149,7 +149,7 @@ def test_upstream_save_load_procedure(memory_url: Any, stage: str) -> None:
 @pytest.mark.parametrize(
     ("changed", "message"),
     [
-        ({"batch_size": 6}, r"ShuffleBlockNode state was saved with batch_size=5"),
+        ({"batch_size": 6}, r"PoolShuffleNode state was saved with batch_size=5"),
         ({"block_chunks": 3}, r"ReadPlanNode state was saved with block_chunks=2"),
         ({"seed": 1}, r"ChunkPermuteNode state was saved with seed=0"),
         ({"world_size": 2}, r"saved with world_size=1 but this graph has world_size=2"),

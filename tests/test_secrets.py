@@ -752,6 +752,7 @@ def test_a_read_failing_mid_epoch_names_the_store_without_its_secrets(
             storage_options=_HTTP_OPTIONS,
             retry=RetryPolicy(attempts=2, base_delay_s=0.01, max_delay_s=0.05),
             device="cpu",
+            shuffle="block",  # reads run along the epoch (a pool reads P units first)
         )
         batches = iter(loader)
         next(batches)

@@ -251,7 +251,10 @@ def test_a_state_from_another_icechunk_snapshot_is_refused(tmp_path: Path) -> No
 
 def test_an_old_state_without_fingerprint_or_node_names_still_resumes(memory_url: Any) -> None:
     url, _ = memory_url()
-    make = lambda: build_loader(url, split="all", batch_size=5, block_chunks=2).root  # noqa: E731
+
+    def make() -> Any:
+        return build_loader(url, split="all", batch_size=5, block_chunks=2, shuffle="block").root
+
     epoch0 = uninterrupted(make, 1)[0]
     state = _state_after(Loader(make()), 3)
 
@@ -376,12 +379,15 @@ def test_a_state_that_is_not_a_dict_is_refused(memory_url: Any) -> None:
     assert message.startswith("the GatherNode state must be a dict, got list")
 
 
-def test_a_node_state_missing_keys_is_refused(memory_url: Any) -> None:
+@pytest.mark.parametrize(
+    ("shuffle", "node"), [("pool", "PoolShuffleNode"), ("block", "ShuffleBlockNode")]
+)
+def test_a_node_state_missing_keys_is_refused(memory_url: Any, shuffle: str, node: str) -> None:
     url, _ = memory_url()
-    state = _saved(url)
+    state = _saved(url, shuffle=shuffle)
     del _at(state, SHUFFLE)["samples_yielded"]
-    message = _refused(build_loader(url, batch_size=5), state)
-    assert message.startswith("the ShuffleBlockNode state lacks ['samples_yielded']")
+    message = _refused(build_loader(url, batch_size=5, shuffle=shuffle), state)
+    assert message.startswith(f"the {node} state lacks ['samples_yielded']")
 
 
 def test_a_node_state_handed_to_the_loader_is_refused(memory_url: Any) -> None:
@@ -394,7 +400,7 @@ def test_a_node_state_handed_to_the_loader_is_refused(memory_url: Any) -> None:
 # --- Damaged cursors: each is refused naming the node, the key, the value and the range.
 
 CURSORS: dict[str, tuple[StatePath, str]] = {
-    # name: (path of the node's state in the default graph, the node's class)
+    # name: (path of the node's state in the block shuffle's graph, the node's class)
     "epoch": (PERMUTE, "ChunkPermuteNode"),
     "position": (PERMUTE, "ChunkPermuteNode"),
     "drawn_in_oldest_block": (SHUFFLE, "ShuffleBlockNode"),
@@ -422,7 +428,9 @@ def corruptions(draw: st.DrawFn) -> tuple[str, Any]:
 
 
 def _damaged_loader(url: str) -> Loader[Any]:
-    return build_loader(url, split="all", batch_size=5, block_chunks=2, device="cpu")
+    return build_loader(
+        url, split="all", batch_size=5, block_chunks=2, device="cpu", shuffle="block"
+    )
 
 
 @settings(
@@ -529,7 +537,10 @@ def test_a_cursor_edited_to_another_value_in_range_is_refused(memory_url: Any) -
     """Range checks cannot see a cursor moved by a few samples (the epoch would skip or
     repeat them): the digest the state was saved with does."""
     url, _ = memory_url()
-    make = lambda: build_loader(url, split="all", batch_size=5, block_chunks=2).root  # noqa: E731
+
+    def make() -> Any:
+        return build_loader(url, split="all", batch_size=5, block_chunks=2, shuffle="block").root
+
     state = _state_after(Loader(make()), 3)
     shuffle = state["root"]["source"]["source"]
     assert shuffle["node"] == "ShuffleBlockNode" and shuffle["samples_yielded"] == 15

@@ -48,7 +48,10 @@ def _assert_no_threads_left(timeout: float = 5.0) -> None:
 @pytest.mark.parametrize("device_prefetch", [None, 2])  # 2: a producer thread too
 def test_threads_stop_when_an_epoch_ends(memory_url: Any, device_prefetch: int | None) -> None:
     url, _ = memory_url()
-    loader = build_loader(url, split="all", batch_size=4, device_prefetch=device_prefetch)
+    # the least pool (a 1-byte window), so that reads are still under way after a batch
+    loader = build_loader(
+        url, split="all", batch_size=4, device_prefetch=device_prefetch, shuffle_window=1
+    )
     iterator = iter(loader)
     next(iterator)
     assert our_threads(), "the fetch loop should be running mid-epoch"
@@ -98,7 +101,9 @@ def test_threads_stop_when_the_graph_is_dropped(
     memory_url: Any, device_prefetch: int | None
 ) -> None:
     url, _ = memory_url()
-    loader = build_loader(url, split="all", batch_size=4, device_prefetch=device_prefetch)
+    loader = build_loader(
+        url, split="all", batch_size=4, device_prefetch=device_prefetch, shuffle_window=1
+    )
     iterator = iter(loader.root)  # bypass the Loader: only garbage collection can stop it
     next(iterator)
     assert our_threads()
@@ -228,6 +233,7 @@ def test_closing_does_not_wait_out_a_slow_read(device_prefetch: int | None) -> N
             block_chunks=1,
             max_inflight=1,  # block 0's read is the first chunk read
             device_prefetch=device_prefetch,
+            shuffle="block",  # the first batch needs block 0 only (a pool waits for P units)
         )
 
     expected = [batch["sample_index"].tolist() for batch in loader(store)]

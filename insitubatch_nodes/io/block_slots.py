@@ -331,6 +331,13 @@ class BlockSlots:
             _unit_groups(plan, tokens),
         )
 
+    @property
+    def allocated_bytes(self) -> int:
+        """Bytes of the backing arrays allocated now (kept between epochs, let go by
+        `clear`); pages never written are allocated but cost no memory."""
+        with self._lock:
+            return sum(b.array.nbytes for b in self._backings.values() if b.array is not None)
+
     def _give_back(self, generation: int, name: str, slot: int, nbytes: int) -> None:
         with self._lock:
             self.leased_bytes -= nbytes
@@ -340,8 +347,8 @@ class BlockSlots:
 
     def clear(self) -> None:
         """Let the backing arrays go (they are freed once the blocks still leasing them
-        are); the next lease starts new ones. The fetch node calls it when no epoch runs,
-        so memory idle between epochs goes back."""
+        are); the next lease starts new ones. The fetch node calls it on `close()`, not at
+        an epoch's end: the next epoch reuses the pages already faulted in."""
         with self._lock:
             self._generation += 1
             self._backings = self._fresh()

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
+from insitubatch_nodes.core.quality import MixingTally, UniformMixing
 from insitubatch_nodes.core.read_plan import ReadPlan
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.device.copy_ahead import CUDA_PREFETCH, staging_slots
@@ -62,6 +63,10 @@ class GatherNode(BaseNode[Batch]):
         pinned_batches: page-locked batches the ring holds (an int >= 1): one per batch
             between its gather and the end of its device copy, that is the device node's
             `prefetch` + 1 (fewer makes the gather wait for copies).
+        uniform_mixing: what a uniform global shuffle of the split gives (called once,
+            when figures are first asked for), or None to keep no mixing figures (an
+            evaluation loader's batches are in order by design). With it, every batch is
+            counted in `mixing` (`core.quality.MixingTally`, O(batch) numpy work).
     """
 
     SOURCE_KEY = "source"
@@ -72,6 +77,7 @@ class GatherNode(BaseNode[Batch]):
         *,
         pin_memory: bool = False,
         pinned_batches: int = staging_slots(CUDA_PREFETCH),
+        uniform_mixing: Callable[[], UniformMixing] | None = None,
     ) -> None:
         super().__init__()
         pin_memory = as_bool("pin_memory", pin_memory)
@@ -80,19 +86,33 @@ class GatherNode(BaseNode[Batch]):
         self.staging = StagingRing(pinned_batches, page_locked) if pin_memory else None
         self._buffers = ReusedBuffers(max_idle_bytes=0)
         self._gather_s = 0.0  # this epoch's time in the gather
+        self._uniform_mixing = None if uniform_mixing is None else functools.cache(uniform_mixing)
+        self.mixing = MixingTally()  # this epoch's batches
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         self.source.reset(source_part(self, initial_state, self.SOURCE_KEY))
         self._gather_s = 0.0
+        self.mixing = MixingTally()
 
     def next(self) -> Batch:
         draw = next(self.source)
         started = time.perf_counter()
         try:
-            return self._gathered(draw)
+            batch = self._gathered(draw)
+            if self._uniform_mixing is not None:
+                self.mixing.add(*draw_samples_and_units(draw))
+            return batch
         finally:
             self._gather_s += time.perf_counter() - started
+
+    def mixing_figures(self) -> dict[str, float]:
+        """This epoch's mixing so far against a uniform global shuffle's
+        (`MixingTally.figures`: distinct units per batch, time distance, gap score), or
+        nothing without `uniform_mixing`."""
+        if self._uniform_mixing is None:
+            return {}
+        return self.mixing.figures(self._uniform_mixing())
 
     def _gathered(self, draw: BatchDraw) -> Batch:
         device = draw.parts[0][0].device
@@ -144,6 +164,25 @@ def _batch_shape(
     sample_shape = (*sample_shape[: len(sample_shape) - len(crop)], *crop)
     steps = () if columns is None else (columns.size,)
     return (size, *steps, *sample_shape)
+
+
+def draw_samples_and_units(draw: BatchDraw) -> tuple[np.ndarray, np.ndarray]:
+    """The draw's sample ids in batch order, and the unit each lies in: one search per
+    block, vectorised.
+
+    Args:
+        draw: the batch's rows, by block.
+    """
+    samples, units = [], []
+    for block, rows in draw.parts:
+        plan = block.plan
+        samples.append(plan.sample_index[rows])
+        if plan.unit_starts is None:
+            units.append(np.full(rows.size, plan.block_index, dtype=np.int64))
+        else:
+            at = np.searchsorted(plan.unit_starts, rows, side="right") - 1
+            units.append(plan.units[at])
+    return np.concatenate(samples), np.concatenate(units)
 
 
 def _field_rows(

@@ -155,9 +155,12 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
             self.YIELDED_KEY,
             self.TARGET_KEY,
         )
+        if isinstance(initial_state, dict) and self.SOURCE_KEY in initial_state:
+            # upstream first: other data, or an evaluation state in a training loader (or
+            # the reverse), is named before the order those draw in
+            self.source.reset(initial_state[self.SOURCE_KEY])
         check_shuffle_order(initial_state, POOL_ORDER, POOL_ORDER_VERSION)
         state = check_node_state(self, initial_state, keys)
-        self.source.reset(state[self.SOURCE_KEY])
         check_saved_config(self, state, self._config())
         target = None
         if state[self.TARGET_KEY] is not None:

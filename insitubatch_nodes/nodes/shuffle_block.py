@@ -131,9 +131,12 @@ class ShuffleBlockNode(BaseNode[BatchDraw]):
         is restored first, so that a state from other data or settings upstream is refused
         for that, the more basic difference."""
         keys = (self.SOURCE_KEY, self.DRAWN_KEY, self.YIELDED_KEY, self.TARGET_KEY)
+        if isinstance(initial_state, dict) and self.SOURCE_KEY in initial_state:
+            # upstream first: other data, or an evaluation state in a training loader (or
+            # the reverse), is named before the order those draw in
+            self.source.reset(initial_state[self.SOURCE_KEY])
         check_shuffle_order(initial_state, BLOCK_ORDER, BLOCK_ORDER_VERSION)
         state = check_node_state(self, initial_state, keys)
-        self.source.reset(state[self.SOURCE_KEY])
         check_saved_config(self, state, self._config())
         target = None
         if state[self.TARGET_KEY] is not None:
