@@ -376,3 +376,30 @@ def test_every_cut_resumes_on_a_fine_grid_and_its_revisits(
                 unit_length=unit_length,
             )
         )
+
+
+def test_a_fine_grid_manifest_serves_a_subset_of_its_variables(
+    misaligned: tuple[str, dict[str, np.ndarray]], tmp_path: Path
+) -> None:
+    """A manifest cut on the fine grid of a, b and c (units of 5 steps) resumes its splits
+    for b and c alone (chunked 7 and 12, which 5 straddles): the same steps, the store's
+    values, rather than a refusal of the manifest's own unit length."""
+    url, truth = misaligned
+    opened = ZarrSource.open(url)
+    saved = tmp_path / "manifest.json"
+    saved.write_text(opened.manifest.dumps())
+    subset = ZarrSource.open(url, variables=["b", "c"], manifest=saved)
+    assert subset.geometry.unit_length == 5
+    assert np.array_equal(subset.step_ranges("val"), opened.step_ranges("val"))
+    loader = build_loader(
+        url,
+        variables=["b", "c"],
+        manifest=saved,
+        split="val",
+        batch_size=8,
+        device="cpu",
+        evaluation=True,
+    )
+    drawn = np.concatenate(_epoch(loader, {k: truth[k] for k in ("b", "c")}))
+    (first, stop), *_ = opened.step_ranges("val").tolist()
+    assert np.array_equal(drawn, np.arange(first, stop))

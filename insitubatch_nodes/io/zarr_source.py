@@ -167,7 +167,7 @@ class ZarrSource:
         if levels is not None:
             picks = level_picks(arrays, layouts, levels, spatial_dims, where, secrets)
             layouts = {n: replace(lay, pick=picks.get(n)) for n, lay in layouts.items()}
-            geometry = SampleGeometry.from_layouts(layouts, unit_length=geometry.unit_length)
+            geometry = replace(geometry, variables=dict(layouts))  # its grid, picks added
         codecs = {name: codec_summary(arrays[name]) for name in layouts}
         fills = {name: fill_value_text(arrays[name]) for name in layouts}
         snapshot = snapshot_id_of(store)
