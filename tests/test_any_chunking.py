@@ -21,13 +21,18 @@ from time_stores import hourly
 
 from insitubatch_nodes import (
     AnchorSet,
+    ChunkPermuteNode,
+    GatherNode,
     Loader,
+    ReadPlanNode,
     SampleGeometry,
     SampleSpec,
+    ShuffleBlockNode,
     ZarrSource,
     build_loader,
     window,
 )
+from insitubatch_nodes.core.memory_bound import sample_nbytes
 from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.pool_order import pool_epoch_order
 from insitubatch_nodes.loader import graph_nodes
@@ -376,3 +381,52 @@ def test_every_cut_resumes_on_a_fine_grid_and_its_revisits(
                 unit_length=unit_length,
             )
         )
+
+
+def test_a_fine_grid_manifest_serves_a_subset_of_its_variables(
+    misaligned: tuple[str, dict[str, np.ndarray]], tmp_path: Path
+) -> None:
+    """A manifest cut on the fine grid of a, b and c (units of 5 steps) resumes its splits
+    for b and c alone (chunked 7 and 12, which 5 straddles): the same steps, the store's
+    values, rather than a refusal of the manifest's own unit length."""
+    url, truth = misaligned
+    opened = ZarrSource.open(url)
+    saved = tmp_path / "manifest.json"
+    saved.write_text(opened.manifest.dumps())
+    subset = ZarrSource.open(url, variables=["b", "c"], manifest=saved)
+    assert subset.geometry.unit_length == 5
+    assert np.array_equal(subset.step_ranges("val"), opened.step_ranges("val"))
+    loader = build_loader(
+        url,
+        variables=["b", "c"],
+        manifest=saved,
+        split="val",
+        batch_size=8,
+        device="cpu",
+        evaluation=True,
+    )
+    drawn = np.concatenate(_epoch(loader, {k: truth[k] for k in ("b", "c")}))
+    (first, stop), *_ = opened.step_ranges("val").tolist()
+    assert np.array_equal(drawn, np.arange(first, stop))
+
+
+def test_a_graph_on_the_fine_grid_through_read_context_keeps_its_blocks_in_slots(
+    misaligned: tuple[str, dict[str, np.ndarray]],
+) -> None:
+    """A graph made by hand on the source's own grid (the fine grid of 5 steps, which the
+    7- and 12-step chunks straddle) with `ZarrSource.read_context`: its slots are a
+    piece's rows, as the memory bound counts them, so blocks sized by that bound all lie
+    in the slots (chunk-sized slots held fewer pieces, and most blocks took memory of
+    their own, beyond the budget)."""
+    url, truth = misaligned
+    source = ZarrSource.open(url)
+    anchors = AnchorSet.for_split(source.geometry, source.split_units("all"), None)
+    capacity = 4 * anchors.block_rows_bound(2) * sample_nbytes(source.layouts)
+    plans = ReadPlanNode(ChunkPermuteNode(anchors, anchors.units), anchors, block_chunks=2)
+    fetch = AsyncFetchNode(plans, source.read_context(block_memory_bytes=capacity))
+    loader = Loader(GatherNode(ShuffleBlockNode(fetch, batch_size=8)))
+    drawn = np.concatenate(_epoch(loader, truth))
+    assert np.array_equal(np.sort(drawn), np.arange(840))
+    slots = fetch.context.block_slots
+    assert slots.blocks_outside == 0
+    assert 0 < slots.peak_leased_bytes <= slots.capacity_bytes

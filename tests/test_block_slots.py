@@ -4,6 +4,7 @@ each block's rows through its slots, and slots go back (and are counted) block b
 from __future__ import annotations
 
 import gc
+import threading
 from typing import Any
 
 import numpy as np
@@ -200,3 +201,45 @@ def test_a_released_unit_gives_back_only_the_slots_no_other_unit_needs() -> None
     memory.release_unit(1)
     assert slots.leased_bytes == 0
     memory.release_unit(1)  # a second release is harmless
+
+
+def test_a_block_collected_as_garbage_while_another_leases_gives_its_slots_back() -> None:
+    """A block's memory caught in a reference cycle (an exception's traceback holds one)
+    is freed by the garbage collector, which may run at any allocation: also inside
+    `lease`, in the very thread holding the slots' lock. Giving the slots back there must
+    not wait on that lock (it waited forever). Each collection threshold puts the
+    collection at another allocation, one of them inside the lock."""
+    layouts = {
+        "a": VariableLayout((64, 2), (4, 2), "float32"),
+        "b": VariableLayout((64,), (2,), "int16"),
+    }
+    plans = _plans(SampleGeometry.from_layouts(layouts), 2)
+    slots = BlockSlots(layouts, 1 << 20)
+    finished = threading.Event()
+
+    def lease_while_collecting() -> None:
+        for allocations in range(1, 120):
+            cycle: list[Any] = [slots.lease(plans[allocations % len(plans)])]
+            cycle.append(cycle)
+            del cycle  # garbage now, freed by the next collection
+            gc.set_threshold(gc.get_count()[0] + allocations)
+            gc.enable()
+            try:
+                slots.lease(plans[(allocations + 1) % len(plans)])
+            finally:
+                gc.disable()
+        finished.set()
+
+    thresholds, enabled = gc.get_threshold(), gc.isenabled()
+    gc.disable()
+    try:
+        worker = threading.Thread(target=lease_while_collecting, daemon=True)
+        worker.start()
+        worker.join(timeout=30)
+        assert finished.is_set(), "a slot given back during lease() waited on lease's lock"
+    finally:
+        gc.set_threshold(*thresholds)
+        if enabled:
+            gc.enable()
+    gc.collect()
+    assert slots.leased_bytes == 0

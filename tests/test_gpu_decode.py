@@ -18,7 +18,7 @@ import pytest
 import torch
 import zarr
 import zarr.api.asynchronous
-from conftest import batch_key
+from conftest import batch_key, write_store
 from graphs import build_stage
 from resume_check import check_every_cut
 
@@ -359,3 +359,26 @@ def test_valid_zstd_chunks_nvcomp_cannot_be_given_checked_are_decoded_on_the_hos
     loader = build_loader(url, split="all", batch_size=6, device="cuda", decode="gpu")
     assert [batch_key(b) for b in loader] == on_cpu
     assert _fetch_node(loader.root).stats.host_decoded_chunks == 1
+
+
+def test_partly_kept_chunks_of_different_dtypes_share_a_scratch_round(tmp_path: Path) -> None:
+    """On the fine grid (chunks of 7 and 5 steps, units of 5) and its revisits most chunks
+    are partly kept, and one decode round holds pieces of a float32 chunk of 84 bytes and
+    an int16 chunk of 10: each piece's scratch must start where its dtype can be viewed
+    (a 10-byte slice before a float32 one could not). Batches equal the host reader's."""
+    url, truth = write_store(
+        tmp_path / "s.zarr",
+        {"a": ((50, 3), (7, 3), "float32"), "b": ((50, 1), (5, 1), "int16")},
+        compressor="none",
+    )
+    for unit_length in (5, 1):
+        loader = Loader(
+            build_stage(url, "gather", unit_length=unit_length, decode_on=torch.device("cpu"))
+        )
+        drawn = []
+        for batch in loader:
+            index = np.asarray(batch["sample_index"])
+            for name, values in truth.items():
+                assert np.array_equal(np.asarray(batch[name]), values[index]), name
+            drawn.append(index)
+        assert np.array_equal(np.sort(np.concatenate(drawn)), np.arange(50))

@@ -130,3 +130,39 @@ def test_what_cannot_be_picked_is_refused_by_name(stores: dict[str, str], tmp_pa
     plain, _ = write_store(tmp_path / "plain.zarr", {"q": ((8, 3, 2, 2), (4, 3, 2, 2), "f4")})
     with pytest.raises(ValueError, match=r"levels= needs 'q''s level axis: .* no dimension names"):
         ib.build_loader(plain, levels=[500])
+
+
+def test_levels_of_a_subset_read_through_a_fine_grid_manifest(tmp_path: Path) -> None:
+    """t2m chunked 5 hours and z chunked 7 (units of 35) over 84 hours get a manifest on
+    the fine grid of 5; z alone with picked levels reads that manifest's val hours,
+    exactly `ds.sel(level=...)`."""
+    times = hourly("2020-01-01T00", 84)
+    t2m = np.arange(84 * 6, dtype=np.float32).reshape(84, 2, 3)
+    z = np.arange(84 * 3 * 6, dtype=np.float32).reshape(84, 3, 2, 3)
+    ds = xr.Dataset(
+        {"t2m": (("time", "lat", "lon"), t2m), "z": (("time", "level", "lat", "lon"), z)},
+        coords={"time": times, "level": [1000, 850, 500], "lat": [0.0, 1.0], "lon": [0.0, 1, 2]},
+    )
+    url = str(tmp_path / "s.zarr")
+    encoding = {"t2m": {"chunks": (5, 2, 3)}, "z": {"chunks": (7, 1, 2, 3)}}
+    ds.to_zarr(url, zarr_format=3, encoding=encoding, consolidated=False)
+    opened = ib.ZarrSource.open(url)
+    assert opened.manifest.unit_length == 5
+    saved = tmp_path / "manifest.json"
+    saved.write_text(opened.manifest.dumps())
+    loader = ib.build_loader(
+        url,
+        variables=["z"],
+        levels=[500, 1000],
+        manifest=saved,
+        split="val",
+        batch_size=4,
+        evaluation=True,
+        device="cpu",
+    )
+    batches = list(loader)
+    steps = np.concatenate([b["sample_index"].numpy() for b in batches])
+    (first, stop), *_ = opened.step_ranges("val").tolist()
+    np.testing.assert_array_equal(steps, np.arange(first, stop))
+    got = np.concatenate([as_numpy(b["z"]) for b in batches])
+    np.testing.assert_array_equal(got, ds.z.sel(level=[1000, 500]).values[steps])

@@ -184,9 +184,22 @@ class SampleGeometry:
 
     @classmethod
     def from_layouts(
-        cls, variables: Mapping[str, VariableLayout], unit_length: int | None = None
+        cls,
+        variables: Mapping[str, VariableLayout],
+        unit_length: int | None = None,
+        *,
+        finest: int | None = None,
     ) -> SampleGeometry:
-        """Check the variables line up on the sample axis and pick the unit length."""
+        """Check the variables line up on the sample axis and pick the unit length.
+
+        Args:
+            variables: the variables' layouts, by name.
+            unit_length: steps per unit: a multiple of every sample-axis chunk length, or
+                the fine grid (`finest`); None for their least common multiple.
+            finest: the fine grid's unit length, when it was cut for more variables than
+                these (a manifest's: `SplitManifest.geometry_for`); None for the shortest
+                chunk length of `variables`.
+        """
         if not variables:
             raise ValueError("no variables selected: name at least one array to load")
         lengths = {name: layout.shape[0] for name, layout in variables.items()}
@@ -197,7 +210,8 @@ class SampleGeometry:
                 + "; select variables that share a time axis"
             )
         lcm = math.lcm(*(layout.sample_chunk for layout in variables.values()))
-        finest = min(layout.sample_chunk for layout in variables.values())
+        if finest is None:
+            finest = min(layout.sample_chunk for layout in variables.values())
         if unit_length is None:
             unit_length = lcm
         elif unit_length < 1 or (unit_length % lcm and unit_length != finest):

@@ -318,6 +318,7 @@ class SplitManifest:
             layouts: the selected variables' layouts as the store has them now.
         """
         problems = []
+        finest = fine_grid([*layouts.values(), *self.layouts.values()])
         for name, layout in layouts.items():
             recorded = self.layouts.get(name)
             if recorded is not None and recorded != layout:
@@ -331,9 +332,7 @@ class SplitManifest:
                     f"{name!r} has {layout.shape[0]} samples but the manifest was made for "
                     f"{self.num_samples}"
                 )
-            elif self.unit_length % layout.sample_chunk and self.unit_length != fine_grid(
-                [*layouts.values(), *self.layouts.values()]
-            ):
+            elif self.unit_length % layout.sample_chunk and self.unit_length != finest:
                 problems.append(
                     f"{name!r} has sample-axis chunk length {layout.sample_chunk}, which does "
                     f"not divide the manifest's unit length {self.unit_length}"
@@ -345,7 +344,9 @@ class SplitManifest:
                 + "; ".join(problems)
                 + ". Make a new manifest with make_manifest() for this store."
             )
-        return SampleGeometry.from_layouts(layouts, unit_length=self.unit_length)
+        # The fine grid of the manifest's variables, which a subset of them (its shortest
+        # chunk longer) still reads: pieces of any unit length read right (`read_plan`).
+        return SampleGeometry.from_layouts(layouts, unit_length=self.unit_length, finest=finest)
 
 
 def make_manifest(

@@ -52,6 +52,9 @@ from insitubatch_nodes.io.zstd_frames import frame_at
 
 log = logging.getLogger(__name__)
 DEVICE_SCRATCH_BYTES = 64 << 20  # device scratch for partly kept chunks, per round
+# Where each chunk's scratch starts in a round's arena: a multiple of this, so a chunk of
+# any dtype can be viewed there whatever the byte sizes of the chunks before it.
+SCRATCH_ALIGN = 256
 _told: set[tuple[str, str]] = set()  # (store, variable) fallbacks already logged
 
 
@@ -83,12 +86,17 @@ class _Part:
     keep: Keep
 
 
+def _scratch_nbytes(part: _Part) -> int:
+    """Bytes of a round's arena that `part`'s chunk takes: its own, to the next alignment."""
+    return -(-part.decoder.chunk_nbytes // SCRATCH_ALIGN) * SCRATCH_ALIGN
+
+
 def _rounds(parts: list[_Part]) -> list[list[_Part]]:
     """`parts` in rounds of at most `DEVICE_SCRATCH_BYTES` of chunks (one chunk at least)."""
     rounds: list[list[_Part]] = []
     held = 0
     for part in parts:
-        nbytes = part.decoder.chunk_nbytes
+        nbytes = _scratch_nbytes(part)
         if not rounds or held + nbytes > DEVICE_SCRATCH_BYTES:
             rounds.append([])
             held = 0
@@ -380,8 +388,12 @@ class DeviceBlockReader:
                     parts.append(_Part(i, decoder, region, keep))
             self._decode_into(algorithm, [chunks[i] for i, _ in whole], [t for _, t in whole])
             for round_parts in _rounds(parts):
-                arena = self._scratch_arena(sum(p.decoder.chunk_nbytes for p in round_parts))
-                targets = list(arena.split([p.decoder.chunk_nbytes for p in round_parts]))
+                sizes = [_scratch_nbytes(p) for p in round_parts]
+                arena = self._scratch_arena(sum(sizes))
+                targets = [
+                    slot[: p.decoder.chunk_nbytes]
+                    for p, slot in zip(round_parts, arena.split(sizes), strict=True)
+                ]
                 self._decode_into(algorithm, [chunks[p.index] for p in round_parts], targets)
                 for part, target in zip(round_parts, targets, strict=True):
                     chunk = target.view(torch_dtype(part.decoder.dtype))

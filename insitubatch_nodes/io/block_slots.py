@@ -263,7 +263,11 @@ class BlockSlots:
             for layout in self._layouts.values()
         )
         self._samples = capacity_bytes // max(1, sample_bytes)
-        self._lock = threading.Lock()
+        # Re-entrant: a token is given back wherever the garbage collector frees it, which
+        # may be at an allocation inside this lock, in the thread holding it (a block's
+        # memory in a reference cycle). Nothing here lets that in halfway through a change:
+        # every allocation under the lock comes between whole updates.
+        self._lock = threading.RLock()
         self._generation = 0
         self._backings = self._fresh()
         self.leased_bytes = 0

@@ -167,7 +167,7 @@ class ZarrSource:
         if levels is not None:
             picks = level_picks(arrays, layouts, levels, spatial_dims, where, secrets)
             layouts = {n: replace(lay, pick=picks.get(n)) for n, lay in layouts.items()}
-            geometry = SampleGeometry.from_layouts(layouts, unit_length=geometry.unit_length)
+            geometry = replace(geometry, variables=dict(layouts))  # its grid, picks added
         codecs = {name: codec_summary(arrays[name]) for name in layouts}
         fills = {name: fill_value_text(arrays[name]) for name in layouts}
         snapshot = snapshot_id_of(store)
@@ -179,10 +179,15 @@ class ZarrSource:
         """How to read this source's arrays, for `AsyncFetchNode`: a `ReadContext` over its
         store and variables, named in messages as `where` says (credentials redacted).
 
+        Its block slots fit this source's unit grid (`unit_length`, unless given: on the
+        fine grid a slot holds a piece of a chunk, as the memory bound counts it).
+
         Args:
             **settings: `ReadContext.create`'s settings (`max_inflight`, `retry`,
-                `decode_threads`, `fast_path`, `zarr_pipeline`, `block_memory_bytes`).
+                `decode_threads`, `fast_path`, `zarr_pipeline`, `block_memory_bytes`,
+                `unit_length`: a loader's grid of revisits, `SampleGeometry.visits`).
         """
+        settings.setdefault("unit_length", self.geometry.unit_length)
         return ReadContext.create(self.store, self.layouts, where=self.where, **settings)
 
     def split_units(self, split: str) -> np.ndarray:
