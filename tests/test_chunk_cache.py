@@ -3,11 +3,13 @@ test server, real cache folders, several real processes sharing one."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -459,3 +461,28 @@ def test_insitubatch_cache_prepares_a_folder_training_reads_read_only(
     assert keys == reference and stats[0]["cache_hit_ratio"] == 1.0
     assert main(["cache", url, "--folder", str(folder), "--max-bytes", "lots"]) == 2
     assert "--max-bytes" in capsys.readouterr().err
+
+
+def test_writers_sealing_while_others_grow_stay_within_the_budget(tmp_path: Path) -> None:
+    # a writer renaming its segment into place while another lists the folder to grow
+    # must not be missed by that listing (neither name seen): the budget would be passed
+    budget = 200_000
+
+    def fill(folder: Path, writer: int) -> None:
+        cache = ChunkCache(CacheSpec(folder, budget))
+        for i in itertools.count():
+            if not cache.admit(entry_digest(str(writer), str(i)), b"x" * 500):
+                break
+            if i % 3 == 2:
+                cache.seal()  # small segments: many renames while the others grow
+        cache.seal()
+
+    for trial in range(10):
+        folder = tmp_path / str(trial)
+        threads = [threading.Thread(target=fill, args=(folder, w)) for w in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert _pending(folder) == []
+        assert _budget(folder) <= budget, trial

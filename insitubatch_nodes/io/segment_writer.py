@@ -98,6 +98,21 @@ class FolderBudget:
             finally:
                 fcntl.flock(self._descriptor, fcntl.LOCK_UN)
 
+    def rename(self, source: Path, target: Path) -> None:
+        """Rename pending segment `source` to `target` under the folder's lock: a `grow`
+        listing the folder meanwhile could see neither name and count the segment as free.
+
+        Args:
+            source: the pending segment.
+            target: its sealed name.
+        """
+        with self._lock:
+            fcntl.flock(self._descriptor, fcntl.LOCK_EX)
+            try:
+                os.rename(source, target)
+            finally:
+                fcntl.flock(self._descriptor, fcntl.LOCK_UN)
+
     def sweep(self) -> int:
         """Delete the pending files of writers that are gone (killed mid-segment); how many."""
         swept = 0
@@ -239,7 +254,7 @@ class SegmentWriter:
                 tail = index_bytes(self._records, self._offset)
                 os.pwrite(self._descriptor, tail, self._offset)
                 os.ftruncate(self._descriptor, self._offset + len(tail))
-                os.rename(self._path, final)  # whole: the one rename of the segment
+                self._budget.rename(self._path, final)  # whole: the segment's one rename
             except OSError as err:
                 log.warning("chunk cache %s: could not seal a segment (%s)", final.parent, err)
                 self._abandon()
