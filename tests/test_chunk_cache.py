@@ -3,6 +3,7 @@ test server, real cache folders, several real processes sharing one."""
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import os
@@ -486,3 +487,34 @@ def test_writers_sealing_while_others_grow_stay_within_the_budget(tmp_path: Path
             thread.join()
         assert _pending(folder) == []
         assert _budget(folder) <= budget, trial
+
+
+def test_a_new_memory_store_is_never_served_an_old_ones_bytes(tmp_path: Path) -> None:
+    # zarr's MemoryStore is named by its dict's id, which a new store may reuse once the
+    # old one is freed: the two must not share cache entries
+    cache = CacheSpec(tmp_path / "cache", 10**8)
+    old = np.arange(48 * 3, dtype="float32").reshape(48, 3)
+
+    def read(values: np.ndarray, backing: dict[str, Any]) -> np.ndarray:
+        store = zarr.storage.MemoryStore(store_dict=backing)
+        group = zarr.open_group(store, mode="w")
+        group.create_array("x", shape=(48, 3), chunks=(4, 3), dtype="float32")[...] = values
+        found = np.empty_like(values)
+        for batch in _loader(store, cache):
+            found[as_numpy(batch["sample_index"])] = as_numpy(batch["x"])
+        return found
+
+    backing: dict[str, Any] = {}
+    first = id(backing)
+    np.testing.assert_array_equal(read(old, backing), old)
+    del backing
+    gc.collect()
+    kept = []  # dicts allocated until one takes the freed one's place (it usually does)
+    for _ in range(100_000):
+        backing = {}
+        if id(backing) == first:
+            break
+        kept.append(backing)
+    else:
+        pytest.skip("no new dict took the freed one's address")
+    np.testing.assert_array_equal(read(old + 1000, backing), old + 1000)

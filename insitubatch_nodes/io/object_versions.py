@@ -12,6 +12,9 @@ cheaply as it can:
   an object not listed, or an array whose listing failed, is not cached that epoch;
 - an Icechunk snapshot: immutable, so its id in the store's identity is the version (the
   same snapshot read by branch, tag or id shares its entries);
+- zarr's own memory store is not cached: it is named by its dict's `id`, which a new
+  store reuses once the old one is freed, so no identity tells two of them apart (and a
+  disk cache of memory saves nothing);
 - any other store (a wrapper store, say) gives no versions: its entries are keyed by its
   identity and the array's metadata only, and rewriting its chunks in place with the
   same metadata needs the cache folder cleared (`versioned` says so, and the loader logs
@@ -33,7 +36,7 @@ from typing import Protocol
 import obstore
 import obstore.store
 from zarr.abc.store import Store
-from zarr.storage import ObjectStore
+from zarr.storage import MemoryStore, ObjectStore
 
 from insitubatch_nodes.io.icechunk_store import snapshot_id_of
 from insitubatch_nodes.io.retry import RetryPolicy
@@ -213,6 +216,35 @@ class FixedVersions:
         return ""
 
 
+class NoVersions:
+    """No version for any object: nothing of the store is cached.
+
+    Args:
+        identity: the store as messages name it.
+    """
+
+    versioned = True  # nothing cached, so nothing served stale
+    blocking = False
+
+    def __init__(self, identity: str) -> None:
+        self.identity = identity
+
+    async def prepare(self, prefix: str) -> None:
+        """Nothing to learn.
+
+        Args:
+            prefix: an array's key prefix.
+        """
+
+    def version(self, key: str) -> str | None:
+        """See `ObjectVersions.version`: None, always.
+
+        Args:
+            key: the stored object's key.
+        """
+        return None
+
+
 def object_versions(
     store: Store, where: str, retry: RetryPolicy, on_retry: Callable[[], None]
 ) -> ObjectVersions:
@@ -231,6 +263,8 @@ def object_versions(
     if snapshot is not None:  # the repository, not how the snapshot was named (`@branch=...`)
         repository = where.rpartition("@")[0] or where
         return FixedVersions(f"icechunk|{repository}|{snapshot}", versioned=True)
+    if isinstance(store, MemoryStore):
+        return NoVersions(where)
     if isinstance(store, ObjectStore):
         client = store.store
         identity = where
