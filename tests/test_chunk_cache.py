@@ -518,3 +518,28 @@ def test_a_new_memory_store_is_never_served_an_old_ones_bytes(tmp_path: Path) ->
     else:
         pytest.skip("no new dict took the freed one's address")
     np.testing.assert_array_equal(read(old + 1000, backing), old + 1000)
+
+
+def test_an_array_rewritten_in_place_is_seen_next_epoch_when_reading_across_epochs(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    # the fetch loop (and its object listing) stays up from epoch to epoch here
+    url = f"s3://{s3_server.new_bucket()}/data/s.zarr"
+    target = s3_server.writable_store(url)
+    write_store(target, LONG)
+    loader = _loader(
+        url,
+        CacheSpec(tmp_path / "cache", 10**8),
+        storage_options=s3_server.options(),
+        read_across_epochs=True,
+    )
+    list(loader)  # fills the cache
+    array = zarr.open_array(target, path="t2m", mode="r+")
+    new = np.asarray(array[:]) + 1000.0
+    array[:] = new
+    list(loader)  # its first blocks were read ahead before the rewrite
+    batches = list(loader)
+    indices = np.concatenate([as_numpy(b["sample_index"]) for b in batches])
+    np.testing.assert_array_equal(
+        np.concatenate([as_numpy(b["t2m"]) for b in batches]), new[indices]
+    )
