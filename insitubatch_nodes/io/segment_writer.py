@@ -10,7 +10,8 @@ The budget: the bytes of the folder's files (sealed segments, and the space each
 segment has reserved: it grows the file, sparse, a step at a time) may not pass
 `max_bytes`. Growing takes the folder's one lock (`flock` on `budget.lock`), lists the
 folder and grows the file only if the total stays within the budget, so processes
-sharing the folder share it; reads take no lock. A writer killed mid-segment leaves its
+sharing the folder share it; sealing renames under it too (a listing between the old
+name and the new would see neither); reads take no lock. A writer killed mid-segment leaves its
 pending file, reserved space included, counted until a later writer sweeps it: a pending
 file whose `flock` can be taken has no live writer (`sweep`).
 """
