@@ -543,3 +543,22 @@ def test_an_array_rewritten_in_place_is_seen_next_epoch_when_reading_across_epoc
     np.testing.assert_array_equal(
         np.concatenate([as_numpy(b["t2m"]) for b in batches]), new[indices]
     )
+
+
+def test_a_writable_icechunk_session_is_never_served_its_earlier_writes(tmp_path: Path) -> None:
+    # a writable session reads its uncommitted writes under its base snapshot's id
+    icechunk = pytest.importorskip("icechunk")
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "r")))
+    old = np.arange(48 * 3, dtype="float32").reshape(48, 3)
+    session = repo.writable_session("main")
+    group = zarr.open_group(session.store, mode="w")
+    group.create_array("x", shape=(48, 3), chunks=(4, 3), dtype="float32")[...] = old
+    session.commit("first")
+    cache = CacheSpec(tmp_path / "cache", 10**8)
+    store = repo.writable_session("main").store
+    for change in (1000, 2000):  # not committed
+        zarr.open_group(store, mode="r+")["x"][...] = old + change
+        found = np.empty_like(old)
+        for batch in _loader(store, cache):
+            found[as_numpy(batch["sample_index"])] = as_numpy(batch["x"])
+        np.testing.assert_array_equal(found, old + change)

@@ -11,7 +11,8 @@ cheaply as it can:
   are listed once per epoch (one request per 1,000 objects; ETag, last-modified, size);
   an object not listed, or an array whose listing failed, is not cached that epoch;
 - an Icechunk snapshot: immutable, so its id in the store's identity is the version (the
-  same snapshot read by branch, tag or id shares its entries);
+  same snapshot read by branch, tag or id shares its entries); a writable session's store
+  is not cached (it reads its own uncommitted writes under its base snapshot's id);
 - zarr's own memory store is not cached: it is named by its dict's `id`, which a new
   store reuses once the old one is freed, so no identity tells two of them apart (and a
   disk cache of memory saves nothing);
@@ -38,7 +39,7 @@ import obstore.store
 from zarr.abc.store import Store
 from zarr.storage import MemoryStore, ObjectStore
 
-from insitubatch_nodes.io.icechunk_store import snapshot_id_of
+from insitubatch_nodes.io.icechunk_store import is_writable_icechunk, snapshot_id_of
 from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.stores import local_root
 
@@ -259,6 +260,8 @@ def object_versions(
     root = local_root(store)
     if root is not None:
         return FileVersions(str(root.resolve()))
+    if is_writable_icechunk(store):
+        return NoVersions(where)
     snapshot = snapshot_id_of(store)
     if snapshot is not None:  # the repository, not how the snapshot was named (`@branch=...`)
         repository = where.rpartition("@")[0] or where
