@@ -3,11 +3,14 @@ test server, real cache folders, several real processes sharing one."""
 
 from __future__ import annotations
 
+import gc
+import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -459,3 +462,103 @@ def test_insitubatch_cache_prepares_a_folder_training_reads_read_only(
     assert keys == reference and stats[0]["cache_hit_ratio"] == 1.0
     assert main(["cache", url, "--folder", str(folder), "--max-bytes", "lots"]) == 2
     assert "--max-bytes" in capsys.readouterr().err
+
+
+def test_writers_sealing_while_others_grow_stay_within_the_budget(tmp_path: Path) -> None:
+    # a writer renaming its segment into place while another lists the folder to grow
+    # must not be missed by that listing (neither name seen): the budget would be passed
+    budget = 200_000
+
+    def fill(folder: Path, writer: int) -> None:
+        cache = ChunkCache(CacheSpec(folder, budget))
+        for i in itertools.count():
+            if not cache.admit(entry_digest(str(writer), str(i)), b"x" * 500):
+                break
+            if i % 3 == 2:
+                cache.seal()  # small segments: many renames while the others grow
+        cache.seal()
+
+    for trial in range(10):
+        folder = tmp_path / str(trial)
+        threads = [threading.Thread(target=fill, args=(folder, w)) for w in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert _pending(folder) == []
+        assert _budget(folder) <= budget, trial
+
+
+def test_a_new_memory_store_is_never_served_an_old_ones_bytes(tmp_path: Path) -> None:
+    # zarr's MemoryStore is named by its dict's id, which a new store may reuse once the
+    # old one is freed: the two must not share cache entries
+    cache = CacheSpec(tmp_path / "cache", 10**8)
+    old = np.arange(48 * 3, dtype="float32").reshape(48, 3)
+
+    def read(values: np.ndarray, backing: dict[str, Any]) -> np.ndarray:
+        store = zarr.storage.MemoryStore(store_dict=backing)
+        group = zarr.open_group(store, mode="w")
+        group.create_array("x", shape=(48, 3), chunks=(4, 3), dtype="float32")[...] = values
+        found = np.empty_like(values)
+        for batch in _loader(store, cache):
+            found[as_numpy(batch["sample_index"])] = as_numpy(batch["x"])
+        return found
+
+    backing: dict[str, Any] = {}
+    first = id(backing)
+    np.testing.assert_array_equal(read(old, backing), old)
+    del backing
+    gc.collect()
+    kept = []  # dicts allocated until one takes the freed one's place (it usually does)
+    for _ in range(100_000):
+        backing = {}
+        if id(backing) == first:
+            break
+        kept.append(backing)
+    else:
+        pytest.skip("no new dict took the freed one's address")
+    np.testing.assert_array_equal(read(old + 1000, backing), old + 1000)
+
+
+def test_an_array_rewritten_in_place_is_seen_next_epoch_when_reading_across_epochs(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    # the fetch loop (and its object listing) stays up from epoch to epoch here
+    url = f"s3://{s3_server.new_bucket()}/data/s.zarr"
+    target = s3_server.writable_store(url)
+    write_store(target, LONG)
+    loader = _loader(
+        url,
+        CacheSpec(tmp_path / "cache", 10**8),
+        storage_options=s3_server.options(),
+        read_across_epochs=True,
+    )
+    list(loader)  # fills the cache
+    array = zarr.open_array(target, path="t2m", mode="r+")
+    new = np.asarray(array[:]) + 1000.0
+    array[:] = new
+    list(loader)  # its first blocks were read ahead before the rewrite
+    batches = list(loader)
+    indices = np.concatenate([as_numpy(b["sample_index"]) for b in batches])
+    np.testing.assert_array_equal(
+        np.concatenate([as_numpy(b["t2m"]) for b in batches]), new[indices]
+    )
+
+
+def test_a_writable_icechunk_session_is_never_served_its_earlier_writes(tmp_path: Path) -> None:
+    # a writable session reads its uncommitted writes under its base snapshot's id
+    icechunk = pytest.importorskip("icechunk")
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "r")))
+    old = np.arange(48 * 3, dtype="float32").reshape(48, 3)
+    session = repo.writable_session("main")
+    group = zarr.open_group(session.store, mode="w")
+    group.create_array("x", shape=(48, 3), chunks=(4, 3), dtype="float32")[...] = old
+    session.commit("first")
+    cache = CacheSpec(tmp_path / "cache", 10**8)
+    store = repo.writable_session("main").store
+    for change in (1000, 2000):  # not committed
+        zarr.open_group(store, mode="r+")["x"][...] = old + change
+        found = np.empty_like(old)
+        for batch in _loader(store, cache):
+            found[as_numpy(batch["sample_index"])] = as_numpy(batch["x"])
+        np.testing.assert_array_equal(found, old + change)

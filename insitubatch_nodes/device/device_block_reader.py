@@ -194,18 +194,21 @@ class DeviceBlockReader:
         on_device = {name: reads for name, reads in plan.reads.items() if name in codecs}
         on_host = {name: reads for name, reads in plan.reads.items() if name not in codecs}
         if not on_host:
-            payloads = await self._fetch(on_device)
+            payloads = await self._fetch(on_device, plan.assignment.epoch)
             self._stats.add(blocks_fetched=1)  # else the CPU reader counts it
             return BlockBytes(plan.buffer_rows, payloads, {})
         assert self._cpu_reader is not None
         payloads, host_arrays = await asyncio.gather(
-            self._fetch(on_device),
+            self._fetch(on_device, plan.assignment.epoch),
             self._cpu_reader.read_block(dataclasses.replace(plan, reads=on_host), None),
         )
         return BlockBytes(plan.buffer_rows, payloads, host_arrays)
 
-    async def _fetch(self, reads: Mapping[str, tuple[ChunkRead, ...]]) -> list[_Payload]:
-        """The stored bytes of `reads`, fetched as the CPU reader fetches them."""
+    async def _fetch(
+        self, reads: Mapping[str, tuple[ChunkRead, ...]], epoch: int
+    ) -> list[_Payload]:
+        """The stored bytes of `reads` (of a block of `epoch`), fetched as the CPU reader
+        fetches them."""
         payloads: list[_Payload] = []
 
         def collect(array: StoredArray, items: Loaded) -> None:
@@ -217,7 +220,7 @@ class DeviceBlockReader:
             )
 
         assert self._fetcher is not None
-        await self._fetcher.fetch({self._stored[n]: r for n, r in reads.items()}, collect)
+        await self._fetcher.fetch({self._stored[n]: r for n, r in reads.items()}, collect, epoch)
         return payloads
 
     def _staging_buffer(self, nbytes: int) -> torch.Tensor:

@@ -54,24 +54,31 @@ class CachedChunks:
 
     Args:
         cache: the cache folder, opened once per loader.
-        versions: the store's identity and its objects' versions (made per fetcher, so
-            each epoch sees the objects as they are).
+        versions: makes the store's identity and its objects' versions afresh, once per
+            epoch, so each epoch sees the objects as they are (also when one fetcher reads
+            on across epochs, `read_across_epochs`).
         stats: the counters hits, misses and admissions are added to.
         decode_threads: how many threads to spread lookups over.
     """
 
     def __init__(
-        self, cache: ChunkCache, versions: ObjectVersions, stats: FetchStats, decode_threads: int
+        self,
+        cache: ChunkCache,
+        versions: Callable[[], ObjectVersions],
+        stats: FetchStats,
+        decode_threads: int,
     ) -> None:
         self._cache = cache
-        self._versions = versions
+        self._new_versions = versions
+        self._versions = versions()
+        self._epoch: int | None = None
         self._stats = stats
         self._threads = decode_threads
         self._hashers: dict[str, Any] = {}  # by variable: its key's shared parts, hashed
         self._scratches = threading.local()
         self._fetching = 0
 
-    async def partition(self, reads: Reads) -> tuple[Hits, Reads, Digests]:
+    async def partition(self, reads: Reads, epoch: int | None) -> tuple[Hits, Reads, Digests]:
         """Split `reads` into the chunks the cache holds (for the object's current version)
         and the rest, with the digests the cacheable ones are admitted under; no entry is
         read yet, so the misses go to the store at once. Begins a block's fetch (see
@@ -79,22 +86,29 @@ class CachedChunks:
 
         Args:
             reads: the chunks wanted, by array.
+            epoch: the epoch the block belongs to (a later one than seen so far learns
+                the objects' versions afresh), or None when not known.
         """
         self._fetching += 1
         self._cache.refresh()
+        if epoch is not None:
+            if self._epoch is not None and epoch > self._epoch:
+                self._versions = self._new_versions()
+            self._epoch = epoch if self._epoch is None else max(self._epoch, epoch)
+        versions = self._versions  # the same for the whole block
         for array in reads:
             path = array.array.store_path.path
-            await self._versions.prepare(f"{path}/" if path else "")
+            await versions.prepare(f"{path}/" if path else "")
             if array.name not in self._hashers:
                 self._hashers[array.name] = key_hasher(
-                    self._versions.identity, path, metadata_text(array)
+                    versions.identity, path, metadata_text(array)
                 )
-        if self._versions.blocking:  # a `stat` per chunk: not on the event loop
+        if versions.blocking:  # a `stat` per chunk: not on the event loop
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(None, self._partition, reads)
-        return self._partition(reads)
+            return await loop.run_in_executor(None, self._partition, reads, versions)
+        return self._partition(reads, versions)
 
-    def _partition(self, reads: Reads) -> tuple[Hits, Reads, Digests]:
+    def _partition(self, reads: Reads, versions: ObjectVersions) -> tuple[Hits, Reads, Digests]:
         hits: Hits = []
         missed: dict[StoredArray, list[ChunkRead]] = {}
         digests: Digests = {}
@@ -102,7 +116,7 @@ class CachedChunks:
             hasher = self._hashers[array.name]
             for read in wanted:
                 key = array.key(read.coords)
-                version = self._versions.version(key)
+                version = versions.version(key)
                 if version is None:  # no object to cache against: read it as usual
                     missed.setdefault(array, []).append(read)
                     continue

@@ -116,7 +116,9 @@ class ChunkReader:
         try:
             async with asyncio.TaskGroup() as group:
                 if stored:
-                    group.create_task(self._fetcher.fetch(stored, self._decoding(memory)))
+                    group.create_task(
+                        self._fetcher.fetch(stored, self._decoding(memory), plan.assignment.epoch)
+                    )
                 for name, reads in plan.reads.items():
                     if name in self._via_zarr:
                         for read in reads:

@@ -136,3 +136,17 @@ def snapshot_id_of(store: Store) -> str | None:
     if not isinstance(inner, icechunk.IcechunkStore):
         return None
     return str(inner.session.snapshot_id)
+
+
+def is_writable_icechunk(store: Store) -> bool:
+    """Whether `store` is a writable Icechunk session's: what it reads may change (its own
+    uncommitted writes) while its snapshot id stays the base one, so the id does not pin
+    its contents.
+
+    Args:
+        store: the store a loader reads.
+    """
+    if snapshot_id_of(store) is None:
+        return False
+    inner = store._store if isinstance(store, NamedStore) else store
+    return not inner.session.read_only

@@ -11,7 +11,11 @@ cheaply as it can:
   are listed once per epoch (one request per 1,000 objects; ETag, last-modified, size);
   an object not listed, or an array whose listing failed, is not cached that epoch;
 - an Icechunk snapshot: immutable, so its id in the store's identity is the version (the
-  same snapshot read by branch, tag or id shares its entries);
+  same snapshot read by branch, tag or id shares its entries); a writable session's store
+  is not cached (it reads its own uncommitted writes under its base snapshot's id);
+- zarr's own memory store is not cached: it is named by its dict's `id`, which a new
+  store reuses once the old one is freed, so no identity tells two of them apart (and a
+  disk cache of memory saves nothing);
 - any other store (a wrapper store, say) gives no versions: its entries are keyed by its
   identity and the array's metadata only, and rewriting its chunks in place with the
   same metadata needs the cache folder cleared (`versioned` says so, and the loader logs
@@ -33,9 +37,9 @@ from typing import Protocol
 import obstore
 import obstore.store
 from zarr.abc.store import Store
-from zarr.storage import ObjectStore
+from zarr.storage import MemoryStore, ObjectStore
 
-from insitubatch_nodes.io.icechunk_store import snapshot_id_of
+from insitubatch_nodes.io.icechunk_store import is_writable_icechunk, snapshot_id_of
 from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.stores import local_root
 
@@ -213,6 +217,35 @@ class FixedVersions:
         return ""
 
 
+class NoVersions:
+    """No version for any object: nothing of the store is cached.
+
+    Args:
+        identity: the store as messages name it.
+    """
+
+    versioned = True  # nothing cached, so nothing served stale
+    blocking = False
+
+    def __init__(self, identity: str) -> None:
+        self.identity = identity
+
+    async def prepare(self, prefix: str) -> None:
+        """Nothing to learn.
+
+        Args:
+            prefix: an array's key prefix.
+        """
+
+    def version(self, key: str) -> str | None:
+        """See `ObjectVersions.version`: None, always.
+
+        Args:
+            key: the stored object's key.
+        """
+        return None
+
+
 def object_versions(
     store: Store, where: str, retry: RetryPolicy, on_retry: Callable[[], None]
 ) -> ObjectVersions:
@@ -227,10 +260,14 @@ def object_versions(
     root = local_root(store)
     if root is not None:
         return FileVersions(str(root.resolve()))
+    if is_writable_icechunk(store):
+        return NoVersions(where)
     snapshot = snapshot_id_of(store)
     if snapshot is not None:  # the repository, not how the snapshot was named (`@branch=...`)
         repository = where.rpartition("@")[0] or where
         return FixedVersions(f"icechunk|{repository}|{snapshot}", versioned=True)
+    if isinstance(store, MemoryStore):
+        return NoVersions(where)
     if isinstance(store, ObjectStore):
         client = store.store
         identity = where

@@ -10,7 +10,8 @@ The budget: the bytes of the folder's files (sealed segments, and the space each
 segment has reserved: it grows the file, sparse, a step at a time) may not pass
 `max_bytes`. Growing takes the folder's one lock (`flock` on `budget.lock`), lists the
 folder and grows the file only if the total stays within the budget, so processes
-sharing the folder share it; reads take no lock. A writer killed mid-segment leaves its
+sharing the folder share it; sealing renames under it too (a listing between the old
+name and the new would see neither); reads take no lock. A writer killed mid-segment leaves its
 pending file, reserved space included, counted until a later writer sweeps it: a pending
 file whose `flock` can be taken has no live writer (`sweep`).
 """
@@ -95,6 +96,21 @@ class FolderBudget:
                     return False
                 os.ftruncate(descriptor, wanted)
                 return True
+            finally:
+                fcntl.flock(self._descriptor, fcntl.LOCK_UN)
+
+    def rename(self, source: Path, target: Path) -> None:
+        """Rename pending segment `source` to `target` under the folder's lock: a `grow`
+        listing the folder meanwhile could see neither name and count the segment as free.
+
+        Args:
+            source: the pending segment.
+            target: its sealed name.
+        """
+        with self._lock:
+            fcntl.flock(self._descriptor, fcntl.LOCK_EX)
+            try:
+                os.rename(source, target)
             finally:
                 fcntl.flock(self._descriptor, fcntl.LOCK_UN)
 
@@ -239,7 +255,7 @@ class SegmentWriter:
                 tail = index_bytes(self._records, self._offset)
                 os.pwrite(self._descriptor, tail, self._offset)
                 os.ftruncate(self._descriptor, self._offset + len(tail))
-                os.rename(self._path, final)  # whole: the one rename of the segment
+                self._budget.rename(self._path, final)  # whole: the segment's one rename
             except OSError as err:
                 log.warning("chunk cache %s: could not seal a segment (%s)", final.parent, err)
                 self._abandon()

@@ -132,7 +132,9 @@ class ChunkFetcher:
             if context.cache is None
             else CachedChunks(
                 context.cache,
-                object_versions(context.store, context.where, self._retry, self._stats.count_retry),
+                lambda: object_versions(
+                    context.store, context.where, self._retry, self._stats.count_retry
+                ),
                 self._stats,
                 context.decode_threads,
             )
@@ -161,7 +163,10 @@ class ChunkFetcher:
         return await self._retry.call(attempt, key, self._stats.count_retry, limit=self._inflight)
 
     async def fetch(
-        self, reads: Mapping[StoredArray, tuple[ChunkRead, ...]], sink: ChunkSink
+        self,
+        reads: Mapping[StoredArray, tuple[ChunkRead, ...]],
+        sink: ChunkSink,
+        epoch: int | None = None,
     ) -> None:
         """Fetch every chunk `reads` lists and hand each to `sink` once; the first failure
         is raised (a `ChunkReadError` naming the chunk) and the rest are cancelled.
@@ -169,13 +174,15 @@ class ChunkFetcher:
         Args:
             reads: the chunks wanted, by array.
             sink: what takes the chunks' bytes (see `ChunkSink`).
+            epoch: the epoch of the block read (the cache learns the store's object
+                versions afresh each epoch), or None when not known.
         """
         try:
             if self._cached is None:
                 await self._fetch_from_store(reads, sink)
                 return
             try:
-                hits, reads, digests = await self._cached.partition(reads)
+                hits, reads, digests = await self._cached.partition(reads, epoch)
                 admitting = self._cached.admitting(sink, digests)
                 async with asyncio.TaskGroup() as group:  # hits beside the store's reads
                     served = group.create_task(
