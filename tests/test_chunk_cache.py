@@ -562,3 +562,38 @@ def test_a_writable_icechunk_session_is_never_served_its_earlier_writes(tmp_path
         for batch in _loader(store, cache):
             found[as_numpy(batch["sample_index"])] = as_numpy(batch["x"])
         np.testing.assert_array_equal(found, old + change)
+
+
+def test_a_failed_listing_logs_no_credentials(caplog: pytest.LogCaptureFixture) -> None:
+    """obstore's error for a failed listing repeats the request's URL, userinfo and all; the
+    warning that says the chunks go uncached must not."""
+    import asyncio
+    import datetime
+
+    import obstore.store
+    from zarr.storage import ObjectStore
+
+    from insitubatch_nodes.io.object_versions import object_versions
+    from insitubatch_nodes.io.retry import RetryPolicy
+
+    no_wait = datetime.timedelta(milliseconds=10)
+    client = obstore.store.S3Store(
+        "bucket",
+        endpoint="http://reader:hunter2pw@127.0.0.1:1",  # nothing listens: the listing fails
+        access_key_id="AKIAEXAMPLE",
+        secret_access_key="not-a-real-secret",
+        region="us-east-1",
+        client_options={"allow_http": True, "connect_timeout": "1s", "timeout": "2s"},
+        retry_config={
+            "max_retries": 0,
+            "backoff": {"init_backoff": no_wait, "max_backoff": no_wait, "base": 2},
+            "retry_timeout": datetime.timedelta(seconds=1),
+        },
+    )
+    versions = object_versions(
+        ObjectStore(client, read_only=True), "s3://bucket", RetryPolicy(attempts=1), lambda: None
+    )
+    with caplog.at_level("WARNING"):
+        asyncio.run(versions.prepare("era5/t2m/"))
+    assert "listing 'era5/t2m/' failed" in caplog.text
+    assert "hunter2pw" not in caplog.text

@@ -204,7 +204,7 @@ class ChunkCache:
         payload = segment.payload(offset, length, digest, limit)
         if payload is None:
             if self._index.get(digest) is found:
-                del self._index[digest]
+                self._index.pop(digest, None)  # another thread may have dropped it too
             log.warning(
                 "chunk cache %s: a damaged entry in %s was not used; its chunk is read from "
                 "the store%s",

@@ -40,6 +40,7 @@ from zarr.abc.store import Store
 from zarr.storage import MemoryStore, ObjectStore
 
 from insitubatch_nodes.io.icechunk_store import is_writable_icechunk, snapshot_id_of
+from insitubatch_nodes.io.redact import redact
 from insitubatch_nodes.io.retry import RetryPolicy
 from insitubatch_nodes.io.stores import local_root
 
@@ -156,12 +157,13 @@ class ListedVersions:
             try:
                 listed = await self._retry.call(lambda: self._list(prefix), prefix, self._on_retry)
             except Exception as err:
+                cause = err.__cause__ or err
                 log.warning(
                     "chunk cache: listing %r failed (%s: %s); its chunks are read from the "
                     "store and not cached this epoch",
                     prefix,
-                    type(err.__cause__ or err).__name__,
-                    err.__cause__ or err,
+                    type(cause).__name__,
+                    redact(str(cause)),  # obstore repeats the request's URL, userinfo and all
                 )
                 listed = {}
             self._versions.update(listed)
