@@ -42,6 +42,7 @@ def ours(
         batch_size=batch_size,
         block_chunks=kw.get("block_chunks"),  # None: the builder's default
         max_inflight=kw.get("max_inflight"),  # None: self-tuning, as users run it
+        shuffle=kw.get("shuffle", "pool"),
         device="cpu",
         seed=0,
     )
@@ -168,6 +169,7 @@ def chunkwise(
 
 LOADERS = {
     "insitubatch-nodes": (ours, {}),
+    "insitubatch-nodes block": (ours, {"shuffle": "block"}),
     "naive DataLoader w0": (naive, {"num_workers": 0}),
     "naive DataLoader w2": (naive, {"num_workers": 2}),
     "xbatcher w2": (xbatcher_loader, {"num_workers": 2}),

@@ -41,12 +41,13 @@ def markdown(rows: Rows) -> str:
         lines += [
             f"\n### {title(key)}\n",
             "| loader | samples/s steady | samples/s whole run | MB/s | ours / this | "
-            "first batch s | reads/sample | RSS growth MB | shuffle | valid |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+            "first batch s | reads/sample | RSS growth MB | gap score | distinct chunks "
+            "/ batch (x uniform) | time distance x uniform | valid |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
         for r in group:
             if "skipped" in r:
-                lines.append(f"| {r['loader']} | {r['skipped']} |  |  |  |  |  |  |  |  |")
+                lines.append(f"| {r['loader']} | {r['skipped']} |" + "  |" * 10)
                 continue
             theirs = steady_rate(r)
             ratio = ours / theirs if ours and theirs else None
@@ -55,7 +56,9 @@ def markdown(rows: Rows) -> str:
                 f"{r['samples_per_s']:.0f} | {r['MB_per_s']:.0f} | "
                 f"{_fmt(ratio)} | {_fmt(r.get('first_batch_s'))} | "
                 f"{_fmt(r.get('reads_per_sample'))} | {_fmt(r.get('rss_growth_MB'), 0)} | "
-                f"{_fmt(r.get('shuffle_gap_score'))} | {r['valid']} |"
+                f"{_fmt(r.get('shuffle_gap_score'))} | "
+                f"{_mixed(r)} | "
+                f"{_fmt(r.get('time_distance_ratio'))} | {r['valid']} |"
             )
     return "\n".join(lines) + "\n"
 
@@ -153,6 +156,14 @@ def _rate(group: Rows, loader: str) -> float | None:
 
 def _met(met: bool | None) -> str:
     return "not run" if met is None else ("yes" if met else "no")
+
+
+def _mixed(row: dict[str, Any]) -> str:
+    """Distinct chunks per batch with its ratio to a uniform shuffle's, or nothing (the
+    ceilings yield no batches)."""
+    if row.get("distinct_units_per_batch") is None:
+        return ""
+    return f"{row['distinct_units_per_batch']:.1f} ({row['distinct_units_ratio']:.2f})"
 
 
 def _fmt(value: Any, digits: int = 2) -> str:

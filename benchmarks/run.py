@@ -31,7 +31,13 @@ from tqdm import tqdm
 from benchmarks import peer, report
 from benchmarks.measure import Drained, checks_out, sample_sums
 from benchmarks.stores import CODEC_LABELS, CODECS, ensure_store
-from insitubatch_nodes.core.quality import gap_score
+from insitubatch_nodes.core.quality import (
+    distinct_units_per_batch,
+    gap_score,
+    mean_time_distance,
+    uniform_distinct_units,
+    uniform_time_distance,
+)
 from insitubatch_nodes.synthetic import ERA5_GRID, ERA5_VARIABLES
 
 HERE = Path(__file__).resolve().parent
@@ -108,6 +114,7 @@ class Run:
     batch_size: int
     max_samples: int
     max_seconds: float
+    steps_per_chunk: int
 
 
 def measure_once(
@@ -120,13 +127,13 @@ def measure_once(
     if run.loader != peer.NAME:
         got = run_isolated(run.loader, str(run.path), run.latency_s, *limits)
         drained, reads = got.pop("drained"), got.pop("reads")
-        return {**figures(drained, truth, reads, sample_bytes), **got}
+        return {**figures(drained, truth, reads, sample_bytes, run), **got}
     assert interpreter is not None
     drained, extra = peer.run_peer(
         interpreter, str(run.path), ERA5_VARIABLES, run.latency_s, *limits, settings
     )
     return {
-        **figures(drained, truth, extra["reads"], sample_bytes),
+        **figures(drained, truth, extra["reads"], sample_bytes, run),
         "peak_rss_MB": extra["peak_rss_MB"],
         "rss_growth_MB": extra["rss_growth_MB"],
         "settings": extra["settings"],
@@ -156,9 +163,23 @@ def median_run(once: Callable[[], dict[str, Any]], repeats: int, budget_s: float
     return row
 
 
-def figures(drained: Drained, truth: np.ndarray, reads: int, sample_bytes: int) -> dict[str, Any]:
-    """The table's figures for what one loader yielded."""
+def figures(
+    drained: Drained, truth: np.ndarray, reads: int, sample_bytes: int, run: Run
+) -> dict[str, Any]:
+    """The table's figures for what one loader yielded, with how mixed its batches were:
+    distinct chunks per batch and the mean time distance within a batch, each over its
+    exact expectation under a uniform shuffle of the whole store (`core.quality`)."""
     samples = int(drained.order.size)
+    batches = np.split(drained.order, np.arange(run.batch_size, samples, run.batch_size))
+    full = [b for b in batches if b.size == run.batch_size] or batches
+    chunks = -(-len(truth) // run.steps_per_chunk)
+    unit_sizes = np.minimum(
+        run.steps_per_chunk, len(truth) - run.steps_per_chunk * np.arange(chunks)
+    )
+    distinct = distinct_units_per_batch(full, run.steps_per_chunk)
+    distinct_uniform = uniform_distinct_units(unit_sizes, run.batch_size)
+    distance = mean_time_distance(full)
+    distance_uniform = uniform_time_distance(np.arange(len(truth)))
     return {
         "samples": samples,
         "seconds": drained.seconds,
@@ -168,6 +189,9 @@ def figures(drained: Drained, truth: np.ndarray, reads: int, sample_bytes: int) 
         "first_batch_s": drained.first_batch_s,
         "reads_per_sample": reads / samples,
         "shuffle_gap_score": gap_score(drained.order),
+        "distinct_units_per_batch": distinct,
+        "distinct_units_ratio": distinct / distinct_uniform,
+        "time_distance_ratio": distance / distance_uniform,
         "valid": checks_out(drained, truth),
     }
 
@@ -288,7 +312,15 @@ def main() -> None:
                 else:
                     once = functools.partial(
                         measure_once,
-                        Run(name, path, latency_s, args.batch_size, max_samples, args.max_seconds),
+                        Run(
+                            name,
+                            path,
+                            latency_s,
+                            args.batch_size,
+                            max_samples,
+                            args.max_seconds,
+                            steps,
+                        ),
                         truth,
                         interpreter,
                         peer.matching(settings, steps, steps * sample_bytes),
