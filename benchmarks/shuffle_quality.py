@@ -55,7 +55,7 @@ def report(steps_per_chunk: int) -> None:
             anchors, a, pool_size=pool, batch_size=BATCH, drop_last=True
         ),
     }
-    for revisits in REVISITS:
+    for revisits in (r for r in REVISITS if steps_per_chunk % r == 0):
         visits = AnchorSet.everything(anchors.geometry.visits(revisits))
         v = assign_epoch(visits, visits.units, seed=0, epoch=0, rank=0, world_size=1)
         size = pool_units(
@@ -68,13 +68,19 @@ def report(steps_per_chunk: int) -> None:
         batches = list(order.reshape(-1, BATCH))
         d = distinct_units_per_batch(batches, steps_per_chunk)
         t = mean_time_distance(batches)
+        # a batch is a set to the step; the loader hands its samples out grouped by unit
+        # (one take per block), which the gap between neighbours counts against it
+        as_sets = np.concatenate(
+            [np.random.default_rng(i).permutation(b) for i, b in enumerate(batches)]
+        )
         print(
             f"{steps_per_chunk:>2} steps/chunk {name:18s} distinct/B {d / BATCH:.2f} "
             f"(uniform {uniform_d / BATCH:.2f}, x{d / uniform_d:.2f}); time distance "
-            f"x{t / uniform_t:.2f}; gap {gap_score(np.asarray(order)):.2f}"
+            f"x{t / uniform_t:.2f}; gap {gap_score(np.asarray(order)):.2f} "
+            f"(batches as sets {gap_score(as_sets):.2f})"
         )
 
 
 if __name__ == "__main__":
-    for steps in (24, 4):
+    for steps in (24, 4, 1):
         report(steps)
