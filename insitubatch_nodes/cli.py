@@ -164,6 +164,20 @@ def _add_inspect(commands: Any) -> None:
         default=DEFAULT_SAMPLED_CHUNKS,
         help="stored chunks (or shards) per array whose size is measured",
     )
+    inspect.add_argument(
+        "--window",
+        type=int,
+        default=1,
+        metavar="STEPS",
+        help="plan for inputs over this many steps up to the anchor (default 1: none)",
+    )
+    inspect.add_argument(
+        "--lead",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="plan for targets this many steps after the anchor (default 0: none)",
+    )
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -412,6 +426,8 @@ def _inspect(args: argparse.Namespace) -> int:
             manifest=args.manifest,
             device=args.device,
             sampled_chunks=args.sample_chunks,
+            window_steps=args.window,
+            lead_steps=args.lead,
         )
     except Exception as err:
         return _refused("inspect", err, options, args.url)

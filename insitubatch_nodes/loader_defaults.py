@@ -19,11 +19,16 @@ from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.inflight_target import CEILING
 from insitubatch_nodes.core.memory_bound import MemoryPlan, least_fitting
 from insitubatch_nodes.core.quality import uniform_distinct_units
+from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.device.copy_ahead import default_prefetch, staging_slots
 from insitubatch_nodes.host_resources import HostResources
 from insitubatch_nodes.io.redact import redact
 from insitubatch_nodes.io.zarr_source import ZarrSource
-from insitubatch_nodes.loader_choices import HostTooSmallError, choose_loader_settings
+from insitubatch_nodes.loader_choices import (
+    HostTooSmallError,
+    LoaderChoices,
+    choose_loader_settings,
+)
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,10 @@ class LoaderDefaults:
         mixing: distinct units per batch a pool of P units gives, at most about (a uniform
             shuffle of P units' samples), and what a uniform shuffle of the split gives,
             exactly (`core.quality.uniform_distinct_units`), before any read; or None.
+        spec_span: the steps a sample's windows reach before and after its anchor, when
+            planned for windows (`spec`), else None.
+        pool_without_windows: P for the same settings with samples of one step, when
+            planned for windows: what their halo chunks cost the pool.
     """
 
     split: str
@@ -81,6 +90,8 @@ class LoaderDefaults:
     pool_size: int | None = None
     pool_from: str | None = None
     mixing: tuple[float, float] | None = None
+    spec_span: tuple[int, int] | None = None
+    pool_without_windows: int | None = None
 
 
 def _planned(
@@ -142,6 +153,7 @@ def loader_defaults(
     mean_read_bytes: float | None,
     secrets: Iterable[str],
     host: HostResources | None = None,
+    spec: SampleSpec | None = None,
 ) -> LoaderDefaults:
     """What `build_loader(url, variables, split, batch_size=..., memory_budget=...)`
     would plan: the same anchors, device default, staging slots and choices.
@@ -156,6 +168,9 @@ def loader_defaults(
         mean_read_bytes: mean stored bytes of one chunk read, or None when unmeasured.
         secrets: texts to keep out of the refusal message.
         host: the host to plan for (default `HostResources.read()`, as `build_loader`).
+        spec: the samples' windows and leads, as `build_loader` takes them (default: one
+            step per sample): each unit's slot then also holds the chunks its windows
+            reach into, so the same window bytes hold fewer units.
     """
     if device is None:  # build_loader's default, without starting a CUDA context
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -163,7 +178,7 @@ def loader_defaults(
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     host = HostResources.read() if host is None else host
     held = staging_slots(default_prefetch(torch.device(device)))
-    anchors = split_anchors(opened, split, None)
+    anchors = split_anchors(opened, split, spec)
     samples = int(anchors.unit_sizes(anchors.units).sum())
     refused: str | None = None
     fitting: int | None = None
@@ -176,11 +191,13 @@ def loader_defaults(
     pool_size: int | None = None
     pool_from: str | None = None
     mixing: tuple[float, float] | None = None
+    pool_without_windows: int | None = None
     budget = host.memory_budget() if memory_budget is None else memory_budget
     memory_from = host.memory_text() if memory_budget is None else "given"
-    try:
-        chosen = choose_loader_settings(
-            anchors,
+
+    def choose(samples_of: AnchorSet) -> LoaderChoices:
+        return choose_loader_settings(
+            samples_of,
             opened.layouts,
             host,
             batch_size=batch_size,
@@ -190,6 +207,9 @@ def loader_defaults(
             decode_threads=None,
             batches_held=held,
         )
+
+    try:
+        chosen = choose(anchors)
     except HostTooSmallError as err:
         refused = redact(str(err), secrets)
         fitting = err.least_budget
@@ -207,6 +227,11 @@ def loader_defaults(
                 uniform_distinct_units(sizes[:pool_size], batch_size),
                 uniform_distinct_units(sizes, batch_size),
             )
+        if spec is not None and pool_size is not None:
+            try:
+                pool_without_windows = choose(split_anchors(opened, split, None)).pool_size
+            except ValueError:
+                pool_without_windows = None
         block_chunks, block_from = chosen.block_chunks, chosen.block_from
         block_samples = anchors.block_rows_bound(block_chunks)
         if mean_read_bytes:
@@ -238,4 +263,6 @@ def loader_defaults(
         pool_size=pool_size,
         pool_from=pool_from,
         mixing=mixing,
+        spec_span=None if spec is None else spec.span,
+        pool_without_windows=pool_without_windows,
     )

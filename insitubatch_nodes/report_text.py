@@ -201,6 +201,18 @@ def _pool_rows(loader: LoaderDefaults) -> list[tuple[str, str]]:
     if loader.pool_size is None:
         return []
     rows = [("shuffle", f"pool of {loader.pool_size} units ({loader.pool_from})")]
+    if loader.spec_span is not None:
+        before, after = loader.spec_span
+        without = loader.pool_without_windows
+        rows.append(
+            (
+                "  windows",
+                f"samples reach {-before} step(s) back and {after} ahead of their anchor: a "
+                f"unit's slot also holds the chunks that reach crosses into, so the window "
+                f"holds {loader.pool_size} units"
+                + (f" where one-step samples would fit {without}" if without else ""),
+            )
+        )
     if loader.mixing is not None:
         pool, uniform = loader.mixing
         rows.append(

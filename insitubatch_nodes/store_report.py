@@ -30,6 +30,7 @@ import zarr
 
 from insitubatch_nodes.cf_time import dates_text, decode_cf_times, step_text
 from insitubatch_nodes.core.geometry import VariableLayout
+from insitubatch_nodes.core.sample_spec import SampleSpec, leads, window
 from insitubatch_nodes.core.settings import as_int, as_optional_int
 from insitubatch_nodes.host_resources import HostResources
 from insitubatch_nodes.io.dimensions import dimension_names
@@ -152,6 +153,8 @@ def inspect_store(
     device: str | None = None,
     sampled_chunks: int = DEFAULT_SAMPLED_CHUNKS,
     host: HostResources | None = None,
+    window_steps: int = 1,
+    lead_steps: int = 0,
 ) -> StoreReport:
     """Describe `source` and the settings `build_loader` would choose for it.
 
@@ -172,8 +175,15 @@ def inspect_store(
         device: "cpu" or "cuda" to plan for (default: this host's, as `build_loader`).
         sampled_chunks: stored objects (chunks, or shards) measured per array.
         host: the host to plan for (default `HostResources.read()`, as `build_loader`).
+        window_steps: plan for samples whose inputs are every variable over this many
+            steps up to the anchor (`window(variables, window_steps)`): 1 for none.
+        lead_steps: and whose targets are every variable this many steps after it
+            (`leads(variables, [lead_steps])`): 0 for none. Windows and leads make each
+            unit hold the neighbouring chunks they reach into, which shrinks the pool.
     """
     batch_size = as_int("batch_size", batch_size, minimum=1)
+    window_steps = as_int("window_steps", window_steps, minimum=1)
+    lead_steps = as_int("lead_steps", lead_steps, minimum=0)
     memory_budget = as_optional_int("memory_budget", memory_budget, minimum=1)
     sampled_chunks = as_int("sampled_chunks", sampled_chunks, minimum=1)
     opened = ZarrSource.open(source, variables, manifest=manifest, storage_options=storage_options)
@@ -194,8 +204,19 @@ def inspect_store(
         mean_read_bytes=_mean_read_bytes(reports, opened.layouts, opened.geometry.unit_length),
         secrets=secrets,
         host=host,
+        spec=_spec(list(opened.layouts), window_steps, lead_steps),
     )
     return StoreReport(opened.where, group.metadata.zarr_format, reports, others, time, loader)
+
+
+def _spec(variables: list[str], window_steps: int, lead_steps: int) -> SampleSpec | None:
+    """Samples of every variable over a window and a lead, or None for one step each."""
+    if window_steps == 1 and lead_steps == 0:
+        return None
+    groups = {"inputs": window(variables, window_steps)}
+    if lead_steps:
+        groups["targets"] = leads(variables, [lead_steps])
+    return SampleSpec(groups)
 
 
 # --- the arrays ---------------------------------------------------------------------------

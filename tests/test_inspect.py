@@ -575,3 +575,33 @@ def test_the_pool_and_its_mixing_are_predicted_before_any_read(
     text = inspect(capsys, str(era5), "--device", "cpu", "--split", "all")[1]
     assert f"pool of {pool.pool_size} units" in text
     assert "distinct units per batch of 32" in text
+
+
+def test_windows_and_leads_are_planned_with_the_chunks_they_reach(
+    era5: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A window reaching a step back and a lead a step ahead make each unit hold its
+    neighbouring chunks: inspect plans the pool build_loader then builds for that spec,
+    and says what one-step samples would have fitted."""
+    import insitubatch_nodes as ib
+
+    budget = ["--memory-budget", "8MiB", "--device", "cpu", "--split", "all"]
+    report = inspect_json(capsys, str(era5), *budget, "--window", "2", "--lead", "1")["loader"]
+    variables = sorted(zarr.open_group(str(era5), mode="r").array_keys())
+    variables = [v for v in variables if v not in ("latitude", "longitude")]
+    spec = ib.SampleSpec(
+        {"inputs": ib.window(variables, steps=2), "targets": ib.leads(variables, [1])}
+    )
+    settings: dict[str, Any] = {"split": "all", "device": "cpu", "memory_budget": 8 << 20}
+    with_windows = build_loader(str(era5), variables, spec=spec, **settings)
+    plain = build_loader(str(era5), variables, **settings)
+    pools = [
+        next(n for n in graph_nodes(b.root) if isinstance(n, PoolShuffleNode)).pool_size
+        for b in (with_windows, plain)
+    ]
+    assert report["pool_size"] == pools[0]
+    assert report["pool_without_windows"] == pools[1]
+    assert pools[0] < pools[1]  # the halo chunks take room in the window
+    assert report["spec_span"] == [-1, 1]
+    text = inspect(capsys, str(era5), *budget, "--window", "2", "--lead", "1")[1]
+    assert f"holds {pools[0]} units where one-step samples would fit {pools[1]}" in text
