@@ -29,19 +29,31 @@ from insitubatch_nodes.core.quality import (
     uniform_distinct_units,
     uniform_time_distance,
 )
+from insitubatch_nodes.core.sample_spec import SampleSpec, leads, window
 
 BATCH = 32
 STEPS = 8760
 REVISITS = (2,)  # visits per unit (`build_loader(revisits=)`): distinct counts store chunks
 
 
-def report(steps_per_chunk: int) -> None:
-    """Print one line per order for `steps_per_chunk`."""
+def report(steps_per_chunk: int, recipe: bool = False) -> None:
+    """Print one line per order for `steps_per_chunk`.
+
+    Args:
+        steps_per_chunk: the store's chunk length along time.
+        recipe: samples as the ERA5 recipe takes them (inputs at t-1 and t, targets at
+            t+1), whose units hold the neighbouring chunks those reach into.
+    """
     layouts = {
         f"v{i}": VariableLayout((STEPS, 121, 240), (steps_per_chunk, 121, 240), "float32")
         for i in range(4)
     }
-    anchors = AnchorSet.everything(SampleGeometry.from_layouts(layouts))
+    spec = None
+    if recipe:
+        names = list(layouts)
+        spec = SampleSpec({"inputs": window(names, steps=2), "targets": leads(names, [1])})
+    geometry = SampleGeometry.from_layouts(layouts)
+    anchors = AnchorSet.for_steps(geometry, np.array([[0, STEPS]]), spec)
     a = assign_epoch(anchors, anchors.units, seed=0, epoch=0, rank=0, world_size=1)
     block_chunks = loader_block_chunks(anchors, layouts, None, block_sizing_budget(None))
     pool = pool_units(SHUFFLE_WINDOW_BYTES, unit_nbytes(anchors, layouts), steps_per_chunk, BATCH)
@@ -56,7 +68,7 @@ def report(steps_per_chunk: int) -> None:
         ),
     }
     for revisits in (r for r in REVISITS if steps_per_chunk % r == 0):
-        visits = AnchorSet.everything(anchors.geometry.visits(revisits))
+        visits = AnchorSet.for_steps(geometry.visits(revisits), np.array([[0, STEPS]]), spec)
         v = assign_epoch(visits, visits.units, seed=0, epoch=0, rank=0, world_size=1)
         size = pool_units(
             SHUFFLE_WINDOW_BYTES, unit_nbytes(visits, layouts), visits.unit_length, BATCH
@@ -73,8 +85,9 @@ def report(steps_per_chunk: int) -> None:
         as_sets = np.concatenate(
             [np.random.default_rng(i).permutation(b) for i, b in enumerate(batches)]
         )
+        label = f"{steps_per_chunk:>2} steps/chunk{' recipe' if recipe else ''}"
         print(
-            f"{steps_per_chunk:>2} steps/chunk {name:18s} distinct/B {d / BATCH:.2f} "
+            f"{label} {name:18s} distinct/B {d / BATCH:.2f} "
             f"(uniform {uniform_d / BATCH:.2f}, x{d / uniform_d:.2f}); time distance "
             f"x{t / uniform_t:.2f}; gap {gap_score(np.asarray(order)):.2f} "
             f"(batches as sets {gap_score(as_sets):.2f})"
@@ -84,3 +97,4 @@ def report(steps_per_chunk: int) -> None:
 if __name__ == "__main__":
     for steps in (24, 4, 1):
         report(steps)
+    report(4, recipe=True)  # the ERA5 recipe's samples on its default units of 4 steps
