@@ -16,6 +16,7 @@ from insitubatch_nodes.core.partition import (
     assign_epoch,
     assign_evaluation,
     check_rank,
+    default_partition_count,
     epoch_samples,
     evaluation_shares,
     rank_sample_counts,
@@ -72,11 +73,15 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
             node is first reset (or asked for its epoch's size), its rank and world size
             are taken instead. A framework that starts the process group after the loader
             was built (Lightning's DDP, given the loader in `Trainer.fit`) is followed so.
+        canonical_partitions: C, the canonical partitions a training epoch's units are
+            dealt to before ranks take them (`core.partition`), in [world_size, the
+            split's units]; None takes `default_partition_count`. Recorded in the state.
     """
 
     EPOCH_KEY = "epoch"
     POSITION_KEY = "position"
     EVALUATION_KEY = "evaluation"
+    PARTITIONS_KEY = "partitions"
 
     def __init__(
         self,
@@ -90,6 +95,7 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         fingerprint: Mapping[str, Any] | None = None,
         evaluation: bool = False,
         follow_process_group: bool = False,
+        canonical_partitions: int | None = None,
     ) -> None:
         super().__init__()
         seed = as_int("seed", seed, minimum=0)
@@ -110,6 +116,10 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
                 f"the split): pass AnchorSet.units as split_units"
             )
         self.num_samples = int(geometry.unit_sizes(self.split_units).sum())
+        if canonical_partitions is None:
+            self.partitions = default_partition_count(int(self.split_units.size))
+        else:
+            self.partitions = as_int("canonical_partitions", canonical_partitions, minimum=1)
         self.seed = seed
         self.rank = rank
         self.world_size = world_size
@@ -129,7 +139,9 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
             shares = evaluation_shares(self.geometry, self.split_units, self.world_size)
             counts = np.array([self.geometry.unit_sizes(share).sum() for share in shares])
         else:
-            counts = rank_sample_counts(self.geometry, self.split_units, self.world_size)
+            counts = rank_sample_counts(
+                self.geometry, self.split_units, self.world_size, self.partitions
+            )
         self.rank_samples = int(counts[self.rank])
         self.min_rank_samples = int(counts.min())
         self.max_rank_samples = int(counts.max())
@@ -170,6 +182,7 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         state = check_node_state(self, initial_state, (self.EPOCH_KEY, self.POSITION_KEY))
         check_fingerprint(state, self.fingerprint)
         self._check_saved_mode_and_rank(state)
+        self._check_saved_partitions(state)
         check_saved_config(self, state, self._config())
         epoch = check_cursor(self, state, self.EPOCH_KEY, 0)
         assignment = self._assign(epoch)
@@ -203,15 +216,42 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
                 f"rank 0's checkpoint only)"
             )
 
+    def _check_saved_partitions(self, state: Mapping[str, Any]) -> None:
+        """A training state saved before states recorded C was dealt round-robin
+        (C == world size): it resumes when this graph's C deals the same way (the world size
+        divides C, or C is the split's unit count), and is refused, saying what to pass,
+        otherwise."""
+        saved = state.get(CONFIG_KEY)
+        if self.evaluation or not isinstance(saved, Mapping) or self.PARTITIONS_KEY in saved:
+            return
+        units = int(self.split_units.size)
+        if self.partitions % self.world_size == 0 or self.partitions == units:
+            return
+        raise ValueError(
+            f"this state was saved before loader states recorded canonical_partitions, "
+            f"with its units dealt round-robin over {self.world_size} ranks, and this graph "
+            f"deals them over canonical_partitions={self.partitions}: build the loader "
+            f"with canonical_partitions={self.world_size} to resume it"
+        )
+
     def _assign(self, epoch: int) -> EpochAssignment:
-        assign = assign_evaluation if self.evaluation else assign_epoch
-        return assign(
+        if self.evaluation:
+            return assign_evaluation(
+                self.geometry,
+                self.split_units,
+                seed=self.seed,
+                epoch=epoch,
+                rank=self.rank,
+                world_size=self.world_size,
+            )
+        return assign_epoch(
             self.geometry,
             self.split_units,
             seed=self.seed,
             epoch=epoch,
             rank=self.rank,
             world_size=self.world_size,
+            partitions=self.partitions,
         )
 
     @property
@@ -299,6 +339,8 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         }
         if self.evaluation:  # training states keep the layout they always had
             config[self.EVALUATION_KEY] = True
+        else:
+            config[self.PARTITIONS_KEY] = self.partitions
         return config
 
     def get_state(self) -> dict[str, Any]:
