@@ -30,6 +30,8 @@ incrementally through `pool_take`, and the tests hold one against the other.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from insitubatch_nodes.core.draw_order import padding_positions
@@ -99,6 +101,89 @@ def pool_take(
     return generator.multivariate_hypergeometric(remaining, want).astype(np.int64)
 
 
+@dataclass(frozen=True)
+class PoolCursor:
+    """Where a rank's pool stands after some batches, as `PoolShuffleNode` saves it: the
+    position of the next unit to enter, the resident units as [position, given] pairs in
+    pool order, and the samples yielded (padding included)."""
+
+    next_unit: int
+    resident: list[list[int]]
+    yielded: int
+
+
+def pool_draw(
+    geometry: UnitSamples,
+    *,
+    seed: int,
+    epoch: int,
+    rank: int,
+    units: np.ndarray,
+    starts: np.ndarray,
+    pad_unit: int,
+    target: int,
+    pool_size: int,
+    batch_size: int,
+    batches: int | None = None,
+) -> tuple[np.ndarray, PoolCursor]:
+    """Global sample ids a rank yields from `units` under the pool shuffle, in order, and
+    the pool's cursor after them: the rule of the module, for any list of units, each
+    entering the pool having given `starts` of its draw already (a share re-dealt after a
+    resume on another number of ranks, `core.elastic`; zeros for an epoch's fresh share).
+
+    Args:
+        geometry: how many samples each unit holds.
+        seed: the loader's seed.
+        epoch: the epoch.
+        rank: the rank whose pool batches are drawn (the draw's key).
+        units: the units in the order they enter the pool.
+        starts: samples of each unit's draw given before (0 <= start <= its size).
+        pad_unit: the unit whose draw, cycled from its start, pads the rank to `target`.
+        target: samples to yield in all (the real ones first, then padding).
+        pool_size: P, the units the pool holds (`pool_units`).
+        batch_size: samples per batch.
+        batches: stop after this many batches (None: at `target`).
+    """
+    samples = [geometry.unit_samples(units[i : i + 1]) for i in range(units.size)]
+    draws = [unit_draw(seed, epoch, int(u), s.size) for u, s in zip(units, samples, strict=True)]
+    pool: list[int] = []  # positions in the rank's unit order, entry order
+    given: dict[int, int] = {}
+    next_unit = 0
+    left = int(sum(s.size for s in samples)) - int(np.sum(starts))
+    pieces: list[np.ndarray] = []
+    yielded = padded = 0
+    batch = 0
+    while yielded < target and (batches is None or batch < batches):
+        want = min(batch_size, target - yielded)
+        real = min(want, left)
+        in_pool = sum(samples[p].size - given[p] for p in pool)
+        while next_unit < units.size and (len(pool) < pool_size or in_pool < real):
+            pool.append(next_unit)
+            given[next_unit] = int(starts[next_unit])
+            in_pool += samples[next_unit].size - given[next_unit]
+            next_unit += 1
+        remaining = np.array([samples[p].size - given[p] for p in pool], dtype=np.int64)
+        counts = pool_take(seed, epoch, rank, batch, remaining, real)
+        for p, count in zip(pool, counts.tolist(), strict=True):
+            if count:
+                start = given[p]
+                pieces.append(samples[p][draws[p][start : start + count]])
+                given[p] = start + count
+        pool = [p for p in pool if given[p] < samples[p].size]
+        left -= real
+        if want > real:
+            pad_samples = geometry.unit_samples(np.array([pad_unit], dtype=np.int64))
+            pad_draw = unit_draw(seed, epoch, pad_unit, pad_samples.size)
+            pad = padding_positions(pad_samples.size, padded + want - real, pad_draw)
+            pieces.append(pad_samples[pad[padded:]])
+            padded += want - real
+        yielded += want
+        batch += 1
+    order = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+    cursor = PoolCursor(next_unit, [[p, given[p]] for p in pool], yielded)
+    return order, cursor
+
+
 def pool_epoch_order(
     geometry: UnitSamples,
     assignment: EpochAssignment,
@@ -108,7 +193,8 @@ def pool_epoch_order(
     drop_last: bool,
 ) -> np.ndarray:
     """Global sample ids one rank yields in one epoch under the pool shuffle, in order
-    (batches are consecutive slices of `batch_size`).
+    (batches are consecutive slices of `batch_size`): `pool_draw` over the rank's share,
+    padded from its last unit.
 
     Args:
         geometry: how many samples each unit holds (a `SampleGeometry` or `AnchorSet`).
@@ -118,44 +204,16 @@ def pool_epoch_order(
         drop_last: whether only full batches are yielded.
     """
     a = assignment
-    target = a.samples_per_rank(batch_size, drop_last)
-    units = a.units
-    samples = [geometry.unit_samples(units[i : i + 1]) for i in range(units.size)]
-    draws = [
-        unit_draw(a.seed, a.epoch, int(u), s.size) for u, s in zip(units, samples, strict=True)
-    ]
-    pool: list[int] = []  # positions in the rank's unit order, entry order
-    given: dict[int, int] = {}
-    next_unit = 0
-    left = int(sum(s.size for s in samples))
-    pieces: list[np.ndarray] = []
-    yielded = padded = 0
-    batch = 0
-    while yielded < target:
-        want = min(batch_size, target - yielded)
-        real = min(want, left)
-        in_pool = sum(samples[p].size - given[p] for p in pool)
-        while next_unit < units.size and (len(pool) < pool_size or in_pool < real):
-            pool.append(next_unit)
-            given[next_unit] = 0
-            in_pool += samples[next_unit].size
-            next_unit += 1
-        remaining = np.array([samples[p].size - given[p] for p in pool], dtype=np.int64)
-        counts = pool_take(a.seed, a.epoch, a.rank, batch, remaining, real)
-        for p, count in zip(pool, counts.tolist(), strict=True):
-            if count:
-                start = given[p]
-                pieces.append(samples[p][draws[p][start : start + count]])
-                given[p] = start + count
-        pool = [p for p in pool if given[p] < samples[p].size]
-        left -= real
-        if want > real:
-            last = units.size - 1
-            pad = padding_positions(samples[last].size, padded + want - real, draws[last])
-            pieces.append(samples[last][pad[padded:]])
-            padded += want - real
-        yielded += want
-        batch += 1
-    if not pieces:
-        return np.zeros(0, dtype=np.int64)
-    return np.concatenate(pieces)[:target]
+    order, _ = pool_draw(
+        geometry,
+        seed=a.seed,
+        epoch=a.epoch,
+        rank=a.rank,
+        units=a.units,
+        starts=np.zeros(a.units.size, dtype=np.int64),
+        pad_unit=int(a.units[-1]),
+        target=a.samples_per_rank(batch_size, drop_last),
+        pool_size=pool_size,
+        batch_size=batch_size,
+    )
+    return order
