@@ -13,14 +13,16 @@ from hypothesis import strategies as st
 from strategies import geometries
 
 from insitubatch_nodes.core.elastic import (
+    RankCut,
     RestShare,
     deal_rest,
     epoch_rest,
     full_permutation,
-    pad_unit,
     rank_rest,
+    redeal,
     rest_target,
     share_samples,
+    share_units,
 )
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.partition import assign_epoch
@@ -37,6 +39,7 @@ class Segment:
     starts: list[np.ndarray]
     pads: list[int]
     target: int
+    shares: list[RestShare | None]
 
     def counts(self, geometry: SampleGeometry) -> list[int]:
         """Samples each rank still has to give."""
@@ -64,14 +67,15 @@ def fresh_segment(
         [np.zeros(a.units.size, dtype=np.int64) for a in shares],
         [int(a.units[-1]) for a in shares],
         shares[0].samples_per_rank(b, drop),
+        [None] * world,
     )
 
 
 def draw(
     geometry: SampleGeometry, seg: Segment, pool: int, b: int, batches: int | None
-) -> tuple[list[np.ndarray], list[list[tuple[int, int]]]]:
-    """Every rank's samples up to the cut and its (unit, given) rest at the cut."""
-    yielded, rests = [], []
+) -> tuple[list[np.ndarray], list[list[tuple[int, int]]], list[RankCut]]:
+    """Every rank's samples up to the cut, its (unit, given) rest and its cut."""
+    yielded, rests, cuts = [], [], []
     for r, (units, starts) in enumerate(zip(seg.units, seg.starts, strict=True)):
         order, cursor = pool_draw(
             geometry,
@@ -90,13 +94,16 @@ def draw(
         resident = [(p, g) for p, g in cursor.resident]
         sizes = geometry.unit_sizes(units)
         rests.append(rank_rest(units, starts, sizes, cursor.next_unit, resident))
-    return yielded, rests
+        cuts.append(RankCut(r, seg.shares[r], cursor.next_unit, tuple(resident)))
+    return yielded, rests, cuts
 
 
 def resized_segment(
     geometry: SampleGeometry,
     split: np.ndarray,
     rests: list[list[tuple[int, int]]],
+    cuts: list[RankCut],
+    partitions: int,
     world: int,
     b: int,
     drop: bool,
@@ -104,16 +111,20 @@ def resized_segment(
     permutation = full_permutation(geometry, split, SEED, EPOCH)
     rest = epoch_rest(permutation, [pair for r in rests for pair in r])
     shares = deal_rest(geometry, permutation, rest, world)
+    # the states' way: from each old rank's cut alone
+    kw = {"seed": SEED, "epoch": EPOCH, "partitions": partitions}
+    assert redeal(geometry, split, cuts=cuts, world_size=world, **kw) == shares
     # what a state records goes through its plain form
     shares = [RestShare.from_plain(s.to_plain()) for s in shares]
-    laid = [s.units_and_starts(permutation) for s in shares]
+    laid = [share_units(geometry, s, permutation, split) for s in shares]
     counts = [share_samples(geometry, u, s) for u, s in laid]
     return (
         Segment(
             [u for u, _ in laid],
             [s for _, s in laid],
-            [pad_unit(u, permutation, split) for u, _ in laid],
+            [int(u[-1]) for u, _ in laid],
             rest_target(counts, b, drop),
+            list(shares),
         ),
         shares,
     )
@@ -151,7 +162,7 @@ def test_samples_before_and_after_resizes_are_the_split_once(
     for next_world in [*worlds[1:], None]:
         batches = -(-seg.target // b)
         cut = None if next_world is None else data.draw(st.integers(0, batches))
-        yielded, rests = draw(geometry, seg, pool, b, cut)
+        yielded, rests, cuts = draw(geometry, seg, pool, b, cut)
         real_left = sum(seg.counts(geometry))
         drawn = sum(y.size for y in yielded)
         assert all(y.size == yielded[0].size for y in yielded)  # ranks step together
@@ -162,7 +173,7 @@ def test_samples_before_and_after_resizes_are_the_split_once(
         padding += drawn - (real_left - left_after)
         if next_world is None:
             break
-        seg, shares = resized_segment(geometry, split, rests, next_world, b, drop)
+        seg, shares = resized_segment(geometry, split, rests, cuts, partitions, next_world, b, drop)
         counts = seg.counts(geometry)
         assert sum(counts) == left_after
         assert max(counts) - min(counts) <= geometry.unit_length  # no unit split
@@ -192,7 +203,7 @@ def test_a_cut_at_the_start_deals_like_a_fresh_epoch(
     if split.size < 2:
         return
     seg = fresh_segment(geometry, split, 1, 1, b, False)
-    _, rests = draw(geometry, seg, pool, b, 0)
+    _, rests, _ = draw(geometry, seg, pool, b, 0)
     permutation = full_permutation(geometry, split, SEED, EPOCH)
     rest = epoch_rest(permutation, rests[0])
     assert rest.tail == 0
@@ -210,7 +221,7 @@ def test_same_world_size_draws_the_rank_order_of_a_fresh_epoch() -> None:
     a = assign_epoch(geometry, split, seed=SEED, epoch=EPOCH, rank=1, world_size=2)
     whole = pool_epoch_order(geometry, a, pool_size=3, batch_size=5, drop_last=False)
     seg = fresh_segment(geometry, split, 2, 2, 5, False)
-    yielded, _ = draw(geometry, seg, 3, 5, None)
+    yielded, _, _ = draw(geometry, seg, 3, 5, None)
     assert np.array_equal(yielded[1], whole)
 
 

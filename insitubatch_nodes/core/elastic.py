@@ -24,7 +24,8 @@ Each new rank reads its pieces first (the units resident at the cut), then its t
 
 Padding rule. Every new rank yields the same count for the rest of the epoch: the largest
 new share (without `drop_last`), padding by cycling the draw of its last unit from that
-unit's first sample (a rank left with no unit pads from the epoch's first unit); with
+unit's first sample (a rank left with no unit pads from the epoch's first unit,
+`share_units`); with
 `drop_last`, the largest multiple of the batch size the smallest share fills. The next
 epoch is dealt over the new world size as a run started there would deal it.
 """
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from insitubatch_nodes.core.geometry import UnitSamples
-from insitubatch_nodes.core.partition import chunk_permutation, samples_per_rank
+from insitubatch_nodes.core.partition import assign_epoch, chunk_permutation, samples_per_rank
 
 RESIZE_VERSION = 1
 
@@ -254,15 +255,94 @@ def rest_target(counts: list[int], batch_size: int, drop_last: bool) -> int:
     return samples_per_rank(min(counts), max(counts), batch_size, drop_last)
 
 
-def pad_unit(units: np.ndarray, permutation: np.ndarray, split_units: np.ndarray) -> int:
-    """The unit a new rank pads from: its last, or, for a rank left with none, the
-    epoch's first full unit (the split's first unit if it has no full one).
+def share_units(
+    geometry: UnitSamples,
+    share: RestShare,
+    permutation: np.ndarray,
+    split_units: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """A new rank's units in order and what each had given when dealt. A rank left with
+    no unit gets one to pad from, the epoch's first full unit (the split's first unit if it
+    has none), as given up already: it yields no real sample, and it is the rank's last
+    unit, which padding cycles (`core.pool_order`).
 
     Args:
-        units: the rank's units in order.
+        geometry: how many samples each unit holds.
+        share: the rank's share of the rest.
         permutation: the epoch's full-unit permutation.
         split_units: the split's units.
     """
+    units, starts = share.units_and_starts(permutation)
     if units.size:
-        return int(units[-1])
-    return int(permutation[0]) if permutation.size else int(np.min(split_units))
+        return units, starts
+    pad = int(permutation[0]) if permutation.size else int(np.min(split_units))
+    size = int(geometry.unit_sizes(np.array([pad], dtype=np.int64))[0])
+    return np.array([pad], dtype=np.int64), np.array([size], dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class RankCut:
+    """One rank at a cut, as its state says: which rank of how many it was, its share of
+    the rest if its epoch was itself re-dealt (None: the epoch's own deal), and its pool's
+    cursor.
+
+    Args:
+        rank: the rank.
+        share: its `RestShare`, or None.
+        next_unit: the position of the next unit to enter its pool.
+        resident: its pool's (position, given) pairs.
+    """
+
+    rank: int
+    share: RestShare | None
+    next_unit: int
+    resident: tuple[tuple[int, int], ...]
+
+
+def redeal(
+    geometry: UnitSamples,
+    split_units: np.ndarray,
+    *,
+    seed: int,
+    epoch: int,
+    partitions: int,
+    cuts: list[RankCut],
+    world_size: int,
+) -> list[RestShare]:
+    """The rest of `epoch`, cut where `cuts` say (every old rank's, in rank order), dealt
+    to `world_size` new ranks.
+
+    Args:
+        geometry: how many samples each unit holds.
+        split_units: the split's units.
+        seed: the loader's seed.
+        epoch: the epoch of the cut.
+        partitions: C, the run's canonical partition count (the old ranks' deal).
+        cuts: every old rank's cut.
+        world_size: W', the new number of ranks.
+    """
+    permutation = full_permutation(geometry, split_units, seed, epoch)
+    rest: list[tuple[int, int]] = []
+    for cut in cuts:
+        if cut.share is None:
+            a = assign_epoch(
+                geometry,
+                split_units,
+                seed=seed,
+                epoch=epoch,
+                rank=cut.rank,
+                world_size=len(cuts),
+                partitions=partitions,
+            )
+            units, starts = a.units, np.zeros(a.units.size, dtype=np.int64)
+        else:
+            units, starts = share_units(geometry, cut.share, permutation, split_units)
+        if cut.next_unit > units.size or any(p >= cut.next_unit for p, _ in cut.resident):
+            raise ValueError(
+                f"rank {cut.rank}'s pool cursor (next unit {cut.next_unit}, resident "
+                f"{list(cut.resident)[:5]}) lies outside its {units.size} units: the rank "
+                f"states are not of this run; pass the states loader.state_dict() returned"
+            )
+        sizes = geometry.unit_sizes(units)
+        rest += rank_rest(units, starts, sizes, cut.next_unit, cut.resident)
+    return deal_rest(geometry, permutation, epoch_rest(permutation, rest), world_size)

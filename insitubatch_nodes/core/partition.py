@@ -145,7 +145,9 @@ class EpochAssignment:
 
     `evaluation` marks a fixed share (`assign_evaluation`): its samples are drawn in
     order and never padded. `partitions` is the canonical partition count C the training
-    deal used (None for an evaluation share, which does not use one).
+    deal used (None for an evaluation share, which does not use one). `starts`, for the
+    rest of an epoch re-dealt after a resume on another number of ranks (`core.elastic`),
+    says how many samples of its draw each unit gave before (None: none, a fresh share).
     """
 
     seed: int
@@ -158,6 +160,7 @@ class EpochAssignment:
     max_rank_samples: int
     evaluation: bool = False
     partitions: int | None = None
+    starts: np.ndarray | None = None
 
     def samples_per_rank(self, batch_size: int, drop_last: bool) -> int:
         """Samples this rank yields per epoch (see `epoch_samples`).

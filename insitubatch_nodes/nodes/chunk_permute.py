@@ -10,6 +10,12 @@ import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
+from insitubatch_nodes.core.elastic import (
+    RestShare,
+    full_permutation,
+    share_samples,
+    share_units,
+)
 from insitubatch_nodes.core.geometry import UnitSamples
 from insitubatch_nodes.core.partition import (
     EpochAssignment,
@@ -82,6 +88,7 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
     POSITION_KEY = "position"
     EVALUATION_KEY = "evaluation"
     PARTITIONS_KEY = "partitions"
+    REST_KEY = "rest"
 
     def __init__(
         self,
@@ -131,6 +138,8 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         self._assignment: EpochAssignment | None = None
         self._full_batch_check: tuple[int, bool, str] | None = None
         self._next_epoch: int | None = None
+        self._rest: _Rest | None = None  # the epoch re-dealt from other ranks' states
+        self._next_rest: _Rest | None = None
 
     def _count_shares(self) -> None:
         """Every rank's share of the split (the same every epoch): this rank's, the
@@ -170,11 +179,16 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         self._follow_process_group()
         self._following = False  # the rank is fixed once iteration (or a restore) begins
         next_epoch, self._next_epoch = self._next_epoch, None
+        next_rest, self._next_rest = self._next_rest, None
         if initial_state is None:
             if next_epoch is not None:
                 self._epoch = next_epoch
             elif self._started:
                 self._epoch += 1
+            if next_rest is not None:
+                self._rest = next_rest
+            if self._rest is not None and self._rest.epoch != self._epoch:
+                self._rest = None  # the re-dealt epoch is over: epochs deal as usual
             self._position = 0
             self._started = False
             self._assignment = self._assign(self._epoch)
@@ -185,6 +199,7 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         self._check_saved_partitions(state)
         check_saved_config(self, state, self._config())
         epoch = check_cursor(self, state, self.EPOCH_KEY, 0)
+        self._rest = _Rest.from_state(state.get(self.REST_KEY), epoch)
         assignment = self._assign(epoch)
         self._position = check_cursor(self, state, self.POSITION_KEY, 0, assignment.units.size)
         self._epoch, self._assignment = epoch, assignment
@@ -235,6 +250,8 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         )
 
     def _assign(self, epoch: int) -> EpochAssignment:
+        if self._rest is not None and self._rest.epoch == epoch:
+            return self._assign_rest(self._rest)
         if self.evaluation:
             return assign_evaluation(
                 self.geometry,
@@ -253,6 +270,49 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
             world_size=self.world_size,
             partitions=self.partitions,
         )
+
+    def _assign_rest(self, rest: _Rest) -> EpochAssignment:
+        """This rank's share of an epoch's rest re-dealt from another number of ranks
+        (`core.elastic`): units partly drawn at the cut start where they stopped."""
+        permutation = full_permutation(self.geometry, self.split_units, self.seed, rest.epoch)
+        units, starts = share_units(self.geometry, rest.share, permutation, self.split_units)
+        return EpochAssignment(
+            seed=self.seed,
+            epoch=rest.epoch,
+            rank=self.rank,
+            world_size=self.world_size,
+            units=units,
+            rank_samples=share_samples(self.geometry, units, starts),
+            min_rank_samples=rest.least,
+            max_rank_samples=rest.most,
+            partitions=self.partitions,
+            starts=starts,
+        )
+
+    def process_rank(self) -> tuple[int, int]:
+        """This node's (rank, world size), after taking torch.distributed's if the node
+        follows the process group and one exists now (see the class)."""
+        self._follow_process_group()
+        return self.rank, self.world_size
+
+    def begin_rest(self, epoch: int, share: RestShare, least: int, most: int) -> None:
+        """Make the next `reset(None)` begin the rest of `epoch` as re-dealt to this rank
+        from another number of ranks' states (`elastic_resume`), instead of a whole
+        epoch; the epochs after it deal as usual.
+
+        Args:
+            epoch: the epoch of the cut.
+            share: this rank's share of its rest (`core.elastic.redeal`).
+            least: the smallest new rank's share of the rest, in samples.
+            most: the largest new rank's share of the rest, in samples.
+        """
+        if share.stride != self.world_size or share.offset != self.rank:
+            raise ValueError(
+                f"this share of an epoch's rest is rank {share.offset}'s of {share.stride}, "
+                f"and this node is rank {self.rank} of {self.world_size}"
+            )
+        self._next_epoch = as_int("epoch", epoch, minimum=0)
+        self._next_rest = _Rest(self._next_epoch, share, least, most)
 
     @property
     def epoch(self) -> int:
@@ -286,10 +346,16 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
             drop_last: whether only full batches are yielded (True or False).
         """
         self._follow_process_group()
+        if self._rest is not None and self._rest.epoch == self._epoch:
+            a = self.assignment  # the rest of a re-dealt epoch
+            rank_samples, least, most = a.rank_samples, a.min_rank_samples, a.max_rank_samples
+        else:
+            rank_samples = self.rank_samples
+            least, most = self.min_rank_samples, self.max_rank_samples
         return epoch_samples(
-            self.rank_samples,
-            self.min_rank_samples,
-            self.max_rank_samples,
+            rank_samples,
+            least,
+            most,
             as_int("batch_size", batch_size, minimum=1),
             as_bool("drop_last", drop_last),
             evaluation=self.evaluation,
@@ -352,4 +418,36 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         }
         if self.fingerprint is not None:
             entries[FINGERPRINT_KEY] = copy.deepcopy(self.fingerprint)
+        if self._rest is not None and self._rest.epoch == self._epoch:
+            entries[self.REST_KEY] = self._rest.to_state()
         return named_state(self, entries)
+
+
+class _Rest:
+    """An epoch's rest as re-dealt to this rank: the epoch, the share, and the smallest
+    and largest new rank's share in samples (what padding and `drop_last` go by)."""
+
+    def __init__(self, epoch: int, share: RestShare, least: int, most: int) -> None:
+        self.epoch, self.share, self.least, self.most = epoch, share, least, most
+
+    def to_state(self) -> dict[str, Any]:
+        return {"least": self.least, "most": self.most, **self.share.to_plain()}
+
+    @classmethod
+    def from_state(cls, saved: Any, epoch: int) -> _Rest | None:
+        """The rest a state records for its `epoch`, checked (None: the state has none)."""
+        if saved is None:
+            return None
+        bounds_ok = (
+            isinstance(saved, Mapping)
+            and all(type(saved.get(k)) is int and saved[k] >= 0 for k in ("least", "most"))
+            and saved["least"] <= saved["most"]
+        )
+        if not bounds_ok:
+            raise ValueError(
+                "the ChunkPermuteNode state's 'rest' is damaged (least and most must be "
+                "ints, 0 <= least <= most): pass the dict loader.state_dict() returned, as "
+                "it was saved"
+            )
+        plain = {k: v for k, v in saved.items() if k not in ("least", "most")}
+        return cls(epoch, RestShare.from_plain(plain), saved["least"], saved["most"])
