@@ -10,13 +10,18 @@ import json
 from collections import Counter
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import torch_roundtrip
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from insitubatch_nodes import build_loader
+from insitubatch_nodes.core.pool_order import pool_draw
 from insitubatch_nodes.items import SAMPLE_INDEX_KEY
+from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
+from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
 from insitubatch_nodes.rank_states import RANK_STATES_KEY
 
 VARIABLES = {"a": ((61, 3), (4, 3), "float32"), "b": ((61,), (3,), "int16")}
@@ -81,6 +86,30 @@ def rest_of_epoch(
         iterators = [iter(loader) for loader in group]
     after = [take(loader, it, None) for loader, it in zip(group, iterators, strict=True)]
     return before, after, group, largest
+
+
+def pure_rest_order(loader: Any, batch: int, drop_last: bool) -> list[int]:
+    """What `core.pool_order.pool_draw` says a resized rank yields: its share as its
+    `ChunkPermuteNode` was given it (`core.elastic`), drawn by the pure function."""
+    nodes = graph_nodes(loader.root)
+    permute = next(n for n in nodes if isinstance(n, ChunkPermuteNode))
+    pool = next(n for n in nodes if isinstance(n, PoolShuffleNode))
+    a = permute.assignment
+    # a re-dealt share, or (a cut before any batch) the epoch's own deal at W'
+    starts = np.zeros(a.units.size, dtype=np.int64) if a.starts is None else a.starts
+    order, _ = pool_draw(
+        permute.geometry,
+        seed=a.seed,
+        epoch=a.epoch,
+        rank=a.rank,
+        units=a.units,
+        starts=starts,
+        pad_unit=int(a.units[-1]),
+        target=a.samples_per_rank(batch, drop_last),
+        pool_size=pool.pool_size,
+        batch_size=batch,
+    )
+    return order.tolist()
 
 
 def check_exactly_once(before: list[int], after: list[list[int]], total: int) -> None:
@@ -155,14 +184,21 @@ def test_resize_property(
     url, _ = memory_url(VARIABLES)
     batches = len(loaders(url, old, batch, drop_last=drop_last)[0])
     cut = data.draw(st.integers(0, batches))
-    before, after, _, _ = rest_of_epoch(url, [old, new], [cut], batch, drop_last=drop_last)
+    before, after, group, _ = rest_of_epoch(url, [old, new], [cut], batch, drop_last=drop_last)
     assert len({len(part) for part in after}) == 1
-    if cut == batches:  # a state at the epoch's end begins the next epoch, as at W'
+    permute = next(n for n in graph_nodes(group[0].root) if isinstance(n, ChunkPermuteNode))
+    if permute.epoch == 1:
+        # a state at the epoch's end, or whose rest fills no batch with drop_last, begins
+        # the next epoch, as a run at W' would
+        assert cut == batches or drop_last
         fresh = loaders(url, new, batch, drop_last=drop_last)
         for loader in fresh:
             take(loader, iter(loader), None)
         assert after == [take(loader, iter(loader), None) for loader in fresh]
         return
+    if old != new:  # (as many ranks resume the saved cursors: test_pool_shuffle)
+        for loader, part in zip(group, after, strict=True):
+            assert part == pure_rest_order(loader, batch, drop_last)
     counts = Counter(before + [i for part in after for i in part])
     if drop_last:
         assert max(counts.values()) == 1
