@@ -33,11 +33,10 @@ SEED, EPOCH = 7, 2
 
 @dataclass
 class Segment:
-    """Ranks drawing part of an epoch: each rank's units, starts, pad unit and target."""
+    """Ranks drawing part of an epoch: each rank's units, starts and target."""
 
     units: list[np.ndarray]
     starts: list[np.ndarray]
-    pads: list[int]
     target: int
     shares: list[RestShare | None]
 
@@ -65,7 +64,6 @@ def fresh_segment(
     return Segment(
         [a.units for a in shares],
         [np.zeros(a.units.size, dtype=np.int64) for a in shares],
-        [int(a.units[-1]) for a in shares],
         shares[0].samples_per_rank(b, drop),
         [None] * world,
     )
@@ -84,7 +82,6 @@ def draw(
             rank=r,
             units=units,
             starts=starts,
-            pad_unit=seg.pads[r],
             target=seg.target,
             pool_size=pool,
             batch_size=b,
@@ -122,7 +119,6 @@ def resized_segment(
         Segment(
             [u for u, _ in laid],
             [s for _, s in laid],
-            [int(u[-1]) for u, _ in laid],
             rest_target(counts, b, drop),
             list(shares),
         ),

@@ -104,7 +104,6 @@ def pure_rest_order(loader: Any, batch: int, drop_last: bool) -> list[int]:
         rank=a.rank,
         units=a.units,
         starts=starts,
-        pad_unit=int(a.units[-1]),
         target=a.samples_per_rank(batch, drop_last),
         pool_size=pool.pool_size,
         batch_size=batch,

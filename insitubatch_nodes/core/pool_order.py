@@ -120,7 +120,6 @@ def pool_draw(
     rank: int,
     units: np.ndarray,
     starts: np.ndarray,
-    pad_unit: int,
     target: int,
     pool_size: int,
     batch_size: int,
@@ -130,6 +129,7 @@ def pool_draw(
     the pool's cursor after them: the rule of the module, for any list of units, each
     entering the pool having given `starts` of its draw already (a share re-dealt after a
     resume on another number of ranks, `core.elastic`; zeros for an epoch's fresh share).
+    The last unit's draw, cycled from its start, pads the rank to `target`.
 
     Args:
         geometry: how many samples each unit holds.
@@ -138,7 +138,6 @@ def pool_draw(
         rank: the rank whose pool batches are drawn (the draw's key).
         units: the units in the order they enter the pool.
         starts: samples of each unit's draw given before (0 <= start <= its size).
-        pad_unit: the unit whose draw, cycled from its start, pads the rank to `target`.
         target: samples to yield in all (the real ones first, then padding).
         pool_size: P, the units the pool holds (`pool_units`).
         batch_size: samples per batch.
@@ -172,10 +171,9 @@ def pool_draw(
         pool = [p for p in pool if given[p] < samples[p].size]
         left -= real
         if want > real:
-            pad_samples = geometry.unit_samples(np.array([pad_unit], dtype=np.int64))
-            pad_draw = unit_draw(seed, epoch, pad_unit, pad_samples.size)
-            pad = padding_positions(pad_samples.size, padded + want - real, pad_draw)
-            pieces.append(pad_samples[pad[padded:]])
+            last = units.size - 1
+            pad = padding_positions(samples[last].size, padded + want - real, draws[last])
+            pieces.append(samples[last][pad[padded:]])
             padded += want - real
         yielded += want
         batch += 1
@@ -211,7 +209,6 @@ def pool_epoch_order(
         rank=a.rank,
         units=a.units,
         starts=np.zeros(a.units.size, dtype=np.int64),
-        pad_unit=int(a.units[-1]),
         target=a.samples_per_rank(batch_size, drop_last),
         pool_size=pool_size,
         batch_size=batch_size,
