@@ -61,6 +61,11 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
     `ShuffleBlockNode` after it, every sample of the split is yielded once across the ranks,
     in order, without padding.
 
+    After `begin_rest` (what a `Loader` given the states of another number of ranks calls,
+    `elastic_resume`) the next epoch is this rank's share of the rest of an epoch cut on
+    other ranks: its units, each with the samples it gave before (`EpochAssignment.starts`);
+    the state records the share under `rest` while that epoch lasts.
+
     Args:
         geometry: how many samples each unit holds.
         split_units: the split's units (with a sample spec, `AnchorSet.units`).
