@@ -136,6 +136,23 @@ def test_a_resized_epoch_sees_every_sample_and_the_next_is_a_fresh_runs(
         again.close()
 
 
+def test_len_says_the_batches_of_the_rest_before_and_during_it(memory_url: Any) -> None:
+    url, _ = memory_url(VARIABLES)
+    group = loaders(url, 2, 5)
+    for loader in group:
+        take(loader, iter(loader), 3)
+    state = gathered(group)
+    three = loaders(url, 3, 5)
+    for loader in three:
+        loader.load_state_dict(state)
+        before = len(loader)  # what Lightning asks before iterating
+        rest = take(loader, iter(loader), None)
+        assert before == -(-len(rest) // 5) == 3  # 31 samples left: 11, 10, 10 -> 11 each
+    iterator = iter(three[0])  # the next epoch begins: a fresh run's count
+    batches = -(-len(take(three[0], iterator, None)) // 5)
+    assert len(three[0]) == len(loaders(url, 3, 5)[0]) == batches
+
+
 def test_same_world_size_resumes_the_batches_of_the_uninterrupted_run(memory_url: Any) -> None:
     url, _ = memory_url(VARIABLES)
     whole = [take(loader, iter(loader), None) for loader in loaders(url, 2, 5)]

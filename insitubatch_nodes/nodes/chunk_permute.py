@@ -345,14 +345,19 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
     def samples_per_epoch(self, batch_size: int, drop_last: bool) -> int:
         """Samples this rank yields per epoch under the batch settings downstream, the same
         every epoch and known before anything is read (`len(loader)` counts batches with it).
+        The rest of an epoch re-dealt from another number of ranks (`begin_rest`) has its
+        own count, said from `begin_rest` until the next epoch's first reset.
 
         Args:
             batch_size: samples per batch (an int >= 1).
             drop_last: whether only full batches are yielded (True or False).
         """
         self._follow_process_group()
-        if self._rest is not None and self._rest.epoch == self._epoch:
-            a = self.assignment  # the rest of a re-dealt epoch
+        rest = self._next_rest  # begun by the next reset(None)
+        if rest is None and self._rest is not None and self._rest.epoch == self._epoch:
+            rest = self._rest
+        if rest is not None:  # the rest of a re-dealt epoch
+            a = self._assign_rest(rest)
             rank_samples, least, most = a.rank_samples, a.min_rank_samples, a.max_rank_samples
         else:
             rank_samples = self.rank_samples
