@@ -172,7 +172,9 @@ def test_a_state_resized_twice_stays_small(memory_url: Any) -> None:
 def test_a_block_shuffle_state_is_refused_on_another_world_size(memory_url: Any) -> None:
     url, _ = memory_url(VARIABLES)
     group = [
-        build_loader(url, split="all", batch_size=5, rank=r, world_size=2, device="cpu")
+        build_loader(
+            url, split="all", batch_size=5, shuffle="block", rank=r, world_size=2, device="cpu"
+        )
         for r in range(2)
     ]
     for loader in group:

@@ -111,9 +111,10 @@ def test_a_state_of_more_ranks_is_refused_unless_it_is_one_cut_of_a_pool_shuffle
     """Another number of ranks resumes the rest of the epoch (test_elastic_resume) only
     from the pool shuffle's cursors, of every rank of one run at one step."""
     url, _ = memory_url()
-    single = build_loader(url, split="all", batch_size=8, all_ranks_state=True).state_dict()
+    block = {"split": "all", "batch_size": 8, "shuffle": "block"}
+    single = build_loader(url, all_ranks_state=True, **block).state_dict()
     two = {RANK_STATES_KEY: single[RANK_STATES_KEY] * 2}
-    loader = build_loader(url, split="all", batch_size=8)
+    loader = build_loader(url, **block)
     with pytest.raises(ValueError) as raised:
         loader.load_state_dict(two)
     assert str(raised.value) == (
