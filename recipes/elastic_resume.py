@@ -47,14 +47,8 @@ def write_store(folder: Path) -> str:
     return f"file://{path}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workdir", type=Path, required=True)
-    parser.add_argument("--steps", type=int, help="steps before saving (with --save)")
-    parser.add_argument("--save", type=Path, help="save a checkpoint after --steps and stop")
-    parser.add_argument("--resume", type=Path, help="the checkpoint to resume")
-    args = parser.parse_args()
-    dist.init_process_group("gloo")
+def run(args: argparse.Namespace) -> None:
+    """Train (and save, or check the union) on this rank; see the module."""
     rank, world = dist.get_rank(), dist.get_world_size()
     args.workdir.mkdir(parents=True, exist_ok=True)
     url = write_store(args.workdir)
@@ -107,8 +101,23 @@ def main() -> None:
         assert not missing and len({len(part) for part in everyone}) == 1
         print("union check: every sample of the epoch seen")
     loader.close()
-    dist.barrier()
-    dist.destroy_process_group()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--steps", type=int, help="steps before saving (with --save)")
+    parser.add_argument("--save", type=Path, help="save a checkpoint after --steps and stop")
+    parser.add_argument("--resume", type=Path, help="the checkpoint to resume")
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    try:
+        run(args)  # the DDP model and the loader are gone when it returns
+        dist.barrier()
+    finally:
+        # Left to interpreter exit, gloo's threads can abort the process ("terminate
+        # called without an active exception"): end the group here, on every rank.
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
