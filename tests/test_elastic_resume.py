@@ -27,8 +27,20 @@ from insitubatch_nodes.rank_states import RANK_STATES_KEY
 VARIABLES = {"a": ((61, 3), (4, 3), "float32"), "b": ((61,), (3,), "int16")}
 
 
+_MADE: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_loaders() -> Any:
+    """Close every loader a test made, so that no fetch thread outlives it (later tests
+    count the threads left running)."""
+    yield
+    while _MADE:
+        _MADE.pop().close()
+
+
 def loaders(url: str, world: int, batch: int, **kwargs: Any) -> list[Any]:
-    return [
+    made = [
         build_loader(
             url,
             split="all",
@@ -43,6 +55,8 @@ def loaders(url: str, world: int, batch: int, **kwargs: Any) -> list[Any]:
         )
         for r in range(world)
     ]
+    _MADE.extend(made)
+    return made
 
 
 def take(loader: Any, iterator: Any, batches: int | None) -> list[int]:
@@ -177,6 +191,7 @@ def test_a_block_shuffle_state_is_refused_on_another_world_size(memory_url: Any)
         )
         for r in range(2)
     ]
+    _MADE.extend(group)
     for loader in group:
         take(loader, iter(loader), 2)
     state = gathered(group)
