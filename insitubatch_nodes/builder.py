@@ -216,6 +216,7 @@ def build_loader(
     cache: CacheSpec | Mapping[str, Any] | None = None,
     evaluation: bool = False,
     all_ranks_state: bool = False,
+    canonical_partitions: int | None = None,
     host: HostResources | None = None,
 ) -> Loader[dict[str, torch.Tensor]]:
     """Shuffled, split-aware, resumable batches from a Zarr group.
@@ -349,6 +350,11 @@ def build_loader(
         all_ranks_state: `state_dict()` holds every rank's state, gathered over
             torch.distributed (every rank must call it at once), so that the checkpoint
             Lightning or accelerate writes (rank 0's) resumes every rank.
+        canonical_partitions: C, the partitions a training epoch's units are dealt to
+            before the ranks take them (`core.partition`); default the largest multiple
+            of 48 not above the split's units (one per unit below 48), so that the common
+            GPU counts divide it. Recorded in the state; a run keeps it when resumed on
+            another number of ranks.
         host: the host's available memory, cores and ranks the defaults follow (default
             `HostResources.read()`, once, now).
     """
@@ -412,6 +418,7 @@ def build_loader(
         evaluation=evaluation,
         follow_process_group=follow,
         unit_grid={"unit_steps": grid.unit_length, "revisits": revisits},
+        canonical_partitions=canonical_partitions,
     )
     permute.check_full_batch(batch_size, drop_last, split)
     chosen = choose_loader_settings(

@@ -32,6 +32,7 @@ from torchdata.nodes import BaseNode
 
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.core.stage_report import EpochActivity, epoch_stats
+from insitubatch_nodes.elastic_resume import resume_rest
 from insitubatch_nodes.items import SAMPLE_INDEX_KEY
 from insitubatch_nodes.nodes.state_checks import (
     check_cursor,
@@ -39,7 +40,13 @@ from insitubatch_nodes.nodes.state_checks import (
     check_state_digest,
     with_digest,
 )
-from insitubatch_nodes.rank_states import gather_rank_states, is_rank_states, own_rank_state
+from insitubatch_nodes.rank_states import (
+    gather_rank_states,
+    is_rank_states,
+    own_rank_state,
+    process_rank,
+    rank_state_entries,
+)
 
 T = TypeVar("T")
 
@@ -277,13 +284,26 @@ class Loader(torchdata.nodes.Loader[T]):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Resume from `state_dict` at the next `iter()`. Its own layout is checked now;
         each node checks its part when it takes it up, at that `iter()`. A state of every
-        rank (`all_ranks_state=True`) resumes from this process's entry.
+        rank (`all_ranks_state=True`, or `rank_states.gather_rank_states`) resumes from
+        this process's entry; one of another number of ranks than this loader's resumes
+        the rest of its epoch re-dealt to this loader's ranks (`elastic_resume`: every
+        not-yet-seen sample once; the pool shuffle only).
 
         Args:
             state_dict: what `state_dict()` returned (through a checkpoint file or not).
         """
         if is_rank_states(state_dict):
-            state_dict = own_rank_state(state_dict)
+            node = self._epoch_node()
+            rank, world_size = process_rank()
+            if callable(getattr(node, "process_rank", None)):
+                rank, world_size = node.process_rank()
+            entries = rank_state_entries(state_dict)
+            if len(entries) != world_size and callable(getattr(node, "begin_rest", None)):
+                resume_rest(node, entries)
+                self._state_to_load = None
+                self._started_for_state_dict = False  # the next iter() starts the rest
+                return
+            state_dict = own_rank_state(state_dict, rank, world_size)
         keys = (PeekingIterator.ROOT_KEY, PeekingIterator.NUM_YIELDED_KEY)
         state = check_node_state(self, state_dict, keys, named=False)
         check_cursor(self, state, PeekingIterator.NUM_YIELDED_KEY, 0)

@@ -53,16 +53,14 @@ def is_rank_states(state: Any) -> bool:
     return isinstance(state, Mapping) and RANK_STATES_KEY in state
 
 
-def own_rank_state(states: Mapping[str, Any]) -> Any:
-    """This process's entry of a gathered state, picked by its torch.distributed rank (the
-    rank it was gathered under); refused, saying what to do, when the world size differs.
+def rank_state_entries(states: Mapping[str, Any]) -> list[Any]:
+    """The ranks' states of a gathered state, in rank order.
 
     Args:
         states: what `gather_rank_states` returned, as loaded from a checkpoint.
 
     Raises:
         TypeError: the entries are not a list.
-        ValueError: the state holds another number of ranks than this process group has.
     """
     entries = states[RANK_STATES_KEY]
     if not isinstance(entries, list):
@@ -71,7 +69,35 @@ def own_rank_state(states: Mapping[str, Any]) -> Any:
             f"{type(entries).__name__}; pass the dict loader.state_dict() returned, as it "
             f"was saved"
         )
-    rank, world_size = _process_group() or (0, 1)
+    return entries
+
+
+def process_rank() -> tuple[int, int]:
+    """This process's (rank, world size) in torch.distributed's default group, or (0, 1)
+    without one."""
+    return _process_group() or (0, 1)
+
+
+def own_rank_state(
+    states: Mapping[str, Any], rank: int | None = None, world_size: int | None = None
+) -> Any:
+    """This process's entry of a gathered state, picked by its rank (the rank it was
+    gathered under); refused, saying what to do, when the world size differs and the
+    caller cannot resume on another number of ranks (a `Loader` over the pool shuffle
+    can: `elastic_resume`).
+
+    Args:
+        states: what `gather_rank_states` returned, as loaded from a checkpoint.
+        rank: this process's rank (default: torch.distributed's, else 0).
+        world_size: the number of ranks (default: torch.distributed's, else 1).
+
+    Raises:
+        TypeError: the entries are not a list.
+        ValueError: the state holds another number of ranks than `world_size`.
+    """
+    entries = rank_state_entries(states)
+    if rank is None or world_size is None:
+        rank, world_size = process_rank()
     if len(entries) != world_size:
         raise ValueError(
             f"this loader state holds the states of {len(entries)} rank(s), and this process "

@@ -336,11 +336,10 @@ def _another_ranks_state(ctx: Context) -> None:
     next(iter(rank_1))
 
 
-def _all_ranks_state_on_fewer_ranks(ctx: Context) -> None:
+def _block_shuffle_states_on_fewer_ranks(ctx: Context) -> None:
     url, _ = ctx.memory_url()
-    one = build_loader(url, split="all", all_ranks_state=True).state_dict()
-    two = {key: entries * 2 for key, entries in one.items()}  # as two ranks save it
-    build_loader(url, split="all").load_state_dict(two)
+    states = [build_loader(url, split="all", rank=r, world_size=2).state_dict() for r in range(2)]
+    build_loader(url, split="all").load_state_dict({"rank_states": states})
 
 
 def _evaluation_with_drop_last(ctx: Context) -> None:
@@ -461,7 +460,7 @@ CASES = {
     "a loader state that is not a dict": _state_not_a_dict,
     "a training state in an evaluation loader": _training_state_in_an_evaluation_loader,
     "another rank's state": _another_ranks_state,
-    "a state of every rank, on fewer ranks": _all_ranks_state_on_fewer_ranks,
+    "a block-shuffle state of every rank, on fewer ranks": _block_shuffle_states_on_fewer_ranks,
     "drop_last in an evaluation loader": _evaluation_with_drop_last,
     "accelerate's skip_first_batches on the loader": _skip_first_batches,
     "a batch_size that is not an int": _batch_size_not_an_int,

@@ -105,18 +105,27 @@ def test_an_all_ranks_state_is_plain_data_and_resumes(memory_url: Any) -> None:
             assert _indices(fresh) == epochs[1]
 
 
-def test_a_state_of_more_ranks_than_this_process_group_is_refused(memory_url: Any) -> None:
+def test_a_state_of_more_ranks_is_refused_unless_it_is_one_cut_of_a_pool_shuffle(
+    memory_url: Any,
+) -> None:
+    """Another number of ranks resumes the rest of the epoch (test_elastic_resume) only
+    from the pool shuffle's cursors, of every rank of one run at one step."""
     url, _ = memory_url()
-    single = build_loader(url, split="all", batch_size=8, all_ranks_state=True).state_dict()
+    block = {"split": "all", "batch_size": 8, "shuffle": "block"}
+    single = build_loader(url, all_ranks_state=True, **block).state_dict()
     two = {RANK_STATES_KEY: single[RANK_STATES_KEY] * 2}
-    loader = build_loader(url, split="all", batch_size=8)
+    loader = build_loader(url, **block)
     with pytest.raises(ValueError) as raised:
         loader.load_state_dict(two)
     assert str(raised.value) == (
-        "this loader state holds the states of 2 rank(s), and this process is rank 0 of 1: "
-        "resume with as many ranks as saved it (the states are gathered and picked by "
-        "torch.distributed's rank)"
+        "resuming on another number of ranks needs the pool shuffle's cursors, and these "
+        "states were saved by a loader with the block shuffle: resume them on as many "
+        "ranks as saved them, or train with shuffle='pool'"
     )
+    pool = build_loader(url, split="all", batch_size=8, shuffle="pool", all_ranks_state=True)
+    twice = {RANK_STATES_KEY: pool.state_dict()[RANK_STATES_KEY] * 2}  # rank 0 of 1, twice
+    with pytest.raises(ValueError, match=r"entry 0 was saved with \{'world_size': 1\}"):
+        build_loader(url, split="all", batch_size=8, shuffle="pool").load_state_dict(twice)
 
 
 def test_another_ranks_state_is_refused_saying_what_to_do(memory_url: Any) -> None:

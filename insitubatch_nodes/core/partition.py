@@ -1,10 +1,20 @@
 """Which units a rank reads in an epoch: a (seed, epoch) permutation dealt out round-robin,
 or, for evaluation, a fixed contiguous share.
 
-Training: all ranks compute the same permutation from the same seed and epoch, then rank r
-takes every W-th unit starting at r. Because each rank can compute every other rank's
-share, each one knows the common per-rank sample count without talking to the others,
-which is what keeps batch counts equal across ranks (see `samples_per_rank`).
+Training: all ranks compute the same permutation from the same seed and epoch. Its
+positions are dealt to C canonical partitions (position i to partition i mod C), and the
+W physical ranks take partitions (partition p to rank p mod W); a rank reads its units in
+permutation order. So rank r holds the positions i with (i mod C) mod W == r: when W
+divides C, or C is the split's unit count, that is every W-th unit from r, the deal the
+loader always had (`partitions == world_size` is exactly it). When W does not divide C,
+ranks hold C // W or C // W + 1 partitions, so they differ by at most a partition's units
+(about units / C, under two units with the default C). C is fixed for a run
+(`default_partition_count`, recorded in the state's config); the partitions' sample
+counts are the same every epoch (short units always take the last positions), so every
+rank's share, and the padding to the largest share, is too. Because each rank can compute
+every other rank's share, each one knows the common per-rank sample count without talking
+to the others, which is what keeps batch counts equal across ranks (see
+`samples_per_rank`).
 
 Evaluation (`assign_evaluation`): the split's units in increasing order are cut into W
 contiguous runs of about equal sample counts, rank r taking the r-th. Every sample is
@@ -23,6 +33,56 @@ import numpy as np
 
 from insitubatch_nodes.core.geometry import UnitSamples
 from insitubatch_nodes.core.seeding import rng_for
+
+PARTITION_MULTIPLE = 48
+"""The default partition count is a multiple of this: lcm(1, 2, 3, 4, 6, 8, 12, 16, 24), so
+that the common GPU counts divide it."""
+
+
+def default_partition_count(unit_count: int) -> int:
+    """C, the canonical partition count a run uses unless told otherwise: the largest
+    multiple of `PARTITION_MULTIPLE` (48) not above the split's unit count, so 1, 2, 3, 4,
+    6, 8, 12, 16, 24 and 48 ranks each take equal numbers of partitions; a split of fewer
+    than 48 units has one partition per unit (every world size then deals as round-robin).
+    A pure function of the split, never of the world size, so that a run resumed on
+    another number of ranks keeps it.
+
+    Args:
+        unit_count: the units of the split (>= 1).
+    """
+    if unit_count < 1:
+        raise ValueError(f"the split has {unit_count} units: nothing to partition")
+    if unit_count < PARTITION_MULTIPLE:
+        return unit_count
+    return unit_count // PARTITION_MULTIPLE * PARTITION_MULTIPLE
+
+
+def check_partitions(partitions: int, unit_count: int, world_size: int) -> None:
+    """Refuse a partition count below the world size or above the split's unit count.
+
+    Args:
+        partitions: C, the canonical partition count.
+        unit_count: the units of the split.
+        world_size: the number of ranks.
+    """
+    if not world_size <= partitions <= unit_count:
+        raise ValueError(
+            f"canonical_partitions={partitions} must be in [world_size={world_size}, "
+            f"{unit_count}] (the split's units): every rank takes at least one partition "
+            f"and every partition at least one unit; pass canonical_partitions between them"
+        )
+
+
+def position_ranks(size: int, partitions: int, world_size: int) -> np.ndarray:
+    """The rank holding each position of an epoch's unit order: position i is partition
+    i mod C, which rank (i mod C) mod W takes.
+
+    Args:
+        size: positions in the order (the split's units).
+        partitions: C, the canonical partition count.
+        world_size: W, the number of ranks.
+    """
+    return (np.arange(size, dtype=np.int64) % partitions) % world_size
 
 
 def chunk_permutation(split_units: np.ndarray, seed: int, epoch: int) -> np.ndarray:
@@ -45,13 +105,22 @@ def _full_and_short(
 
 
 def rank_sample_counts(
-    geometry: UnitSamples, split_units: np.ndarray, world_size: int
+    geometry: UnitSamples,
+    split_units: np.ndarray,
+    world_size: int,
+    partitions: int | None = None,
 ) -> np.ndarray:
     """Samples each rank holds per epoch: the same every epoch.
 
-    Full units are dealt round-robin; the short units (in unit order) always take the last
-    dealing slots, so which rank holds each of them, and therefore every rank's count,
-    never depends on the epoch.
+    Full units are dealt through the partitions (see the module); the short units (in unit
+    order) always take the last positions, so which rank holds each of them, and therefore
+    every rank's count, never depends on the epoch.
+
+    Args:
+        geometry: how many samples each unit holds.
+        split_units: the split's units.
+        world_size: the number of ranks.
+        partitions: C, the canonical partition count (None: `default_partition_count`).
     """
     full, short = _full_and_short(geometry, split_units)
     total = full.size + short.size
@@ -60,11 +129,13 @@ def rank_sample_counts(
             f"the split has {total} chunk-aligned units, fewer than world_size="
             f"{world_size}: every rank needs at least one; use fewer ranks or a larger split"
         )
+    partitions = default_partition_count(total) if partitions is None else partitions
+    check_partitions(partitions, total, world_size)
     sizes = np.concatenate(
         [np.full(full.size, geometry.unit_length, dtype=np.int64), geometry.unit_sizes(short)]
     )
     counts = np.zeros(world_size, dtype=np.int64)
-    np.add.at(counts, np.arange(total) % world_size, sizes)
+    np.add.at(counts, position_ranks(total, partitions, world_size), sizes)
     return counts
 
 
@@ -73,7 +144,10 @@ class EpochAssignment:
     """One rank's units for one epoch, with the sample counts every rank can agree on.
 
     `evaluation` marks a fixed share (`assign_evaluation`): its samples are drawn in
-    order and never padded.
+    order and never padded. `partitions` is the canonical partition count C the training
+    deal used (None for an evaluation share, which does not use one). `starts`, for the
+    rest of an epoch re-dealt after a resume on another number of ranks (`core.elastic`),
+    says how many samples of its draw each unit gave before (None: none, a fresh share).
     """
 
     seed: int
@@ -85,6 +159,8 @@ class EpochAssignment:
     min_rank_samples: int
     max_rank_samples: int
     evaluation: bool = False
+    partitions: int | None = None
+    starts: np.ndarray | None = None
 
     def samples_per_rank(self, batch_size: int, drop_last: bool) -> int:
         """Samples this rank yields per epoch (see `epoch_samples`).
@@ -182,14 +258,30 @@ def assign_epoch(
     epoch: int,
     rank: int,
     world_size: int,
+    partitions: int | None = None,
 ) -> EpochAssignment:
-    """Rank `rank`'s units for `epoch`; short units sit at seeded places in its share."""
+    """Rank `rank`'s units for `epoch` (see the module); short units sit at seeded places in
+    its share.
+
+    Args:
+        geometry: how many samples each unit holds.
+        split_units: the split's units.
+        seed: the loader's seed.
+        epoch: the epoch.
+        rank: this process's rank, in [0, world_size).
+        world_size: how many ranks share the split.
+        partitions: C, the canonical partition count (None: `default_partition_count` of
+            the split's units).
+    """
     check_rank(rank, world_size)
-    counts = rank_sample_counts(geometry, split_units, world_size)
     full, short = _full_and_short(geometry, split_units)
+    if partitions is None:
+        partitions = default_partition_count(full.size + short.size)
+    counts = rank_sample_counts(geometry, split_units, world_size, partitions)
     order = np.concatenate([chunk_permutation(full, seed, epoch), short])
-    mine = order[rank::world_size]
-    mine_short = len(range(rank, order.size, world_size)) - len(range(rank, full.size, world_size))
+    owners = position_ranks(order.size, partitions, world_size)
+    mine = order[owners == rank]
+    mine_short = int(np.count_nonzero(owners[full.size :] == rank))
     if mine_short:
         mine = _scatter_short_units(mine, mine_short, rng_for(seed, "ragged-slot", epoch))
     return EpochAssignment(
@@ -201,6 +293,7 @@ def assign_epoch(
         rank_samples=int(counts[rank]),
         min_rank_samples=int(counts.min()),
         max_rank_samples=int(counts.max()),
+        partitions=partitions,
     )
 
 

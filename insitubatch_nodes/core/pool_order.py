@@ -30,6 +30,8 @@ incrementally through `pool_take`, and the tests hold one against the other.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from insitubatch_nodes.core.draw_order import padding_positions
@@ -99,49 +101,68 @@ def pool_take(
     return generator.multivariate_hypergeometric(remaining, want).astype(np.int64)
 
 
-def pool_epoch_order(
+@dataclass(frozen=True)
+class PoolCursor:
+    """Where a rank's pool stands after some batches, as `PoolShuffleNode` saves it: the
+    position of the next unit to enter, the resident units as [position, given] pairs in
+    pool order, and the samples yielded (padding included)."""
+
+    next_unit: int
+    resident: list[list[int]]
+    yielded: int
+
+
+def pool_draw(
     geometry: UnitSamples,
-    assignment: EpochAssignment,
     *,
+    seed: int,
+    epoch: int,
+    rank: int,
+    units: np.ndarray,
+    starts: np.ndarray,
+    target: int,
     pool_size: int,
     batch_size: int,
-    drop_last: bool,
-) -> np.ndarray:
-    """Global sample ids one rank yields in one epoch under the pool shuffle, in order
-    (batches are consecutive slices of `batch_size`).
+    batches: int | None = None,
+) -> tuple[np.ndarray, PoolCursor]:
+    """Global sample ids a rank yields from `units` under the pool shuffle, in order, and
+    the pool's cursor after them: the rule of the module, for any list of units, each
+    entering the pool having given `starts` of its draw already (a share re-dealt after a
+    resume on another number of ranks, `core.elastic`; zeros for an epoch's fresh share).
+    The last unit's draw, cycled from its start, pads the rank to `target`.
 
     Args:
-        geometry: how many samples each unit holds (a `SampleGeometry` or `AnchorSet`).
-        assignment: the rank's units for the epoch (training: `assign_epoch`).
+        geometry: how many samples each unit holds.
+        seed: the loader's seed.
+        epoch: the epoch.
+        rank: the rank whose pool batches are drawn (the draw's key).
+        units: the units in the order they enter the pool.
+        starts: samples of each unit's draw given before (0 <= start <= its size).
+        target: samples to yield in all (the real ones first, then padding).
         pool_size: P, the units the pool holds (`pool_units`).
         batch_size: samples per batch.
-        drop_last: whether only full batches are yielded.
+        batches: stop after this many batches (None: at `target`).
     """
-    a = assignment
-    target = a.samples_per_rank(batch_size, drop_last)
-    units = a.units
     samples = [geometry.unit_samples(units[i : i + 1]) for i in range(units.size)]
-    draws = [
-        unit_draw(a.seed, a.epoch, int(u), s.size) for u, s in zip(units, samples, strict=True)
-    ]
+    draws = [unit_draw(seed, epoch, int(u), s.size) for u, s in zip(units, samples, strict=True)]
     pool: list[int] = []  # positions in the rank's unit order, entry order
     given: dict[int, int] = {}
     next_unit = 0
-    left = int(sum(s.size for s in samples))
+    left = int(sum(s.size for s in samples)) - int(np.sum(starts))
     pieces: list[np.ndarray] = []
     yielded = padded = 0
     batch = 0
-    while yielded < target:
+    while yielded < target and (batches is None or batch < batches):
         want = min(batch_size, target - yielded)
         real = min(want, left)
         in_pool = sum(samples[p].size - given[p] for p in pool)
         while next_unit < units.size and (len(pool) < pool_size or in_pool < real):
             pool.append(next_unit)
-            given[next_unit] = 0
-            in_pool += samples[next_unit].size
+            given[next_unit] = int(starts[next_unit])
+            in_pool += samples[next_unit].size - given[next_unit]
             next_unit += 1
         remaining = np.array([samples[p].size - given[p] for p in pool], dtype=np.int64)
-        counts = pool_take(a.seed, a.epoch, a.rank, batch, remaining, real)
+        counts = pool_take(seed, epoch, rank, batch, remaining, real)
         for p, count in zip(pool, counts.tolist(), strict=True):
             if count:
                 start = given[p]
@@ -156,6 +177,40 @@ def pool_epoch_order(
             padded += want - real
         yielded += want
         batch += 1
-    if not pieces:
-        return np.zeros(0, dtype=np.int64)
-    return np.concatenate(pieces)[:target]
+    order = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+    cursor = PoolCursor(next_unit, [[p, given[p]] for p in pool], yielded)
+    return order, cursor
+
+
+def pool_epoch_order(
+    geometry: UnitSamples,
+    assignment: EpochAssignment,
+    *,
+    pool_size: int,
+    batch_size: int,
+    drop_last: bool,
+) -> np.ndarray:
+    """Global sample ids one rank yields in one epoch under the pool shuffle, in order
+    (batches are consecutive slices of `batch_size`): `pool_draw` over the rank's share,
+    padded from its last unit.
+
+    Args:
+        geometry: how many samples each unit holds (a `SampleGeometry` or `AnchorSet`).
+        assignment: the rank's units for the epoch (training: `assign_epoch`).
+        pool_size: P, the units the pool holds (`pool_units`).
+        batch_size: samples per batch.
+        drop_last: whether only full batches are yielded.
+    """
+    a = assignment
+    order, _ = pool_draw(
+        geometry,
+        seed=a.seed,
+        epoch=a.epoch,
+        rank=a.rank,
+        units=a.units,
+        starts=np.zeros(a.units.size, dtype=np.int64),
+        target=a.samples_per_rank(batch_size, drop_last),
+        pool_size=pool_size,
+        batch_size=batch_size,
+    )
+    return order

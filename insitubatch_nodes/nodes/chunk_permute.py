@@ -10,12 +10,19 @@ import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
+from insitubatch_nodes.core.elastic import (
+    RestShare,
+    full_permutation,
+    share_samples,
+    share_units,
+)
 from insitubatch_nodes.core.geometry import UnitSamples
 from insitubatch_nodes.core.partition import (
     EpochAssignment,
     assign_epoch,
     assign_evaluation,
     check_rank,
+    default_partition_count,
     epoch_samples,
     evaluation_shares,
     rank_sample_counts,
@@ -54,6 +61,11 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
     `ShuffleBlockNode` after it, every sample of the split is yielded once across the ranks,
     in order, without padding.
 
+    After `begin_rest` (what a `Loader` given the states of another number of ranks calls,
+    `elastic_resume`) the next epoch is this rank's share of the rest of an epoch cut on
+    other ranks: its units, each with the samples it gave before (`EpochAssignment.starts`);
+    the state records the share under `rest` while that epoch lasts.
+
     Args:
         geometry: how many samples each unit holds.
         split_units: the split's units (with a sample spec, `AnchorSet.units`).
@@ -75,12 +87,17 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         unit_grid: the unit grid the units are on, as plain ints (`build_loader` records
             `{"unit_steps", "revisits"}`), kept in the state's config so that a state made
             on another grid is refused by name; None records nothing.
+        canonical_partitions: C, the canonical partitions a training epoch's units are
+            dealt to before ranks take them (`core.partition`), in [world_size, the
+            split's units]; None takes `default_partition_count`. Recorded in the state.
     """
 
     EPOCH_KEY = "epoch"
     POSITION_KEY = "position"
     EVALUATION_KEY = "evaluation"
     UNIT_GRID_KEY = "unit_grid"
+    PARTITIONS_KEY = "partitions"
+    REST_KEY = "rest"
 
     def __init__(
         self,
@@ -95,6 +112,7 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         evaluation: bool = False,
         follow_process_group: bool = False,
         unit_grid: Mapping[str, int] | None = None,
+        canonical_partitions: int | None = None,
     ) -> None:
         super().__init__()
         seed = as_int("seed", seed, minimum=0)
@@ -115,6 +133,10 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
                 f"the split): pass AnchorSet.units as split_units"
             )
         self.num_samples = int(geometry.unit_sizes(self.split_units).sum())
+        if canonical_partitions is None:
+            self.partitions = default_partition_count(int(self.split_units.size))
+        else:
+            self.partitions = as_int("canonical_partitions", canonical_partitions, minimum=1)
         self.seed = seed
         self.rank = rank
         self.world_size = world_size
@@ -127,6 +149,8 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         self._assignment: EpochAssignment | None = None
         self._full_batch_check: tuple[int, bool, str] | None = None
         self._next_epoch: int | None = None
+        self._rest: _Rest | None = None  # the epoch re-dealt from other ranks' states
+        self._next_rest: _Rest | None = None
 
     def _count_shares(self) -> None:
         """Every rank's share of the split (the same every epoch): this rank's, the
@@ -135,7 +159,9 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
             shares = evaluation_shares(self.geometry, self.split_units, self.world_size)
             counts = np.array([self.geometry.unit_sizes(share).sum() for share in shares])
         else:
-            counts = rank_sample_counts(self.geometry, self.split_units, self.world_size)
+            counts = rank_sample_counts(
+                self.geometry, self.split_units, self.world_size, self.partitions
+            )
         self.rank_samples = int(counts[self.rank])
         self.min_rank_samples = int(counts.min())
         self.max_rank_samples = int(counts.max())
@@ -164,11 +190,16 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         self._follow_process_group()
         self._following = False  # the rank is fixed once iteration (or a restore) begins
         next_epoch, self._next_epoch = self._next_epoch, None
+        next_rest, self._next_rest = self._next_rest, None
         if initial_state is None:
             if next_epoch is not None:
                 self._epoch = next_epoch
             elif self._started:
                 self._epoch += 1
+            if next_rest is not None:
+                self._rest = next_rest
+            if self._rest is not None and self._rest.epoch != self._epoch:
+                self._rest = None  # the re-dealt epoch is over: epochs deal as usual
             self._position = 0
             self._started = False
             self._assignment = self._assign(self._epoch)
@@ -176,8 +207,10 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         state = check_node_state(self, initial_state, (self.EPOCH_KEY, self.POSITION_KEY))
         check_fingerprint(state, self.fingerprint)
         self._check_saved_mode_and_rank(state)
+        self._check_saved_partitions(state)
         check_saved_config(self, state, self._config())
         epoch = check_cursor(self, state, self.EPOCH_KEY, 0)
+        self._rest = _Rest.from_state(state.get(self.REST_KEY), epoch)
         assignment = self._assign(epoch)
         self._position = check_cursor(self, state, self.POSITION_KEY, 0, assignment.units.size)
         self._epoch, self._assignment = epoch, assignment
@@ -209,16 +242,88 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
                 f"rank 0's checkpoint only)"
             )
 
+    def _check_saved_partitions(self, state: Mapping[str, Any]) -> None:
+        """A training state saved before states recorded C was dealt round-robin
+        (C == world size): it resumes when this graph's C deals the same way (the world size
+        divides C, or C is the split's unit count), and is refused, saying what to pass,
+        otherwise."""
+        saved = state.get(CONFIG_KEY)
+        if self.evaluation or not isinstance(saved, Mapping) or self.PARTITIONS_KEY in saved:
+            return
+        units = int(self.split_units.size)
+        if self.partitions % self.world_size == 0 or self.partitions == units:
+            return
+        raise ValueError(
+            f"this state was saved before loader states recorded canonical_partitions, "
+            f"with its units dealt round-robin over {self.world_size} ranks, and this graph "
+            f"deals them over canonical_partitions={self.partitions}: build the loader "
+            f"with canonical_partitions={self.world_size} to resume it"
+        )
+
     def _assign(self, epoch: int) -> EpochAssignment:
-        assign = assign_evaluation if self.evaluation else assign_epoch
-        return assign(
+        if self._rest is not None and self._rest.epoch == epoch:
+            return self._assign_rest(self._rest)
+        if self.evaluation:
+            return assign_evaluation(
+                self.geometry,
+                self.split_units,
+                seed=self.seed,
+                epoch=epoch,
+                rank=self.rank,
+                world_size=self.world_size,
+            )
+        return assign_epoch(
             self.geometry,
             self.split_units,
             seed=self.seed,
             epoch=epoch,
             rank=self.rank,
             world_size=self.world_size,
+            partitions=self.partitions,
         )
+
+    def _assign_rest(self, rest: _Rest) -> EpochAssignment:
+        """This rank's share of an epoch's rest re-dealt from another number of ranks
+        (`core.elastic`): units partly drawn at the cut start where they stopped."""
+        permutation = full_permutation(self.geometry, self.split_units, self.seed, rest.epoch)
+        units, starts = share_units(self.geometry, rest.share, permutation, self.split_units)
+        return EpochAssignment(
+            seed=self.seed,
+            epoch=rest.epoch,
+            rank=self.rank,
+            world_size=self.world_size,
+            units=units,
+            rank_samples=share_samples(self.geometry, units, starts),
+            min_rank_samples=rest.least,
+            max_rank_samples=rest.most,
+            partitions=self.partitions,
+            starts=starts,
+        )
+
+    def process_rank(self) -> tuple[int, int]:
+        """This node's (rank, world size), after taking torch.distributed's if the node
+        follows the process group and one exists now (see the class)."""
+        self._follow_process_group()
+        return self.rank, self.world_size
+
+    def begin_rest(self, epoch: int, share: RestShare, least: int, most: int) -> None:
+        """Make the next `reset(None)` begin the rest of `epoch` as re-dealt to this rank
+        from another number of ranks' states (`elastic_resume`), instead of a whole
+        epoch; the epochs after it deal as usual.
+
+        Args:
+            epoch: the epoch of the cut.
+            share: this rank's share of its rest (`core.elastic.redeal`).
+            least: the smallest new rank's share of the rest, in samples.
+            most: the largest new rank's share of the rest, in samples.
+        """
+        if share.stride != self.world_size or share.offset != self.rank:
+            raise ValueError(
+                f"this share of an epoch's rest is rank {share.offset}'s of {share.stride}, "
+                f"and this node is rank {self.rank} of {self.world_size}"
+            )
+        self._next_epoch = as_int("epoch", epoch, minimum=0)
+        self._next_rest = _Rest(self._next_epoch, share, least, most)
 
     @property
     def epoch(self) -> int:
@@ -246,16 +351,27 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
     def samples_per_epoch(self, batch_size: int, drop_last: bool) -> int:
         """Samples this rank yields per epoch under the batch settings downstream, the same
         every epoch and known before anything is read (`len(loader)` counts batches with it).
+        The rest of an epoch re-dealt from another number of ranks (`begin_rest`) has its
+        own count, said from `begin_rest` until the next epoch's first reset.
 
         Args:
             batch_size: samples per batch (an int >= 1).
             drop_last: whether only full batches are yielded (True or False).
         """
         self._follow_process_group()
+        rest = self._next_rest  # begun by the next reset(None)
+        if rest is None and self._rest is not None and self._rest.epoch == self._epoch:
+            rest = self._rest
+        if rest is not None:  # the rest of a re-dealt epoch
+            a = self._assign_rest(rest)
+            rank_samples, least, most = a.rank_samples, a.min_rank_samples, a.max_rank_samples
+        else:
+            rank_samples = self.rank_samples
+            least, most = self.min_rank_samples, self.max_rank_samples
         return epoch_samples(
-            self.rank_samples,
-            self.min_rank_samples,
-            self.max_rank_samples,
+            rank_samples,
+            least,
+            most,
             as_int("batch_size", batch_size, minimum=1),
             as_bool("drop_last", drop_last),
             evaluation=self.evaluation,
@@ -307,6 +423,8 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
             config[self.UNIT_GRID_KEY] = dict(self.unit_grid)
         if self.evaluation:  # training states keep the layout they always had
             config[self.EVALUATION_KEY] = True
+        else:
+            config[self.PARTITIONS_KEY] = self.partitions
         return config
 
     def get_state(self) -> dict[str, Any]:
@@ -318,4 +436,36 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         }
         if self.fingerprint is not None:
             entries[FINGERPRINT_KEY] = copy.deepcopy(self.fingerprint)
+        if self._rest is not None and self._rest.epoch == self._epoch:
+            entries[self.REST_KEY] = self._rest.to_state()
         return named_state(self, entries)
+
+
+class _Rest:
+    """An epoch's rest as re-dealt to this rank: the epoch, the share, and the smallest
+    and largest new rank's share in samples (what padding and `drop_last` go by)."""
+
+    def __init__(self, epoch: int, share: RestShare, least: int, most: int) -> None:
+        self.epoch, self.share, self.least, self.most = epoch, share, least, most
+
+    def to_state(self) -> dict[str, Any]:
+        return {"least": self.least, "most": self.most, **self.share.to_plain()}
+
+    @classmethod
+    def from_state(cls, saved: Any, epoch: int) -> _Rest | None:
+        """The rest a state records for its `epoch`, checked (None: the state has none)."""
+        if saved is None:
+            return None
+        bounds_ok = (
+            isinstance(saved, Mapping)
+            and all(type(saved.get(k)) is int and saved[k] >= 0 for k in ("least", "most"))
+            and saved["least"] <= saved["most"]
+        )
+        if not bounds_ok:
+            raise ValueError(
+                "the ChunkPermuteNode state's 'rest' is damaged (least and most must be "
+                "ints, 0 <= least <= most): pass the dict loader.state_dict() returned, as "
+                "it was saved"
+            )
+        plain = {k: v for k, v in saved.items() if k not in ("least", "most")}
+        return cls(epoch, RestShare.from_plain(plain), saved["least"], saved["most"])

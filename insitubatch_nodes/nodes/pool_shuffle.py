@@ -215,7 +215,8 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
         for index, position in enumerate(positions):
             size = int(starts[index + 1] - starts[index])
             draw = unit_draw(a.seed, a.epoch, int(block.plan.units[index]), size)
-            unit = _Unit(position, block, index, int(starts[index]), draw)
+            given = 0 if a.starts is None else int(a.starts[position])  # a re-dealt rest
+            unit = _Unit(position, block, index, int(starts[index]), draw, given)
             if position == a.units.size - 1 and self._pads(a):
                 self._last = unit
             if position in self._restore_given:

@@ -159,6 +159,13 @@ class ShuffleBlockNode(BaseNode[BatchDraw]):
         a = block.plan.assignment
         if a.evaluation and self.drop_last:
             raise ValueError(EVALUATION_DROP_LAST)
+        if a.starts is not None:
+            raise ValueError(
+                "this epoch's rest was re-dealt from a checkpoint of another number of ranks, "
+                "whose units were partly drawn by the pool shuffle; the block shuffle cannot "
+                "draw part of a unit: build the loader with shuffle='pool', as the run that "
+                "saved the checkpoint was"
+            )
         epoch_target = a.samples_per_rank(self.batch_size, self.drop_last)
         if self._target is not None and self._target != epoch_target:
             allowed = f"{epoch_target} .. {epoch_target} (the samples this rank's epoch yields)"
