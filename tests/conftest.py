@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import itertools
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -94,6 +96,18 @@ def memory_url() -> Iterator[Callable[..., tuple[str, dict[str, np.ndarray]]]]:
 
 def our_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("insitubatch")]
+
+
+def threads_left_by_earlier_tests() -> set[threading.Thread]:
+    """Our threads still running before a test starts, after a garbage collection: a loader
+    another test dropped stops its threads when it is collected, which a reference cycle
+    can put off until the collector runs, so a test counting the threads it leaves sets
+    these aside rather than blaming itself for them."""
+    gc.collect()
+    deadline = time.monotonic() + 2.0
+    while our_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return set(our_threads())
 
 
 def torch_roundtrip(state: dict[str, Any]) -> dict[str, Any]:

@@ -338,8 +338,11 @@ def _another_ranks_state(ctx: Context) -> None:
 
 def _block_shuffle_states_on_fewer_ranks(ctx: Context) -> None:
     url, _ = ctx.memory_url()
-    states = [build_loader(url, split="all", rank=r, world_size=2).state_dict() for r in range(2)]
-    build_loader(url, split="all").load_state_dict({"rank_states": states})
+    states = [
+        build_loader(url, split="all", rank=r, world_size=2, shuffle="block").state_dict()
+        for r in range(2)
+    ]
+    build_loader(url, split="all", shuffle="block").load_state_dict({"rank_states": states})
 
 
 def _evaluation_with_drop_last(ctx: Context) -> None:

@@ -25,12 +25,8 @@ def _threads_of_this_test_only() -> None:
     one reading across epochs) stops its threads when it is collected, which a reference
     cycle can put off until the garbage collector runs: collect first, and set aside what
     is still running, so that it is not blamed on this test."""
-    gc.collect()
-    deadline = time.monotonic() + 2.0
-    while conftest.our_threads() and time.monotonic() < deadline:
-        time.sleep(0.01)
     _EARLIER.clear()
-    _EARLIER.update(conftest.our_threads())
+    _EARLIER.update(conftest.threads_left_by_earlier_tests())
 
 
 def our_threads() -> list[threading.Thread]:
