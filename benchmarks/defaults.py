@@ -17,8 +17,9 @@ The best fixed setting of each sweep is picked on the odd repeats and scored on 
 ones: picking and scoring on the same runs would favour a sweep by its own noise. The
 table gives medians with their ranges over the scoring repeats, and the ratios of the
 defaults to the best of ours and to the peer's best. Rates are whole first epochs of a
-fresh process (start-up included, as the peer's one pass is) and, for ours, the steady
-rate of the epochs after it. The ARCO rows also give the memory the loader said it would
+fresh process (start-up included, as the peer's one pass is) and steady rates: for ours
+the epochs after the first, for the peer its one pass after its first batch (a long run
+sees those). The ARCO rows also give the memory the loader said it would
 hold and the process's peak RSS.
 
     python -m benchmarks.defaults --repeats 4
@@ -168,7 +169,11 @@ def _peer(scenario: Scenario, store: Path, interpreter: Path, inflight: int, sam
         )
     except RuntimeError as failed:
         return {"refused": str(failed)}
-    return {"first": drained.order.size / drained.seconds, "peak_rss_MB": report["peak_rss_MB"]}
+    return {
+        "first": drained.order.size / drained.seconds,
+        "steady": drained.steady_samples_per_s or drained.order.size / drained.seconds,
+        "peak_rss_MB": report["peak_rss_MB"],
+    }
 
 
 def _unit_bytes(store: Path, variables: tuple[str, ...]) -> int:
@@ -220,10 +225,10 @@ def main(argv: list[str] | None = None) -> None:
             print(f"({peer.NAME} left out: no Python >= 3.12 found)")
     print(
         "| scenario | defaults: first epoch | steady | best of ours (picked on odd runs) | "
-        "its steady | defaults / best | peer's best | its first epoch | defaults / peer | "
-        "verdict |"
+        "its steady | defaults / best | peer's best | its first epoch | its steady | "
+        "defaults / peer: first, steady | verdict |"
     )
-    print("|---|---:|---:|---|---:|---:|---|---:|---:|---|")
+    print("|---|---:|---:|---|---:|---:|---|---:|---:|---:|---|")
     everything: dict[str, Any] = {}
     for scenario in wanted:
         if scenario.arco:
@@ -251,6 +256,7 @@ def main(argv: list[str] | None = None) -> None:
         best_steady = [r["steady"] for r in ours[best][1::2]] if best else []
         peer_best = _best(theirs, "first") if interpreter else None
         peer_first = [r["first"] for r in theirs[peer_best][1::2]] if peer_best else []
+        peer_steady = [r["steady"] for r in theirs[peer_best][1::2]] if peer_best else []
         row = [
             scenario.label,
             _median_range(first),
@@ -262,7 +268,9 @@ def main(argv: list[str] | None = None) -> None:
             else "-",
             f"max_inflight={peer_best}" if peer_best else "-",
             _median_range(peer_first) if peer_first else "-",
-            f"{statistics.median(first) / statistics.median(peer_first):.2f}"
+            _median_range(peer_steady) if peer_steady else "-",
+            f"{statistics.median(first) / statistics.median(peer_first):.2f}, "
+            f"{statistics.median(steady) / statistics.median(peer_steady):.2f}"
             if peer_first
             else "-",
             defaults[-1].get("limiting_stage") or "-",
@@ -272,11 +280,11 @@ def main(argv: list[str] | None = None) -> None:
             rss = max(r["peak_rss_MB"] for r in defaults)
             print(
                 f"|  | defaults said memory_budget={defaults[-1]['memory_budget']} bytes; "
-                f"peak RSS {rss:.0f} MB | | | | | | | | |"
+                f"peak RSS {rss:.0f} MB | | | | | | | | | |"
             )
         refused = [s for s, rs in {**ours, **theirs}.items() if any("refused" in r for r in rs)]
         if refused:
-            print(f"|  | refused or failed: {', '.join(refused)} | | | | | | | | |")
+            print(f"|  | refused or failed: {', '.join(refused)} | | | | | | | | | |")
     if args.out:
         args.out.write_text(json.dumps(everything, indent=1))
 
