@@ -41,12 +41,12 @@ from insitubatch_nodes.nodes.state_checks import (
     CONFIG_KEY,
     ORDER_KEY,
     ORDER_VERSION_KEY,
+    SHUFFLE_SOURCE_KEY,
+    SHUFFLE_TARGET_KEY,
     check_cursor,
-    check_node_state,
-    check_saved_config,
-    check_shuffle_order,
     cursor_out_of_range,
     named_state,
+    restore_shuffle_state,
 )
 
 
@@ -98,11 +98,11 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
         drop_last: yield only full batches, the same number on every rank (True or False).
     """
 
-    SOURCE_KEY = "source"
+    SOURCE_KEY = SHUFFLE_SOURCE_KEY
     NEXT_KEY = "next_unit"
     RESIDENT_KEY = "resident"
     YIELDED_KEY = "samples_yielded"
-    TARGET_KEY = "samples_this_epoch"
+    TARGET_KEY = SHUFFLE_TARGET_KEY
 
     def __init__(
         self,
@@ -155,16 +155,9 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
             self.YIELDED_KEY,
             self.TARGET_KEY,
         )
-        if isinstance(initial_state, dict) and self.SOURCE_KEY in initial_state:
-            # upstream first: other data, or an evaluation state in a training loader (or
-            # the reverse), is named before the order those draw in
-            self.source.reset(initial_state[self.SOURCE_KEY])
-        check_shuffle_order(initial_state, POOL_ORDER, POOL_ORDER_VERSION)
-        state = check_node_state(self, initial_state, keys)
-        check_saved_config(self, state, self._config())
-        target = None
-        if state[self.TARGET_KEY] is not None:
-            target = check_cursor(self, state, self.TARGET_KEY, 0)
+        state, target = restore_shuffle_state(
+            self, initial_state, keys, POOL_ORDER, POOL_ORDER_VERSION, self._config()
+        )
         self._yielded = check_cursor(self, state, self.YIELDED_KEY, 0, target or 0)
         self._next = check_cursor(self, state, self.NEXT_KEY, 0)
         resident = state[self.RESIDENT_KEY]

@@ -34,12 +34,12 @@ from insitubatch_nodes.nodes.state_checks import (
     CONFIG_KEY,
     ORDER_KEY,
     ORDER_VERSION_KEY,
+    SHUFFLE_SOURCE_KEY,
+    SHUFFLE_TARGET_KEY,
     check_cursor,
-    check_node_state,
-    check_saved_config,
-    check_shuffle_order,
     cursor_out_of_range,
     named_state,
+    restore_shuffle_state,
 )
 
 BLOCK_ORDER = "block"
@@ -94,10 +94,10 @@ class ShuffleBlockNode(BaseNode[BatchDraw]):
         drop_last: yield only full batches, the same number on every rank (True or False).
     """
 
-    SOURCE_KEY = "source"
+    SOURCE_KEY = SHUFFLE_SOURCE_KEY
     DRAWN_KEY = "drawn_in_oldest_block"
     YIELDED_KEY = "samples_yielded"
-    TARGET_KEY = "samples_this_epoch"
+    TARGET_KEY = SHUFFLE_TARGET_KEY
 
     def __init__(
         self, source: BaseNode[FetchedBlock], *, batch_size: int, drop_last: bool = False
@@ -131,16 +131,9 @@ class ShuffleBlockNode(BaseNode[BatchDraw]):
         is restored first, so that a state from other data or settings upstream is refused
         for that, the more basic difference."""
         keys = (self.SOURCE_KEY, self.DRAWN_KEY, self.YIELDED_KEY, self.TARGET_KEY)
-        if isinstance(initial_state, dict) and self.SOURCE_KEY in initial_state:
-            # upstream first: other data, or an evaluation state in a training loader (or
-            # the reverse), is named before the order those draw in
-            self.source.reset(initial_state[self.SOURCE_KEY])
-        check_shuffle_order(initial_state, BLOCK_ORDER, BLOCK_ORDER_VERSION)
-        state = check_node_state(self, initial_state, keys)
-        check_saved_config(self, state, self._config())
-        target = None
-        if state[self.TARGET_KEY] is not None:
-            target = check_cursor(self, state, self.TARGET_KEY, 0)
+        state, target = restore_shuffle_state(
+            self, initial_state, keys, BLOCK_ORDER, BLOCK_ORDER_VERSION, self._config()
+        )
         # Saved before the epoch's first block was pulled (no target yet): nothing drawn.
         self._yielded = check_cursor(self, state, self.YIELDED_KEY, 0, target or 0)
         self._restore_drawn = check_cursor(

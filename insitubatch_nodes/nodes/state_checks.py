@@ -280,3 +280,43 @@ def check_shuffle_order(state: Any, order: str, version: int) -> None:
         f"loader draws version {version}: the state counts other batches. Resume it with "
         f"the release that saved it, or start the epoch afresh"
     )
+
+
+SHUFFLE_SOURCE_KEY = "source"
+SHUFFLE_TARGET_KEY = "samples_this_epoch"
+
+
+def restore_shuffle_state(
+    node: Any,
+    initial_state: Any,
+    keys: Sequence[str],
+    order: str,
+    version: int,
+    config: Mapping[str, Any],
+) -> tuple[Mapping[str, Any], int | None]:
+    """What both shuffle nodes check first when they take up a saved cursor, in the order
+    that names the most basic difference: the source is restored first (other data, or an
+    evaluation state in a training loader or the reverse, is named before the order those
+    draw in), then the order and its version, the node's keys, its config, and the epoch's
+    sample count (None when saved before the epoch's first block).
+
+    Args:
+        node: the shuffle node (its `source` is reset to the saved source state).
+        initial_state: the node's part of a loaded state.
+        keys: the keys the node's state holds.
+        order: the node's shuffle order (`"block"` or `"pool"`).
+        version: the node's version of it.
+        config: the node's config, to hold the saved one against.
+
+    Returns:
+        The checked state, and the epoch's sample count or None.
+    """
+    if isinstance(initial_state, dict) and SHUFFLE_SOURCE_KEY in initial_state:
+        node.source.reset(initial_state[SHUFFLE_SOURCE_KEY])
+    check_shuffle_order(initial_state, order, version)
+    state = check_node_state(node, initial_state, keys)
+    check_saved_config(node, state, config)
+    target = None
+    if state[SHUFFLE_TARGET_KEY] is not None:
+        target = check_cursor(node, state, SHUFFLE_TARGET_KEY, 0)
+    return state, target
