@@ -180,6 +180,7 @@ def _train_run(args: dict[str, Any], queue: Any) -> None:
         device_prefetch=args["device_prefetch"],
         prefetch_blocks=args["read_ahead"],
         read_across_epochs=args["across"],
+        shuffle=args["shuffle"],
     )
     (fetch,) = [n for n in graph_nodes(loader.root) if isinstance(n, AsyncFetchNode)]
     steps_per_epoch = len(list(range(0, args["samples"], args["batch_size"])))
@@ -229,6 +230,7 @@ def _train_run(args: dict[str, Any], queue: Any) -> None:
     assert fed_steps == steps, (fed_steps, steps)
     verdict = loader.stats()  # the last fed epoch's own reading of what limited it
     calls = fetch.stats.device_decode_calls
+    decode_s = fetch.stats.device_decode_ns / 1e9
     queue.put(
         {
             "decode": args["decode"],
@@ -237,7 +239,14 @@ def _train_run(args: dict[str, Any], queue: Any) -> None:
             else args["device_prefetch"],
             "read_ahead": args["read_ahead"],
             "across": args["across"],
+            "shuffle": args["shuffle"],
             "blocks_per_decode_call": fetch.stats.blocks_fetched / calls if calls else None,
+            "chunks_per_decode_call": fetch.stats.chunks_read / calls if calls else None,
+            # the loader's own GPU decode rate (staging, copy, decode, wait), over every
+            # epoch the node ran, to hold against nvCOMP's rate at that call size
+            "in_loader_decode_GBps": fetch.stats.bytes_decoded / decode_s / GB
+            if decode_s
+            else None,
             "steps": steps,
             "compute_ms_per_step": 1e3 * compute_s / steps,
             "fed_ms_per_step": 1e3 * fed_s / steps,
@@ -264,31 +273,39 @@ def _train_run(args: dict[str, Any], queue: Any) -> None:
 
 
 def train_runs(steps_per_chunk: int, args: argparse.Namespace) -> list[tuple[Any, ...]]:
-    """(width, decode, threads, prefetch, read-ahead, across) for one store. The full set at
-    24 steps per chunk; at 1 step per chunk the widest model with each decode, reading
-    across epochs or not (the comparisons that store adds)."""
+    """(width, decode, threads, prefetch, read-ahead, across, shuffle) for one store. The
+    full set at 24 steps per chunk, at the defaults (the chunk-pool shuffle) and, for the
+    widest model, with the block shuffle beside it; at 1 step per chunk the widest model
+    with each decode, reading across epochs or not (the comparisons that store adds)."""
     default = args.decode_threads
     widest = max(args.widths)
     if steps_per_chunk == 1:
         return [
-            (widest, d, default, None, 8 if d == "gpu" else 2, a)
+            (widest, d, default, None, 8 if d == "gpu" else 2, a, "pool")
             for a in (False, True)
             for d in ("cpu", "gpu")
         ]
-    runs = [(w, d, default, None, 2, False) for w in args.widths for d in ("cpu", "gpu")]
+    runs = [(w, d, default, None, 2, False, "pool") for w in args.widths for d in ("cpu", "gpu")]
+    # the block shuffle, the order before the pool, on the same store
+    runs += [(widest, d, default, None, 2, False, "block") for d in ("cpu", "gpu")]
     # no prefetch: the gather and the copy on the training thread, as before the producer
-    runs += [(widest, "cpu", default, 0, 2, False)]
+    runs += [(widest, "cpu", default, 0, 2, False, "pool")]
     # deeper read-ahead: more blocks decoded per nvCOMP call
-    runs += [(widest, "gpu", default, None, 8, False)]
+    runs += [(widest, "gpu", default, None, 8, False, "pool")]
     # the next epoch's first blocks read while this one ends
-    runs += [(widest, "cpu", default, None, 2, True), (widest, "gpu", default, None, 8, True)]
+    runs += [
+        (widest, "cpu", default, None, 2, True, "pool"),
+        (widest, "gpu", default, None, 8, True, "pool"),
+    ]
     return runs
 
 
 def train(path: str, steps_per_chunk: int, args: argparse.Namespace) -> list[dict[str, Any]]:
     context = multiprocessing.get_context("spawn")
     results = []
-    for width, decode, threads, prefetch, read_ahead, across in train_runs(steps_per_chunk, args):
+    for width, decode, threads, prefetch, read_ahead, across, shuffle in train_runs(
+        steps_per_chunk, args
+    ):
         queue = context.Queue()
         process = context.Process(
             target=_train_run,
@@ -305,6 +322,7 @@ def train(path: str, steps_per_chunk: int, args: argparse.Namespace) -> list[dic
                     "device_prefetch": prefetch,
                     "read_ahead": read_ahead,
                     "across": across,
+                    "shuffle": shuffle,
                     "depth": args.depth,
                 },
                 queue,
@@ -370,7 +388,7 @@ def decode_throughput(path: Path, raw_chunk_nbytes: int) -> dict[str, float]:
     )
     on_device = [torch.frombuffer(bytearray(c), dtype=torch.uint8).cuda() for c in chunks]
     torch.cuda.synchronize()
-    for per_call in (32, len(on_device)):
+    for per_call in sorted({4, 8, 16, 32, 64, 128, len(on_device)}):
         with torch.cuda.stream(stream):
             for _ in range(2):  # first round warms up
                 start = time.perf_counter()
@@ -601,10 +619,12 @@ def render(report: dict[str, Any]) -> str:
     lines += [
         "",
         "### Training step fed by the loader",
-        "| steps/chunk | width | decode | threads | prefetch | read-ahead | across | blocks/call "
-        "| steps | compute ms/step | loader-only ms/batch | fed ms/step | in next() ms/step "
-        "| batches/s | data stall | loader's verdict | peak RSS growth MB | peak device MB |",
-        "|---:|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+        "| steps/chunk | width | shuffle | decode | threads | prefetch | read-ahead | across "
+        "| blocks/call | chunks/call | in-loader decode GB/s | steps | compute ms/step "
+        "| loader-only ms/batch | fed ms/step | in next() ms/step | batches/s | data stall "
+        "| loader's verdict | peak RSS growth MB | peak device MB |",
+        "|---:|---:|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:"
+        "|---|---:|---:|",
     ]
     lines += [_train_row(t) for t in report.get("train", [])]
     return "\n".join(lines)
@@ -613,11 +633,17 @@ def render(report: dict[str, Any]) -> str:
 def _train_row(t: dict[str, Any]) -> str:
     if "error" in t:
         return f"| | | {t.get('decode', '?')} | {t['error']} |"
-    per_call = t["blocks_per_decode_call"]
+
+    def number(key: str, form: str) -> str:
+        value = t.get(key)
+        return "" if value is None else format(value, form)
+
     return (
-        f"| {t['steps_per_chunk']} | {t['width']} | {t['decode']} | {t['threads']} | "
+        f"| {t['steps_per_chunk']} | {t['width']} | {t.get('shuffle', 'block')} | "
+        f"{t['decode']} | {t['threads']} | "
         f"{t['device_prefetch']} | {t['read_ahead']} | {'yes' if t['across'] else 'no'} | "
-        f"{'' if per_call is None else f'{per_call:.2f}'} | {t['steps']} | "
+        f"{number('blocks_per_decode_call', '.2f')} | {number('chunks_per_decode_call', '.1f')} | "
+        f"{number('in_loader_decode_GBps', '.2f')} | {t['steps']} | "
         f"{t['compute_ms_per_step']:.2f} | "
         f"{t['loader_only_ms_per_batch']:.2f} | {t['fed_ms_per_step']:.2f} | "
         f"{t['host_in_next_ms_per_step']:.2f} | {t['batches_per_s']:.1f} | {t['data_stall']:.1%} | "

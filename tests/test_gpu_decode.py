@@ -127,6 +127,7 @@ def test_blocks_read_ahead_are_decoded_in_fewer_calls_with_the_same_batches(
     stats = _fetch_node(node).stats
     assert stats.blocks_fetched == 12  # 24 time chunks, 2 per block
     assert 1 <= stats.device_decode_calls <= stats.blocks_fetched
+    assert stats.device_decode_ns > 0  # the calls' wall time: the in-loader decode rate
     assert stats.chunks_read == 24 * 2 * 2 * 2  # every chunk of both variables, once
 
 

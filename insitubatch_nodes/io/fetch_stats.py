@@ -50,6 +50,10 @@ class FetchStats:
         range_requests: ranged requests for inner chunks of shards.
         retries: reads tried again after a transient error.
         device_decode_calls: GPU decode calls (fewer than blocks when grouped).
+        device_decode_ns: wall time of those calls (staging, copy to the device, decode,
+            the wait for the stream), in nanoseconds: with `bytes_decoded`, the rate GPU
+            decode reaches inside the loader, to hold against nvCOMP's own at the same
+            call size.
         host_decoded_chunks: chunks of GPU-decoded arrays that the host decoded instead,
             because nvCOMP could not be given them checked (several zstd frames, no
             declared size, a content checksum in the frame).
@@ -77,6 +81,7 @@ class FetchStats:
     range_requests: int = 0
     retries: int = 0
     device_decode_calls: int = 0
+    device_decode_ns: int = 0
     host_decoded_chunks: int = 0
     decode_cpu_ns: int = 0
     gets: int = 0
@@ -105,6 +110,7 @@ class FetchStats:
         range_requests: int = 0,
         retries: int = 0,
         device_decode_calls: int = 0,
+        device_decode_ns: int = 0,
         host_decoded_chunks: int = 0,
         decode_cpu_ns: int = 0,
         cache_hits: int = 0,
@@ -124,6 +130,7 @@ class FetchStats:
             range_requests: see the class.
             retries: see the class.
             device_decode_calls: see the class.
+            device_decode_ns: see the class.
             host_decoded_chunks: see the class.
             decode_cpu_ns: see the class.
             cache_hits: see the class.
@@ -141,6 +148,7 @@ class FetchStats:
             self.range_requests += range_requests
             self.retries += retries
             self.device_decode_calls += device_decode_calls
+            self.device_decode_ns += device_decode_ns
             self.host_decoded_chunks += host_decoded_chunks
             self.decode_cpu_ns += decode_cpu_ns
             self.cache_hits += cache_hits
