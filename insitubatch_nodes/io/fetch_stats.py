@@ -66,6 +66,8 @@ class FetchStats:
         cache_bytes_served: stored bytes the cache served: store traffic saved.
         cache_bytes_written: bytes of entries admitted to the cache.
         read_latency_counts: reads per latency bucket (`latency_bucket`).
+        loop_busy_ns: time the fetch event loop spent working (callbacks, the GIL) rather
+            than waiting for IO (`io.event_loop.EventLoopThread`'s `on_busy`).
     """
 
     chunks_read: int = 0
@@ -89,6 +91,7 @@ class FetchStats:
     cache_bytes_served: int = 0
     cache_bytes_written: int = 0
     read_latency_counts: list[int] = field(default_factory=lambda: [0] * LATENCY_BUCKETS)
+    loop_busy_ns: int = 0
     _lock: threading.Lock = field(
         default_factory=threading.Lock, init=False, repr=False, compare=False
     )
@@ -111,6 +114,7 @@ class FetchStats:
         cache_misses: int = 0,
         cache_bytes_served: int = 0,
         cache_bytes_written: int = 0,
+        loop_busy_ns: int = 0,
     ) -> None:
         """Add to the named counters, atomically.
 
@@ -130,6 +134,7 @@ class FetchStats:
             cache_misses: see the class.
             cache_bytes_served: see the class.
             cache_bytes_written: see the class.
+            loop_busy_ns: see the class.
         """
         with self._lock:
             self.chunks_read += chunks_read
@@ -147,6 +152,7 @@ class FetchStats:
             self.cache_misses += cache_misses
             self.cache_bytes_served += cache_bytes_served
             self.cache_bytes_written += cache_bytes_written
+            self.loop_busy_ns += loop_busy_ns
 
     def add_read(self, waited_s: float, rtt_s: float, nbytes: int, in_flight: int) -> None:
         """One read through a read slot completed.
@@ -193,6 +199,15 @@ class FetchStats:
             copy = dataclasses.replace(self)
             copy.read_latency_counts = list(self.read_latency_counts)
         return copy
+
+    def count_loop_busy(self, busy_ns: int) -> None:
+        """The fetch loop worked `busy_ns` more nanoseconds: its `on_busy` callback.
+
+        Args:
+            busy_ns: nanoseconds of one loop iteration's work.
+        """
+        with self._lock:
+            self.loop_busy_ns += busy_ns
 
     def count_retry(self) -> None:
         """One more retry: the `on_retry` callback of `RetryPolicy.call`."""
