@@ -28,13 +28,18 @@ STOP_TIMEOUT_S = 10.0
 
 
 class _TimedSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
-    """The platform's selector, reporting the time the loop spent between its waits (and
-    in waits that could not block: work was ready) to `on_busy`, in nanoseconds."""
+    """The platform's selector, adding up the time the loop spends between its waits (and
+    in waits that could not block: work was ready) and handing it to `on_busy`, in
+    nanoseconds, once it reaches `REPORT_NS` (one call per millisecond of work at most,
+    not one per iteration)."""
+
+    REPORT_NS = 1_000_000
 
     def __init__(self, on_busy: Callable[[int], None]) -> None:
         super().__init__()
         self._on_busy = on_busy
         self._since = time.perf_counter_ns()
+        self._unreported = 0
 
     def select(self, timeout: float | None = None) -> list[Any]:
         started = time.perf_counter_ns()
@@ -46,7 +51,10 @@ class _TimedSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type
             if timeout is not None and timeout <= 0:  # callbacks were ready: no idling
                 busy += ended - started
             self._since = ended
-            self._on_busy(busy)
+            self._unreported += busy
+            if self._unreported >= self.REPORT_NS:
+                self._on_busy(self._unreported)
+                self._unreported = 0
 
 
 class EventLoopThread:
