@@ -161,7 +161,7 @@ def limiting_stage(activity: EpochActivity) -> tuple[str, str]:
         )
         median = "" if a.latency_s is None else f" of {a.latency_s[0] * 1e3:.0f} ms"
         if median and unqueued:
-            median += f" (unqueued {unqueued * 1e3:.0f} ms: more in flight would deliver more)"
+            median += f" (unqueued {unqueued * 1e3:.0f} ms: they do not queue)"
         return "store latency", (
             f"{in_flight:.0f} reads in flight on average{median}{bound}; consumer waiting "
             f"{stall:.0%}, decode busy {decode_busy:.0%}"

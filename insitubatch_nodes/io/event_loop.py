@@ -64,8 +64,8 @@ class EventLoopThread:
     Args:
         name: what the threads' names say they are for.
         decode_threads: threads of the decode pool.
-        on_busy: called from the loop's thread after each of its iterations with the
-            nanoseconds it spent working rather than waiting for IO, or None.
+        on_busy: called from the loop's thread with the nanoseconds it spent working
+            rather than waiting for IO, about a millisecond's worth at a time, or None.
     """
 
     def __init__(
