@@ -33,7 +33,9 @@ def test_a_distant_store_is_named_the_limit_and_the_figures_add_up(memory_url: A
     assert stats["chunks_read"] > 0 and stats["bytes_fetched"] > 0
     assert stats["read_latency_p50_s"] >= 0.02 / 2**0.25
     assert stats["data_stall_fraction"] > 0.5  # a 20 ms store, a consumer that does nothing
-    assert stats["limiting_stage"] in ("store latency", "bandwidth"), stats["evidence"]
+    # the store's latency, or (on a busy host) reads queued for this process's CPU, which
+    # "bandwidth" once also stood for; the verdicts apart: the tests below
+    assert stats["limiting_stage"] in ("store latency", "bandwidth", "cpu"), stats["evidence"]
     assert 0 < stats["reads_in_flight_mean"] <= stats["reads_in_flight_max"]
 
 
