@@ -404,9 +404,16 @@ def build_loader(
         levels=levels,
         spatial_dims=spatial_dims,
     )
-    timing = time_selection(opened, spec, stride=stride, frequency=frequency, max_gap=max_gap)
-    spec = timing.spec
     grid = opened.geometry.visits(revisits)
+    timing = time_selection(
+        opened,
+        spec,
+        stride=stride,
+        frequency=frequency,
+        max_gap=max_gap,
+        unit_length=grid.unit_length,
+    )
+    spec = timing.spec
     anchors = split_anchors(opened, split, spec, patches, timing.allowed, grid)
     permute = ChunkPermuteNode(
         anchors,

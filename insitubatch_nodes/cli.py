@@ -178,6 +178,14 @@ def _add_inspect(commands: Any) -> None:
         metavar="STEPS",
         help="plan for targets this many steps after the anchor (default 0: none)",
     )
+    inspect.add_argument(
+        "--revisits",
+        type=int,
+        default=1,
+        metavar="K",
+        help="plan for build_loader(revisits=K): each unit read K times per epoch, each "
+        "visit keeping 1/K of its samples (default 1)",
+    )
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -428,6 +436,7 @@ def _inspect(args: argparse.Namespace) -> int:
             sampled_chunks=args.sample_chunks,
             window_steps=args.window,
             lead_steps=args.lead,
+            revisits=args.revisits,
         )
     except Exception as err:
         return _refused("inspect", err, options, args.url)

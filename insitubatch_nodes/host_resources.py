@@ -5,7 +5,9 @@ hundreds of GiB free, and a decode pool sized to all the cores, started by each 
 ranks on one host, oversubscribes it eightfold. So the defaults that only change how fast
 and how much is read (the memory budget, the decode threads) come from the host: what
 memory is available now, which cores this process may run on, and how many ranks share
-them (`LOCAL_WORLD_SIZE`, as torchrun and accelerate set it), each rank taking its share.
+them (`LOCAL_WORLD_SIZE`, as torchrun and accelerate set it; where no launcher says,
+what Lightning's DDP launcher or a process group gives: `local_ranks_of`), each rank
+taking its share.
 Nothing that changes the batches is taken from here (see `loader_choices`).
 
 `HostResources` is plain data read once, by `HostResources.read()`, when a loader is
@@ -19,6 +21,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+import torch
 
 from insitubatch_nodes.core.settings import as_int, int_from_environment
 
@@ -68,7 +72,8 @@ class HostResources:
         """This host as it is now: available memory (`/proc/meminfo`'s MemAvailable, less
         where a cgroup limit leaves less; else the free pages), the cores this process may
         use (its CPU affinity, less where a cgroup quota allows less), and the ranks on
-        the host from the launcher's environment (1 when none says).
+        the host from the launcher's environment, the GPUs and the process group
+        (`local_ranks_of`; 1 when none says).
 
         Args:
             environ: the environment to read the ranks from (default `os.environ`).
@@ -78,7 +83,12 @@ class HostResources:
         """
         environ = os.environ if environ is None else environ
         memory, memory_from = _available_memory()
-        ranks, ranks_from = _local_ranks(environ)
+        grouped = torch.distributed.is_available() and torch.distributed.is_initialized()
+        ranks, ranks_from = local_ranks_of(
+            environ,
+            gpus=torch.cuda.device_count(),
+            group_size=torch.distributed.get_world_size() if grouped else None,
+        )
         return cls(memory, _usable_cores(), ranks, memory_from, ranks_from)
 
     @property
@@ -201,7 +211,28 @@ def _usable_cores() -> int:
     return max(1, min(cores, quota) if quota is not None else cores)
 
 
-def _local_ranks(environ: Mapping[str, str]) -> tuple[int, str]:
+def local_ranks_of(
+    environ: Mapping[str, str], *, gpus: int, group_size: int | None
+) -> tuple[int, str]:
+    """The ranks on this host, this one included, and where that was read.
+
+    A launcher's own count first (`LOCAL_RANKS_VARIABLES`). Lightning's DDP launcher sets
+    none: it sets `WORLD_SIZE` (processes per node times nodes) and `LOCAL_RANK`, and a
+    process group started otherwise (`torch.multiprocessing.spawn`) has only its world
+    size. On one node that is the count; on several it counts every node's ranks, so on
+    GPUs it is taken at most as the GPUs this process sees (one rank per GPU), and on the
+    CPU as it is. Either way it errs on the safe side: a rank takes less than its share
+    of memory and cores, never more, where a host running eight ranks that each took it
+    whole would be oversubscribed eightfold.
+
+    Args:
+        environ: the process's environment.
+        gpus: the CUDA devices this process sees (0 without CUDA).
+        group_size: the initialised process group's world size, or None without one.
+
+    Raises:
+        ValueError: a variable read holds something other than an int >= 1.
+    """
     for variable in LOCAL_RANKS_VARIABLES:
         if variable in environ:
             ranks = int_from_environment(environ, variable, 1)
@@ -211,4 +242,14 @@ def _local_ranks(environ: Mapping[str, str]) -> tuple[int, str]:
                     f"are at least 1: set it to their number (torchrun sets it) or unset it"
                 )
             return ranks, variable
-    return 1, "no launcher variable"
+    if "LOCAL_RANK" in environ and "WORLD_SIZE" in environ:
+        world = int_from_environment(environ, "WORLD_SIZE", 1)
+        source = "WORLD_SIZE beside LOCAL_RANK, as Lightning's DDP launcher sets them"
+    elif group_size is not None:
+        world, source = group_size, "the process group's world size"
+    else:
+        return 1, "no launcher variable"
+    if 0 < gpus < world:
+        world, source = gpus, f"{source}, at most the {gpus} GPUs this process sees"
+    local_rank = int_from_environment(environ, "LOCAL_RANK", 0)
+    return max(1, world, local_rank + 1), source

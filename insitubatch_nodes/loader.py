@@ -323,8 +323,9 @@ class Loader(torchdata.nodes.Loader[T]):
         """This epoch so far, as plain numbers (`core.stage_report.epoch_stats`): batches,
         samples per second, the share of time the consumer waited for data, chunks and
         bytes read, reads in flight (mean, max, target), read latency quantiles, retries,
-        decode CPU, gather time, read amplification, block memory held, the
-        `limiting_stage` with its `evidence`, and how mixed the batches are against a
+        decode CPU, gather time, read amplification, block memory held, the share of time
+        the fetch loop worked (`fetch_loop_busy_fraction`), the `limiting_stage` with its
+        `evidence`, and how mixed the batches are against a
         uniform global shuffle of the split (`distinct_units_per_batch`, `time_distance`,
         each with `_uniform` and `_ratio`, and `gap_score`; `core.quality.MixingTally`).
         Cheap enough to call every step; counting costs two clock reads and O(batch)

@@ -38,7 +38,8 @@ class LoaderDefaults:
     Args:
         split: the split planned for.
         split_samples: its samples (time steps).
-        unit_steps: steps in one unit (what the loader shuffles and splits by).
+        unit_steps: steps in one unit (what the loader shuffles and splits by): a visit's,
+            with revisits.
         batch_size: samples per batch.
         memory_budget: the budget, in bytes: the one given, else the host's choice (the
             host's share of memory when refused).
@@ -66,6 +67,9 @@ class LoaderDefaults:
             planned for windows (`spec`), else None.
         pool_without_windows: P for the same settings with samples of one step, when
             planned for windows: what their halo chunks cost the pool.
+        revisits: visits per unit and epoch planned for (`build_loader(revisits=...)`).
+        pool_without_revisits: P for the same settings with one visit per unit, when
+            planned for revisits: what they gain the pool (for as many times the reads).
     """
 
     split: str
@@ -92,6 +96,8 @@ class LoaderDefaults:
     mixing: tuple[float, float] | None = None
     spec_span: tuple[int, int] | None = None
     pool_without_windows: int | None = None
+    revisits: int = 1
+    pool_without_revisits: int | None = None
 
 
 def _planned(
@@ -154,6 +160,7 @@ def loader_defaults(
     secrets: Iterable[str],
     host: HostResources | None = None,
     spec: SampleSpec | None = None,
+    revisits: int = 1,
 ) -> LoaderDefaults:
     """What `build_loader(url, variables, split, batch_size=..., memory_budget=...)`
     would plan: the same anchors, device default, staging slots and choices.
@@ -171,6 +178,8 @@ def loader_defaults(
         spec: the samples' windows and leads, as `build_loader` takes them (default: one
             step per sample): each unit's slot then also holds the chunks its windows
             reach into, so the same window bytes hold fewer units.
+        revisits: visits per unit and epoch, as `build_loader` takes them: the units
+            planned for are the visits (`SampleGeometry.visits`).
     """
     if device is None:  # build_loader's default, without starting a CUDA context
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -178,7 +187,8 @@ def loader_defaults(
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     host = HostResources.read() if host is None else host
     held = staging_slots(default_prefetch(torch.device(device)))
-    anchors = split_anchors(opened, split, spec)
+    grid = opened.geometry.visits(revisits)
+    anchors = split_anchors(opened, split, spec, geometry=grid)
     samples = int(anchors.unit_sizes(anchors.units).sum())
     refused: str | None = None
     fitting: int | None = None
@@ -192,6 +202,7 @@ def loader_defaults(
     pool_from: str | None = None
     mixing: tuple[float, float] | None = None
     pool_without_windows: int | None = None
+    pool_without_revisits: int | None = None
     budget = host.memory_budget() if memory_budget is None else memory_budget
     memory_from = host.memory_text() if memory_budget is None else "given"
 
@@ -229,9 +240,15 @@ def loader_defaults(
             )
         if spec is not None and pool_size is not None:
             try:
-                pool_without_windows = choose(split_anchors(opened, split, None)).pool_size
+                plain = split_anchors(opened, split, None, geometry=grid)
+                pool_without_windows = choose(plain).pool_size
             except ValueError:
                 pool_without_windows = None
+        if revisits > 1 and pool_size is not None:
+            try:
+                pool_without_revisits = choose(split_anchors(opened, split, spec)).pool_size
+            except ValueError:
+                pool_without_revisits = None
         block_chunks, block_from = chosen.block_chunks, chosen.block_from
         block_samples = anchors.block_rows_bound(block_chunks)
         if mean_read_bytes:
@@ -243,7 +260,7 @@ def loader_defaults(
     return LoaderDefaults(
         split=split,
         split_samples=samples,
-        unit_steps=opened.geometry.unit_length,
+        unit_steps=grid.unit_length,
         batch_size=batch_size,
         memory_budget=budget,
         memory_from=memory_from,
@@ -265,4 +282,6 @@ def loader_defaults(
         mixing=mixing,
         spec_span=None if spec is None else spec.span,
         pool_without_windows=pool_without_windows,
+        revisits=revisits,
+        pool_without_revisits=pool_without_revisits,
     )

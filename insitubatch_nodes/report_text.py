@@ -213,6 +213,18 @@ def _pool_rows(loader: LoaderDefaults) -> list[tuple[str, str]]:
                 + (f" where one-step samples would fit {without}" if without else ""),
             )
         )
+    if loader.revisits > 1:
+        without = loader.pool_without_revisits
+        rows.append(
+            (
+                "  revisits",
+                f"each unit read {loader.revisits} times per epoch, each visit keeping "
+                f"1/{loader.revisits} of its samples: the window holds {loader.pool_size} "
+                f"visits"
+                + (f" where one visit per unit would fit {without}" if without else "")
+                + f", for {loader.revisits}x the reads",
+            )
+        )
     if loader.mixing is not None:
         pool, uniform = loader.mixing
         rows.append(

@@ -155,6 +155,7 @@ def inspect_store(
     host: HostResources | None = None,
     window_steps: int = 1,
     lead_steps: int = 0,
+    revisits: int = 1,
 ) -> StoreReport:
     """Describe `source` and the settings `build_loader` would choose for it.
 
@@ -180,10 +181,14 @@ def inspect_store(
         lead_steps: and whose targets are every variable this many steps after it
             (`leads(variables, [lead_steps])`): 0 for none. Windows and leads make each
             unit hold the neighbouring chunks they reach into, which shrinks the pool.
+        revisits: plan for `build_loader(revisits=...)`: each unit read this many times
+            per epoch, each visit keeping its share of the unit's samples, so the pool
+            counts visits (`SampleGeometry.visits`).
     """
     batch_size = as_int("batch_size", batch_size, minimum=1)
     window_steps = as_int("window_steps", window_steps, minimum=1)
     lead_steps = as_int("lead_steps", lead_steps, minimum=0)
+    revisits = as_int("revisits", revisits, minimum=1)
     memory_budget = as_optional_int("memory_budget", memory_budget, minimum=1)
     sampled_chunks = as_int("sampled_chunks", sampled_chunks, minimum=1)
     opened = ZarrSource.open(source, variables, manifest=manifest, storage_options=storage_options)
@@ -205,6 +210,7 @@ def inspect_store(
         secrets=secrets,
         host=host,
         spec=_spec(list(opened.layouts), window_steps, lead_steps),
+        revisits=revisits,
     )
     return StoreReport(opened.where, group.metadata.zarr_format, reports, others, time, loader)
 

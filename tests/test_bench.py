@@ -80,6 +80,7 @@ def check_consistent(result: dict[str, Any], chunks_per_epoch: int, chunk_bytes:
         "consumer",
         "decode",
         "gather",
+        "cpu",
         "bandwidth",
         "store latency",
     )

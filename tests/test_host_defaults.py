@@ -24,6 +24,7 @@ from insitubatch_nodes.host_resources import (
     HostResources,
     cgroup_cpu_quota,
     cgroup_memory_left,
+    local_ranks_of,
     meminfo_available,
 )
 from insitubatch_nodes.loader import graph_nodes
@@ -156,6 +157,54 @@ def test_local_world_size_is_read_from_the_environment(
         monkeypatch.setenv("LOCAL_WORLD_SIZE", bad)
         with pytest.raises(ValueError, match=f"LOCAL_WORLD_SIZE {why}"):
             build_loader(one_step_per_chunk, split="all", device="cpu")
+
+
+def lightning_ddp_environment(local_rank: int, processes: int, nodes: int = 1) -> dict:
+    """What Lightning's DDP launcher (`_SubprocessScriptLauncher._call_children_scripts`,
+    lightning 2.6) puts in a rank's environment: no LOCAL_WORLD_SIZE, no RANK."""
+    return {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29517",
+        "NODE_RANK": "0",
+        "LOCAL_RANK": str(local_rank),
+        "WORLD_SIZE": str(processes * nodes),
+    }
+
+
+def test_ranks_started_by_lightnings_ddp_launcher_share_the_host(
+    one_step_per_chunk: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lightning sets WORLD_SIZE and LOCAL_RANK but not LOCAL_WORLD_SIZE: its ranks on one
+    host would each have taken the whole host."""
+    host = HostResources.read(lightning_ddp_environment(local_rank=1, processes=4))
+    assert host.local_ranks == 4 and "Lightning" in host.local_ranks_from
+    for name, value in lightning_ddp_environment(local_rank=1, processes=4).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    loader = build_loader(one_step_per_chunk, split="all", batch_size=8, device="cpu")
+    cores = len(os.sched_getaffinity(0))
+    assert parts(loader)[1].context.decode_threads == max(1, cores // 4)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # a launcher that says it wins
+    assert HostResources.read().local_ranks == 2
+
+
+def test_the_ranks_on_a_host_where_no_launcher_says_how_many() -> None:
+    """On several nodes Lightning's WORLD_SIZE counts every node's ranks: on GPUs a host
+    runs no more ranks than it has GPUs, and on the CPU the world size is the safe side
+    (each rank takes less, never more, than its share). A process group started without
+    those variables (`mp.spawn`) gives its world size the same way."""
+    two_nodes = lightning_ddp_environment(local_rank=3, processes=8, nodes=2)
+    assert local_ranks_of(two_nodes, gpus=8, group_size=None)[0] == 8
+    assert local_ranks_of(two_nodes, gpus=0, group_size=None)[0] == 16
+    one_node = lightning_ddp_environment(local_rank=0, processes=2)
+    assert local_ranks_of(one_node, gpus=8, group_size=2)[0] == 2
+    ranks, source = local_ranks_of({}, gpus=4, group_size=6)
+    assert ranks == 4 and "process group" in source
+    assert local_ranks_of({}, gpus=0, group_size=3)[0] == 3
+    assert local_ranks_of({}, gpus=8, group_size=None) == (1, "no launcher variable")
+    assert local_ranks_of({"LOCAL_RANK": "0"}, gpus=0, group_size=None)[0] == 1  # no world
+    with pytest.raises(ValueError, match="WORLD_SIZE is 'x'"):
+        local_ranks_of({"LOCAL_RANK": "0", "WORLD_SIZE": "x"}, gpus=0, group_size=None)
 
 
 def test_the_choice_is_logged_once_with_its_reasons(

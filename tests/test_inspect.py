@@ -605,3 +605,42 @@ def test_windows_and_leads_are_planned_with_the_chunks_they_reach(
     assert report["spec_span"] == [-1, 1]
     text = inspect(capsys, str(era5), *budget, "--window", "2", "--lead", "1")[1]
     assert f"holds {pools[0]} units where one-step samples would fit {pools[1]}" in text
+
+
+def test_revisits_are_planned_as_the_loader_builds_them(
+    era5: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--revisits 2` plans build_loader(revisits=2): units of half the steps (each read
+    twice per epoch), so the same window holds more of them and batches mix over more;
+    the pool, its memory and the predicted mixing are the loader's."""
+    args = [str(era5), "--device", "cpu", "--split", "all", "--memory-budget", "8MiB"]
+    once = inspect_json(capsys, *args)["loader"]
+    report = inspect_json(capsys, *args, "--revisits", "2")["loader"]
+    settings: dict[str, Any] = {"split": "all", "device": "cpu", "memory_budget": 8 << 20}
+    built = build_loader(str(era5), revisits=2, host=HostResources(**report["host"]), **settings)
+    nodes = graph_nodes(built.root)
+    pool = next(n for n in nodes if isinstance(n, PoolShuffleNode))
+    fetch = next(n for n in nodes if isinstance(n, AsyncFetchNode))
+    assert report["revisits"] == 2 and once["revisits"] == 1
+    assert report["unit_steps"] == STEPS_PER_CHUNK // 2
+    assert report["pool_size"] == pool.pool_size > once["pool_size"]
+    assert report["pool_without_revisits"] == once["pool_size"]
+    plan = report["plan"]
+    assert plan["window_bytes"] + plan["read_ahead_bytes"] == (
+        fetch.context.block_slots.capacity_bytes
+    )
+    assert plan["read_ahead_bytes"] == fetch.memory_budget
+    predicted, uniform = report["mixing"]
+    assert uniform == pytest.approx(uniform_distinct_units(np.full(STEPS, 1), 32))
+    for _ in built:  # what the loader then measures
+        pass
+    assert built.stats()["distinct_units_uniform"] == pytest.approx(uniform)
+    assert 0 < predicted <= uniform
+    text = inspect(capsys, *args, "--revisits", "2")[1]
+    assert f"pool of {pool.pool_size} units" in text
+    assert f"where one visit per unit would fit {once['pool_size']}" in text
+
+
+def test_revisits_must_divide_the_unit(era5: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    err = refused(capsys, str(era5), "--device", "cpu", "--revisits", "3")
+    assert "revisits=3 must divide the unit length of 2 steps" in err

@@ -43,6 +43,11 @@ BASE = EpochActivity(
         ({"decode_cpu_s": 16.0}, "decode"),
         ({"gather_s": 8.0}, "gather"),
         ({"latency_s": (0.09, 0.2, 0.3)}, "bandwidth"),
+        ({"latency_s": (0.09, 0.2, 0.3), "loop_busy_s": 4.0}, "bandwidth"),
+        ({"latency_s": (0.09, 0.2, 0.3), "loop_busy_s": 6.0}, "cpu"),
+        ({"latency_s": (0.09, 0.2, 0.3), "min_rtt_s": None, "least_latency_s": 0.03}, "bandwidth"),
+        ({"latency_s": (0.09, 0.2, 0.3), "min_rtt_s": None}, "store latency"),
+        ({"loop_busy_s": 9.0}, "store latency"),
         ({}, "store latency"),
         ({"gets": 0, "read_s": 0.0, "latency_s": None, "min_rtt_s": None}, "decode"),
         ({"batches": 0}, "unknown"),
@@ -69,3 +74,4 @@ def test_the_stats_are_plain_numbers_and_add_up() -> None:
     assert stats["read_amplification"] == 4_000_000 / 3_200_000
     assert stats["read_latency_p99_s"] == 0.08
     assert stats["limiting_stage"] == "store latency"
+    assert stats["fetch_loop_busy_fraction"] == 0.0

@@ -128,3 +128,32 @@ def test_bad_time_settings_are_refused_with_what_to_do(store: str, tmp_path: Pat
         ib.build_loader(plain, frequency="6h")
     with pytest.raises(ValueError, match="has no anchor that the stride, frequency or max_gap"):
         ib.build_loader(store, split="val", spec=SPEC, stride=12 * 3)
+
+
+@pytest.mark.parametrize(
+    ("steps_per_chunk", "stride", "revisits", "accepted"),
+    [
+        (12, 4, 2, False),  # visits of 6 steps hold 2 and 1 anchors of a stride of 4
+        (12, 8, 3, True),  # visits of 4 steps: a stride of 8 is a multiple of them
+        (24, 16, 3, True),  # visits of 8 steps: a stride of 16 is a multiple of them
+        (12, 6, 2, True),  # visits of 6 steps: aligned on either grid
+    ],
+)
+def test_the_stride_is_checked_against_the_grid_the_loader_reads(
+    tmp_path: Path, steps_per_chunk: int, stride: int, revisits: int, accepted: bool
+) -> None:
+    """With revisits the loader's units are the visits (`SampleGeometry.visits`), so the
+    stride is held to them, not to the store's chunks: the same rule as for units of that
+    length, both ways. Accepted, every stride step is an anchor exactly once."""
+    hours = hourly("2015-01-01T00", 240)
+    url = write_native(tmp_path / "s.zarr", hours, steps_per_chunk=steps_per_chunk)
+    settings: dict[str, Any] = {"split": "all", "batch_size": 4, "device": "cpu"}
+    if not accepted:
+        visit = steps_per_chunk // revisits
+        misaligned = f"a stride of {stride} steps against units of {visit} steps"
+        with pytest.raises(ValueError, match=misaligned):
+            ib.build_loader(url, stride=stride, revisits=revisits, **settings)
+        return
+    loader = ib.build_loader(url, stride=stride, revisits=revisits, **settings)
+    anchors = np.concatenate([b["sample_index"].numpy() for b in loader])
+    assert sorted(anchors.tolist()) == list(range(0, 240, stride))

@@ -3,7 +3,17 @@
 When a run is slow, the user needs the stage to blame, not twenty counters. The stages
 are tried from the consumer inward: if the consumer seldom waits for a batch, the model
 is the limit and nothing in the loader would help; otherwise the stage that is busiest
-for its share of the wall time is named, with the figures that show it. Pure: the
+for its share of the wall time is named, with the figures that show it.
+
+Reads that take much longer than the least round trip queue somewhere, and more of them
+in flight would not deliver more (the in-flight target stops at twice the delivered rate
+times that round trip, so a flat rate shows as round trips about twice the least). Where
+they queue decides the remedy: on the link ("bandwidth", the store's own serving rate
+included: nothing in this process would help) or in this process ("cpu": the fetch loop,
+which runs every read's Python work, busy most of the time; fewer and larger reads, or
+more free cores, would help). The fetch loop's busy time tells the two apart: behind a
+link it mostly waits. Reads that do not queue are limited by the store's latency, with
+the in-flight target (or a user's cap) saying how many may be under way. Pure: the
 counters come in as numbers (`loader.Loader.stats` gathers them), so every verdict is
 tested on made-up epochs (`tests/test_stage_report.py`).
 """
@@ -14,7 +24,8 @@ from dataclasses import dataclass
 
 STALL_OK = 0.05  # a consumer waiting for data less than this share of the time is the limit
 BUSY = 0.75  # a stage busy this share of the time (or its threads') is saturated
-QUEUED = 2.0  # round trips this many times the least one mean reads queue on the link
+QUEUED = 2.0  # round trips this many times the least one mean reads queue
+LOOP_BUSY = 0.5  # a fetch loop working this share of the time is where reads queue
 
 
 @dataclass(frozen=True)
@@ -38,6 +49,9 @@ class EpochActivity:
         inflight_limit: the in-flight target now.
         min_rtt_s: the least round trip the target knows, or None.
         latency_s: read latency quantiles (p50, p90, p99), or None before any read.
+        least_latency_s: the epoch's least read latency (its histogram bucket), or None
+            before any read: the unqueued round trip before the target has measured one.
+        loop_busy_s: time the fetch event loop spent working rather than waiting for IO.
         retries: reads tried again.
         decode_cpu_s: the decode threads' CPU time decoding.
         decode_threads: threads of the decode pool.
@@ -69,6 +83,8 @@ class EpochActivity:
     inflight_limit: int = 0
     min_rtt_s: float | None = None
     latency_s: tuple[float, float, float] | None = None
+    least_latency_s: float | None = None
+    loop_busy_s: float = 0.0
     retries: int = 0
     decode_cpu_s: float = 0.0
     decode_threads: int = 0
@@ -90,8 +106,9 @@ def _share(part: float, whole: float) -> float:
 def limiting_stage(activity: EpochActivity) -> tuple[str, str]:
     """The stage that limits the loader, and the figures that show it.
 
-    One of "consumer", "decode", "gather", "bandwidth", "store latency", or "unknown"
-    before a batch has been handed out.
+    One of "consumer", "decode", "gather", "cpu" (reads queue in this process),
+    "bandwidth" (reads queue on the link), "store latency", or "unknown" before a batch
+    has been handed out.
 
     Args:
         activity: the epoch so far.
@@ -115,11 +132,25 @@ def limiting_stage(activity: EpochActivity) -> tuple[str, str]:
     if gather_busy >= BUSY:
         return "gather", f"the gather ran {gather_busy:.0%} of the time"
     in_flight = _share(a.read_s, a.wall_s)
-    if a.latency_s is not None and a.min_rtt_s and a.latency_s[0] >= QUEUED * a.min_rtt_s:
+    loop_busy = _share(a.loop_busy_s, a.wall_s)
+    unqueued = min((t for t in (a.min_rtt_s, a.least_latency_s) if t), default=None)
+    if a.latency_s is not None and unqueued and a.latency_s[0] >= QUEUED * unqueued:
+        queued = (
+            f"reads took {a.latency_s[0] * 1e3:.0f} ms (median) against "
+            f"{unqueued * 1e3:.0f} ms unqueued, {in_flight:.0f} in flight on average "
+            f"(target {a.inflight_limit})"
+        )
+        if loop_busy >= LOOP_BUSY:
+            return "cpu", (
+                f"{queued}, and the fetch loop was busy {loop_busy:.0%} of the time: they "
+                f"queue in this process for the Python work of each read (or for cores "
+                f"other work holds), not on the link; fewer, larger reads (more steps per "
+                f"chunk) or free cores would help"
+            )
         return "bandwidth", (
-            f"reads took {a.latency_s[0] * 1e3:.0f} ms (median) against {a.min_rtt_s * 1e3:.0f}"
-            f" ms unqueued, {in_flight:.0f} in flight on average: they queue (on the link, or"
-            f" in this process if its CPU is busy)"
+            f"{queued}, delivering {_share(a.bytes_fetched, a.wall_s) / 1e6:.0f} MB/s "
+            f"while the fetch loop was busy only {loop_busy:.0%} of the time: they queue "
+            f"on the link (or in the store), and more in flight would not deliver more"
         )
     if a.gets:
         bound = (
@@ -129,6 +160,8 @@ def limiting_stage(activity: EpochActivity) -> tuple[str, str]:
             else ""
         )
         median = "" if a.latency_s is None else f" of {a.latency_s[0] * 1e3:.0f} ms"
+        if median and unqueued:
+            median += f" (unqueued {unqueued * 1e3:.0f} ms: they do not queue)"
         return "store latency", (
             f"{in_flight:.0f} reads in flight on average{median}{bound}; consumer waiting "
             f"{stall:.0%}, decode busy {decode_busy:.0%}"
@@ -159,6 +192,7 @@ def epoch_stats(activity: EpochActivity) -> dict[str, float | int | str]:
         "reads_in_flight_mean": _share(a.read_s, a.wall_s),
         "reads_in_flight_max": a.most_in_flight,
         "reads_in_flight_target": a.inflight_limit,
+        "fetch_loop_busy_fraction": _share(a.loop_busy_s, a.wall_s),
         "retries": a.retries,
         "decode_cpu_s": a.decode_cpu_s,
         "gather_s": a.gather_s,

@@ -70,6 +70,8 @@ class FetchStats:
         cache_bytes_served: stored bytes the cache served: store traffic saved.
         cache_bytes_written: bytes of entries admitted to the cache.
         read_latency_counts: reads per latency bucket (`latency_bucket`).
+        loop_busy_ns: time the fetch event loop spent working (callbacks, the GIL) rather
+            than waiting for IO (`io.event_loop.EventLoopThread`'s `on_busy`).
     """
 
     chunks_read: int = 0
@@ -94,6 +96,7 @@ class FetchStats:
     cache_bytes_served: int = 0
     cache_bytes_written: int = 0
     read_latency_counts: list[int] = field(default_factory=lambda: [0] * LATENCY_BUCKETS)
+    loop_busy_ns: int = 0
     _lock: threading.Lock = field(
         default_factory=threading.Lock, init=False, repr=False, compare=False
     )
@@ -117,6 +120,7 @@ class FetchStats:
         cache_misses: int = 0,
         cache_bytes_served: int = 0,
         cache_bytes_written: int = 0,
+        loop_busy_ns: int = 0,
     ) -> None:
         """Add to the named counters, atomically.
 
@@ -137,6 +141,7 @@ class FetchStats:
             cache_misses: see the class.
             cache_bytes_served: see the class.
             cache_bytes_written: see the class.
+            loop_busy_ns: see the class.
         """
         with self._lock:
             self.chunks_read += chunks_read
@@ -155,6 +160,7 @@ class FetchStats:
             self.cache_misses += cache_misses
             self.cache_bytes_served += cache_bytes_served
             self.cache_bytes_written += cache_bytes_written
+            self.loop_busy_ns += loop_busy_ns
 
     def add_read(self, waited_s: float, rtt_s: float, nbytes: int, in_flight: int) -> None:
         """One read through a read slot completed.
@@ -201,6 +207,15 @@ class FetchStats:
             copy = dataclasses.replace(self)
             copy.read_latency_counts = list(self.read_latency_counts)
         return copy
+
+    def count_loop_busy(self, busy_ns: int) -> None:
+        """The fetch loop worked `busy_ns` more nanoseconds: its `on_busy` callback.
+
+        Args:
+            busy_ns: nanoseconds of one loop iteration's work.
+        """
+        with self._lock:
+            self.loop_busy_ns += busy_ns
 
     def count_retry(self) -> None:
         """One more retry: the `on_retry` callback of `RetryPolicy.call`."""

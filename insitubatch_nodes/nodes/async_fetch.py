@@ -196,7 +196,9 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         self._reader = None
 
     def _start(self) -> None:
-        runtime = EventLoopThread("fetch", self.context.decode_threads)
+        runtime = EventLoopThread(
+            "fetch", self.context.decode_threads, on_busy=self.stats.count_loop_busy
+        )
         self._runtime = runtime
         if self.decode_on is None:
             self._reader = ChunkReader(self.context)
@@ -296,6 +298,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             a - b for a, b in zip(now.read_latency_counts, then.read_latency_counts, strict=True)
         ]
         quantiles = [now.latency_quantile(q, counts) for q in (0.5, 0.9, 0.99)]
+        least = now.latency_quantile(0.0, counts)
         estimate = self.context.inflight.estimate
         return {
             "sample_bytes": sample_nbytes(self.context.layouts),
@@ -309,6 +312,8 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             "inflight_limit": self.context.inflight.limit,
             "min_rtt_s": None if estimate is None else estimate.min_rtt_s,
             "latency_s": None if quantiles[0] is None else tuple(quantiles),
+            "least_latency_s": least,
+            "loop_busy_s": (now.loop_busy_ns - then.loop_busy_ns) / 1e9,
             "retries": now.retries - then.retries,
             "decode_cpu_s": (now.decode_cpu_ns - then.decode_cpu_ns) / 1e9,
             "decode_threads": self.context.decode_threads,
