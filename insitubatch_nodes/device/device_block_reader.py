@@ -2,18 +2,21 @@
 
 For every array the GPU can decode (`gpu_codecs`; sharded arrays by their inner chunks),
 a block's stored chunk bytes are fetched as the CPU reader fetches them (`stored_chunks`:
-plain file reads, gets, shard ranges; the same retries and length checks), packed into one
-page-locked buffer, copied to the device in one transfer and decoded there by one batched
-nvCOMP call, whole chunks straight into the block buffer; uncompressed chunks are copied
-as they are. The host holds compressed bytes only, never decoded data. Arrays the GPU
-cannot decode are read by the CPU `ChunkReader` and copied to the device, and the log
-says so once per array.
+plain file reads, gets, shard ranges; the same retries and length checks). The thread that
+fetched a chunk copies it once, into page-locked memory of its own (torch's caching host
+allocator), so the decode call, which runs one at a time, has no host copy left to make:
+it copies each chunk to the device and decodes them all in one batched nvCOMP call, whole
+chunks straight into the block buffer; uncompressed chunks are copied as they are. The
+host holds compressed bytes only, never decoded data. Arrays the GPU cannot decode are
+read by the CPU `ChunkReader` and copied to the device, and the log says so once per
+array.
 
-Decode runs in the decode pool, one call at a time per reader (nvCOMP's codec object and
-the staging buffer are shared), on the reader's own CUDA stream, which is synchronised
-before the blocks are handed on: a block's tensors are complete when its future is.
-Blocks whose bytes arrive while a call runs are decoded together in the next call
-(`grouped_calls`): nvCOMP is several times faster per chunk with more chunks per call.
+Decode runs in the decode pool, one call at a time per reader (nvCOMP's codec objects are
+shared), on the reader's own CUDA stream, which is synchronised before the blocks are
+handed on: a block's tensors are complete when its future is, and the page-locked bytes
+are free again. Blocks whose bytes arrive while a call runs are decoded together in the
+next call (`grouped_calls`): nvCOMP is several times faster per chunk with more chunks
+per call.
 """
 
 from __future__ import annotations
@@ -63,7 +66,14 @@ _told: set[tuple[str, str]] = set()  # (store, variable) fallbacks already logge
 class _Payload:
     name: str
     read: ChunkRead
-    data: bytes | None  # None: never written, the fill value
+    held: torch.Tensor | None  # the stored bytes (uint8, page-locked on CUDA); None: never
+    # written, the fill value
+
+    @property
+    def data(self) -> memoryview:
+        """The stored bytes, as the host checks and decodes them."""
+        assert self.held is not None
+        return memoryview(self.held.numpy())
 
 
 @dataclass(frozen=True)
@@ -136,7 +146,6 @@ class DeviceBlockReader:
         self._grouped: GroupedCalls[BlockBytes, dict[str, torch.Tensor]] = GroupedCalls(
             self.decode_blocks
         )
-        self._staging: torch.Tensor | None = None
         self._arena: torch.Tensor | None = None  # device scratch for partly kept chunks
         self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self._nvcomp_codecs: dict[str, Any] = {}
@@ -211,26 +220,22 @@ class DeviceBlockReader:
         """The stored bytes of `reads` (of a block of `epoch`), fetched as the CPU reader
         fetches them."""
         payloads: list[_Payload] = []
+        pinned = self._stream is not None
 
         def collect(array: StoredArray, items: Loaded) -> None:
-            payloads.extend(  # copied: the fetch may reuse the memory after this call
-                [
-                    _Payload(array.name, read, None if data is None else bytes(data))
-                    for read, data in items
-                ]
-            )
+            # copied now (the fetch may reuse the memory after this call), by the fetching
+            # thread, straight into the memory the device copies from
+            for read, data in items:
+                held = None
+                if data is not None:
+                    source = np.frombuffer(data, dtype=np.uint8)
+                    held = torch.empty(source.size, dtype=torch.uint8, pin_memory=pinned)
+                    held.numpy()[:] = source
+                payloads.append(_Payload(array.name, read, held))
 
         assert self._fetcher is not None
         await self._fetcher.fetch({self._stored[n]: r for n, r in reads.items()}, collect, epoch)
         return payloads
-
-    def _staging_buffer(self, nbytes: int) -> torch.Tensor:
-        if self._staging is None or self._staging.numel() < nbytes:
-            self._staging = None
-            self._staging = torch.empty(
-                max(nbytes, 1), dtype=torch.uint8, pin_memory=self._stream is not None
-            )
-        return self._staging[:nbytes]
 
     def decode_blocks(
         self, blocks: Sequence[BlockBytes]
@@ -263,7 +268,7 @@ class DeviceBlockReader:
                 outs = self._decode_on_stream(blocks)
             finally:
                 if self._stream is not None:  # the blocks are complete when their futures
-                    self._stream.synchronize()  # are; after a failure, the staging is free
+                    self._stream.synchronize()  # are; after a failure, the bytes are free
                 elapsed = time.perf_counter_ns() - started
                 self._stats.add(device_decode_calls=1, device_decode_ns=elapsed)
         for block, out in zip(blocks, outs, strict=True):
@@ -281,7 +286,7 @@ class DeviceBlockReader:
         ]
         on_device = []
         for payload, out in targets:
-            if payload.data is None:
+            if payload.held is None:
                 continue
             stream = self._device_stream(payload)
             if stream is None:
@@ -293,19 +298,17 @@ class DeviceBlockReader:
         for _, _, stream in on_device:
             offsets.append(total)
             total += -(-len(stream) // ALIGNMENT) * ALIGNMENT
-        host = self._staging_buffer(total)
-        staged = host.numpy()
-        for (_, _, stream), offset in zip(on_device, offsets, strict=True):
-            staged[offset : offset + len(stream)] = np.frombuffer(stream, dtype=np.uint8)
-        device_bytes = host.to(self._device, non_blocking=True)
-        chunks = [
-            device_bytes[offset : offset + len(stream)]
-            for (_, _, stream), offset in zip(on_device, offsets, strict=True)
-        ]
+        device_bytes = torch.empty(max(total, 1), dtype=torch.uint8, device=self._device)
+        chunks = []
+        for (payload, _, stream), offset in zip(on_device, offsets, strict=True):
+            assert payload.held is not None  # a stream starts where its stored bytes do
+            chunk = device_bytes[offset : offset + len(stream)]
+            chunk.copy_(payload.held[: len(stream)], non_blocking=True)
+            chunks.append(chunk)
         present = [(payload, out) for payload, out, _ in on_device]
         self._decode_chunks(present, chunks)
         for payload, out in targets:
-            if payload.data is None:
+            if payload.held is None:
                 target, _ = chunk_regions(self._layouts[payload.name], payload.read)
                 out[payload.name][target] = self._codec(payload.name).decoder.fill_value
         return outs
@@ -319,7 +322,6 @@ class DeviceBlockReader:
         declared size, a checksum in the frame) is decoded by libzstd on the host, which
         checks it all; anything invalid is a `CorruptChunkError`."""
         decoder = self._codec(payload.name).decoder
-        assert payload.data is not None
         try:
             stream = strip_crc32c(payload.data) if decoder.checksum else memoryview(payload.data)
             expected = decoder.chunk_nbytes

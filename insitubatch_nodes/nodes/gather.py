@@ -319,27 +319,34 @@ def crop_tensor_rows(
     return taken
 
 
-def _upload(indices: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
-    """Index arrays of one block on `device`, in one copy (from pinned memory on CUDA, so
-    the copy is queued on the stream instead of waiting for the work queued before it)."""
+def _upload(
+    indices: list[dict[str, np.ndarray]], device: torch.device
+) -> list[dict[str, torch.Tensor]]:
+    """Index arrays of a batch's blocks on `device`, in one copy for the whole batch (from
+    pinned memory on CUDA, so the copy is queued on the stream instead of waiting for the
+    work queued before it): a pool batch draws from tens of blocks, and a copy per block
+    was most of the gather's host time."""
     host = torch.from_numpy(
-        np.concatenate([np.ravel(i).astype(np.int64) for i in indices.values()])
+        np.concatenate([np.ravel(i).astype(np.int64) for part in indices for i in part.values()])
     )
     if device.type == "cuda":
         host = host.pin_memory()
     flat = host.to(device, non_blocking=True)
-    out = {}
+    out = []
     start = 0
-    for key, index in indices.items():
-        out[key] = flat[start : start + index.size].view(index.shape)
-        start += index.size
+    for part in indices:
+        views = {}
+        for key, index in part.items():
+            views[key] = flat[start : start + index.size].view(index.shape)
+            start += index.size
+        out.append(views)
     return out
 
 
 def gather_tensors(draw: BatchDraw) -> dict[str, Any]:
     """`gather` for blocks of tensors, on their device (`FetchedBlock.device`), queued on
     the caller's current stream: one `index_select` per (field, block) through one upload
-    of the block's row indices, or with patches one fancy index per (field, block). Only
+    of the batch's row indices, or with patches one fancy index per (field, block). Only
     `sample_index` (and `patch_origin`) stay host arrays.
 
     Args:
@@ -356,17 +363,21 @@ def gather_tensors(draw: BatchDraw) -> dict[str, Any]:
         out[key] = sample.new_empty(_batch_shape(size, tuple(sample.shape), columns, crop))
     sample_index = np.empty(size, dtype=np.int64)
     origins = np.empty((size, len(crop)), dtype=np.int64) if crop else None
-    start = 0
+    wanted = []
     for block, rows in draw.parts:
-        assert block.device is not None
-        stop = start + rows.size
-        wanted = {
-            key: _field_rows(block, variable, rows, columns) for key, variable, columns in fields
-        }
+        wanted.append(
+            {key: _field_rows(block, variable, rows, columns) for key, variable, columns in fields}
+        )
         if crop:
             assert block.plan.origins is not None
-            wanted[PATCH_ORIGIN_KEY] = block.plan.origins[rows]
-        uploaded = _upload(wanted, block.device)
+            wanted[-1][PATCH_ORIGIN_KEY] = block.plan.origins[rows]
+    assert first_block.device is not None  # every block of a batch lives on one device
+    start = 0
+    for (block, rows), uploaded in zip(
+        draw.parts, _upload(wanted, first_block.device), strict=True
+    ):
+        assert block.device is not None
+        stop = start + rows.size
         for key, variable, _ in fields:
             tensor = block.arrays[variable]
             target = out[key][start:stop]
