@@ -3,33 +3,30 @@
     python -m benchmarks.stall_probe            # needs CUDA
 
 `benchmarks.gpu` measures the data stall (`1 - compute-only time / fed time`); this says
-what it is made of. After a warm-up epoch it times, per step:
+what it is made of. After a warm-up epoch per loader it times, per step:
 
-- compute: the step on one fixed batch (no loader);
-- fed: the step on the loader's batches (defaults, CPU decode);
+- compute: the step on one fixed batch (no loader), before and after the rest;
+- fed: the step on the loader's batches, at the defaults (CPU decode; on CUDA the decode
+  threads run at `BACKGROUND_NICENESS`), with `decode_niceness=0` (decode competes with
+  the training thread for cores as an equal), and with two cores left to the training
+  thread and the loop (decode threads = cores - 2), each `--repeats` times, interleaved;
 - loader busy, fixed batch: the loader iterated as in `fed`, the step on the fixed batch
   (the loader's activity without its data);
-- fed with two cores left to the training thread and the loop (decode threads = cores - 2),
-  fed with the decode threads at a lower scheduling priority (nice 10: they take only the
-  cores the training thread leaves), and fed with a 0.5 ms GIL switch interval;
+- fed with a 0.5 ms GIL switch interval;
 
 and, for each, the host time the training thread spends inside the step (its kernel
 launches, no synchronisation): when that exceeds the GPU's time per step, the training
-thread itself is what the GPU waits for.
-
-then profiles 20 steps of `compute` and of `fed` with torch.profiler: device time per
-step in kernels and copies (is the GPU slower, or idle?) and the training thread's host
-calls that take longest (which wait it makes).
+thread itself is what the GPU waits for. It then profiles 20 steps of `compute` and of
+`fed` with torch.profiler: device time per step in kernels and copies (is the GPU slower,
+or idle?) and the training thread's host calls that take longest (which wait it makes).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -60,35 +57,6 @@ def _timed(steps: int, batches: Any, step: Any) -> tuple[float, float]:
         in_step += time.perf_counter() - entered
     _sync()
     return 1e3 * (time.perf_counter() - start) / steps, 1e3 * in_step / steps
-
-
-class NicedDecodeThreads:
-    """While active, gives every decode thread of the library a higher nice value (Linux
-    sets it per thread), checking every 20 ms: the fetch loop starts its pool anew each
-    epoch, so the threads come and go."""
-
-    def __init__(self, niceness: int) -> None:
-        self.niceness = niceness
-        self.changed: set[int] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.02):
-            for thread in threading.enumerate():
-                tid = thread.native_id
-                if "-decode" in thread.name and tid is not None and tid not in self.changed:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.setpriority(os.PRIO_PROCESS, tid, self.niceness)
-                    self.changed.add(tid)
-
-    def __enter__(self) -> NicedDecodeThreads:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def _forever(loader: Any) -> Any:
@@ -127,6 +95,7 @@ def main() -> None:
     parser.add_argument("--time-steps", type=int, default=1460)
     parser.add_argument("--device", default="cuda", help="cpu: a dry run of the script")
     parser.add_argument("--shuffle", default="pool", choices=["pool", "block"])
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each fed setting")
     parser.add_argument("--store", type=Path, default=Path("/tmp/insitubatch-gpu-bench"))
     parser.add_argument("--out", type=Path, default=Path("."))
     args = parser.parse_args()
@@ -164,45 +133,52 @@ def main() -> None:
         for _ in _forever(loader):
             yield fixed
 
-    rows: dict[str, tuple[float, float]] = {}
-    rows["compute"] = _timed(args.steps, repeat_fixed(), step)
-    rows["fed"] = _timed(args.steps, _forever(default), step)
-    rows["loader busy, fixed batch"] = _timed(args.steps, busy_fixed(default), step)
-    rows["compute again"] = _timed(args.steps, repeat_fixed(), step)
     cores = len(os.sched_getaffinity(0))
-    spared = loader(decode_threads=max(1, cores - 2))
-    for batch in spared:  # its own warm-up epoch
-        step(batch)
-    rows[f"fed, {max(1, cores - 2)} decode threads"] = _timed(args.steps, _forever(spared), step)
-    spared.close()
-    with NicedDecodeThreads(10) as niced_threads:
-        niced = loader()
-        for batch in niced:
+    others = {
+        "fed, decode_niceness=0": loader(decode_niceness=0),
+        f"fed, {max(1, cores - 2)} decode threads": loader(decode_threads=max(1, cores - 2)),
+    }
+    for other in others.values():
+        for batch in other:  # each loader's own warm-up epoch
             step(batch)
-        timed = _timed(args.steps, _forever(niced), step)
-        niced.close()
-    rows[f"fed, decode threads at nice 10 ({len(niced_threads.changed)})"] = timed
+    fed = {"fed (defaults)": default, **others}
+    timings: dict[str, list[tuple[float, float]]] = {name: [] for name in fed}
+    timings["compute"] = [_timed(args.steps, repeat_fixed(), step)]
+    for _ in range(args.repeats):  # interleaved, so drift touches every setting alike
+        for name, fed_by in fed.items():
+            timings[name].append(_timed(args.steps, _forever(fed_by), step))
+    timings["loader busy, fixed batch"] = [_timed(args.steps, busy_fixed(default), step)]
+    timings["compute"].append(_timed(args.steps, repeat_fixed(), step))
     interval = sys.getswitchinterval()
     sys.setswitchinterval(0.0005)
-    rows["fed, GIL switch 0.5 ms"] = _timed(args.steps, _forever(default), step)
+    timings["fed, GIL switch 0.5 ms"] = [_timed(args.steps, _forever(default), step)]
     sys.setswitchinterval(interval)
+    for other in others.values():
+        other.close()
+    rows = {name: sorted(runs)[len(runs) // 2] for name, runs in timings.items()}
     stats = default.stats()
     profiles = {
         "compute": _profile(20, repeat_fixed(), step),
         "fed": _profile(20, _forever(default), step),
     }
-    report = {"ms_per_step": rows, "profiles": profiles, "loader_stats": stats}
+    report = {
+        "ms_per_step": rows,
+        "runs": timings,
+        "profiles": profiles,
+        "loader_stats": stats,
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "stall_probe.json").write_text(json.dumps(report, indent=2, default=str))
-    base = rows["compute"][0]
+    base = min(ms for ms, _ in timings["compute"])
     print(
-        f"width {args.width}, shuffle {args.shuffle}, {args.steps} steps each; "
-        "stall = 1 - compute / this"
+        f"width {args.width}, shuffle {args.shuffle}, {args.steps} steps a run, median of "
+        f"{args.repeats} interleaved runs per fed setting; stall = 1 - compute / this"
     )
     for name, (ms, host_ms) in rows.items():
+        spread = " ".join(f"{1 - base / m:.1%}" for m, _ in timings[name])
         print(
-            f"{name:40s} {ms:7.2f} ms/step  stall {max(0.0, 1 - base / ms):6.1%}  "
-            f"host in step {host_ms:6.2f} ms"
+            f"{name:36s} {ms:7.2f} ms/step  stall {max(0.0, 1 - base / ms):6.1%}  "
+            f"host in step {host_ms:6.2f} ms  (runs: {spread})"
         )
     for name, p in profiles.items():
         print(f"[{name}] device time in kernels and copies: {p['device_ms_per_step']:.2f} ms/step")

@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import os
 import selectors
+import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -24,6 +26,11 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 THREAD_PREFIX = "insitubatch"
+# The decode threads' nice increment when a loader feeds a GPU (`build_loader`'s default):
+# at 10 the kernel's scheduler gives a nice-0 thread about nine times a nice-10 thread's
+# share of a contended core, so the training thread runs the moment it is ready, and
+# decode still takes every core it leaves idle.
+BACKGROUND_NICENESS = 10
 STOP_TIMEOUT_S = 10.0
 
 
@@ -57,6 +64,13 @@ class _TimedSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type
                 self._unreported = 0
 
 
+def _lower_priority(niceness: int) -> None:
+    """Run the calling thread `niceness` steps below the process (a thread's own nice
+    value on Linux); raising it needs no privilege."""
+    thread = threading.get_native_id()
+    os.setpriority(os.PRIO_PROCESS, thread, os.getpriority(os.PRIO_PROCESS, thread) + niceness)
+
+
 class EventLoopThread:
     """An event loop running on its own daemon thread, with its decode thread pool as the
     loop's default executor.
@@ -66,17 +80,29 @@ class EventLoopThread:
         decode_threads: threads of the decode pool.
         on_busy: called from the loop's thread with the nanoseconds it spent working
             rather than waiting for IO, about a millisecond's worth at a time, or None.
+        decode_niceness: how much lower than the rest of the process the decode threads
+            are scheduled (a nice increment, 0-19; Linux only, where the nice value is a
+            thread's own): a training thread that launches GPU work then never waits
+            behind decode for a core.
     """
 
     def __init__(
-        self, name: str, decode_threads: int, on_busy: Callable[[int], None] | None = None
+        self,
+        name: str,
+        decode_threads: int,
+        on_busy: Callable[[int], None] | None = None,
+        decode_niceness: int = 0,
     ) -> None:
         if on_busy is None:
             self._loop = asyncio.new_event_loop()
         else:
             self._loop = asyncio.SelectorEventLoop(_TimedSelector(on_busy))
+        lowered = decode_niceness > 0 and sys.platform == "linux"
         self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=decode_threads, thread_name_prefix=f"{THREAD_PREFIX}-{name}-decode"
+            max_workers=decode_threads,
+            thread_name_prefix=f"{THREAD_PREFIX}-{name}-decode",
+            initializer=_lower_priority if lowered else None,
+            initargs=(decode_niceness,) if lowered else (),
         )
         self._loop.set_default_executor(self._executor)
         self._thread = threading.Thread(
