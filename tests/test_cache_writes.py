@@ -5,6 +5,7 @@ ends when the queue is empty."""
 from __future__ import annotations
 
 import threading
+import time
 
 from insitubatch_nodes.io.cache_writes import QueuedWrites
 
@@ -14,6 +15,7 @@ class Recorder:
 
     def __init__(self, gate: threading.Event | None = None, fail_on: bytes | None = None) -> None:
         self.writes: list[tuple[bytes, bytes, str]] = []
+        self.threads: list[threading.Thread] = []
         self.gate = gate
         self.fail_on = fail_on
 
@@ -23,6 +25,7 @@ class Recorder:
         if digest == self.fail_on:
             raise RuntimeError("a bug in write")
         self.writes.append((digest, bytes(payload), threading.current_thread().name))
+        self.threads.append(threading.current_thread())  # kept: ids are reused
         return len(payload) + 1
 
 
@@ -42,6 +45,17 @@ def test_queued_entries_are_written_once_in_order_off_the_callers_thread() -> No
     assert {name for _, _, name in write.writes} == {"insitubatch-cache-write"}
     assert sorted(told) == sorted(len(p) + 1 for _, p in entries)
     assert not queued.pending and _cache_threads() == []  # ended with the queue
+
+
+def test_entries_a_moment_apart_share_one_thread() -> None:
+    write = Recorder()
+    queued = QueuedWrites(write)
+    for i in range(20):  # each written before the next comes: the thread waits for it
+        queued.submit(bytes([i]) * 32, b"x", lambda written: None)
+        time.sleep(0.005)
+    queued.drain()
+    assert len(write.writes) == 20 and len(set(write.threads)) == 1
+    assert _cache_threads() == []
 
 
 def test_past_its_bound_the_caller_writes_the_entry_itself() -> None:

@@ -15,8 +15,9 @@ returns (a scratch) must write synchronously instead (`ChunkCache.admit`). The q
 holds at most `QUEUED_BYTES` (or one larger entry alone); past that the caller writes the
 entry itself, so memory stays bounded and a writer that cannot keep up slows the reads as
 the synchronous path would, never drops an entry. The thread starts when entries are
-queued and ends when the queue is empty, so an idle cache holds no thread; `drain` waits
-for it.
+queued and ends when the queue has stayed empty for `LINGER_S` (not one thread per
+entry: starting one costs about as much as a small entry's write), so an idle cache
+holds no thread; `drain` ends it at once, once the queue is written.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from insitubatch_nodes.io.event_loop import THREAD_PREFIX
 log = logging.getLogger(__name__)
 
 QUEUED_BYTES = 32 << 20  # the most payload bytes waiting to be written at once
+LINGER_S = 0.1  # how long the thread waits for more entries before it ends
 
 Write = Callable[[bytes, "bytes | memoryview"], int]  # (digest, payload) -> bytes written
 Written = Callable[[int], None]  # told the bytes an entry took once written (0: not)
@@ -54,10 +56,12 @@ class QueuedWrites:
         )
         self._queued_bytes = 0
         self._thread: threading.Thread | None = None
+        self._draining = 0  # threads in `drain`: the writing thread ends once the queue is empty
 
     @property
     def pending(self) -> bool:
-        """Whether entries are queued or being written."""
+        """Whether the writing thread is running: entries are queued or being written, or
+        were a moment ago (`drain` ends it)."""
         with self._lock:
             return self._thread is not None
 
@@ -79,6 +83,7 @@ class QueuedWrites:
                 self._queue.append((digest, payload, written))
                 self._queued_bytes += size
                 queued = True
+                self._lock.notify()
                 if self._thread is None:
                     self._thread = threading.Thread(
                         target=self._run, name=f"{THREAD_PREFIX}-cache-write", daemon=True
@@ -91,12 +96,20 @@ class QueuedWrites:
         """Wait until every queued entry is written and the thread has ended."""
         with self._lock:
             thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
+            self._draining += 1
+            self._lock.notify_all()
+        try:
+            if thread is not None and thread is not threading.current_thread():
+                thread.join()
+        finally:
+            with self._lock:
+                self._draining -= 1
 
     def _run(self) -> None:
         while True:
             with self._lock:
+                if not self._queue and not self._draining:
+                    self._lock.wait(LINGER_S)  # a burst's next entry: no new thread for it
                 if not self._queue:
                     self._thread = None  # a later `submit` starts another
                     return
