@@ -13,8 +13,9 @@ The bytes queued are the store's own buffers (`bytes`, or an array over them), k
 alive until written, never copied; a caller whose buffer is reused after the sink
 returns (a scratch) must write synchronously instead (`ChunkCache.admit`). The queue
 holds at most `QUEUED_BYTES` (or one larger entry alone); past that the caller writes the
-entry itself, so memory stays bounded and a writer that cannot keep up slows the reads as
-the synchronous path would, never drops an entry. The thread starts when entries are
+entry itself, so memory stays bounded (by this much beside the loader's memory budget,
+which counts a reply only until it is decoded) and a writer that cannot keep up slows the
+reads as the synchronous path would, never drops an entry. The thread starts when entries are
 queued and ends when the queue has stayed empty for `LINGER_S` (not one thread per
 entry: starting one costs about as much as a small entry's write), so an idle cache
 holds no thread; `drain` ends it at once, once the queue is written.
