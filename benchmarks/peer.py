@@ -97,6 +97,9 @@ def run_peer(
     max_seconds: float,
     settings: PeerSettings,
     bandwidth_bytes_s: float = 0.0,
+    epochs: int = 1,
+    cache_dir: Path | None = None,
+    cache_budget_bytes: int = 0,
 ) -> tuple[Drained, dict[str, Any]]:
     """One scenario in a fresh interpreter: what it yielded, and its own report.
 
@@ -110,6 +113,10 @@ def run_peer(
         max_seconds: or after this long.
         settings: its knobs.
         bandwidth_bytes_s: replies also cross one link of this rate (0: no cap).
+        epochs: whole epochs of one dataset (the report's `epochs` has one entry each;
+            what it yielded is the first's).
+        cache_dir: turn its cache on there (`cache_dir=..., persist=True`), or None.
+        cache_budget_bytes: its `cache_budget_bytes` (0: its automatic one).
     """
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "drained.npz"
@@ -128,7 +135,11 @@ def run_peer(
             f"--max-inflight={settings.max_inflight}",
             f"--prefetch-depth={settings.prefetch_depth}",
             f"--out={out}",
+            f"--epochs={epochs}",
+            f"--cache-budget-bytes={cache_budget_bytes}",
         ]
+        if cache_dir is not None:
+            command.append(f"--cache-dir={cache_dir}")
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         done = subprocess.run(
             command, cwd=ROOT, env=env, capture_output=True, text=True, check=False

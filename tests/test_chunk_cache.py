@@ -23,9 +23,9 @@ from s3_server import S3Server
 from insitubatch_nodes import CacheSpec, build_loader, open_icechunk
 from insitubatch_nodes.cli import main
 from insitubatch_nodes.io.cache_entry import HEADER, HEADER_NBYTES
-from insitubatch_nodes.io.cache_segment import Segment
+from insitubatch_nodes.io.cache_segment import TRAILER_NBYTES, Segment
 from insitubatch_nodes.io.chunk_cache import LAYOUT, ChunkCache, entry_digest
-from insitubatch_nodes.io.segment_writer import PENDING_SUFFIX, folder_bytes
+from insitubatch_nodes.io.segment_writer import PENDING_SUFFIX, SegmentWriter, folder_bytes
 
 HERE = Path(__file__).parent
 STORE = {"t2m": ((48, 3, 4), (2, 3, 4), "float32"), "u10": ((48, 2), (4, 2), "int16")}
@@ -412,6 +412,38 @@ def test_no_secret_in_any_cache_path_or_file(s3_server: S3Server, tmp_path: Path
         assert secret not in str(path) and "testing" not in str(path)
         if path.is_file():
             assert secret.encode() not in path.read_bytes()
+
+
+def test_a_remote_stores_entries_are_written_off_the_decode_threads_and_sealed_each_epoch(
+    s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"s3://{s3_server.new_bucket()}/data/s.zarr"
+    write_store(s3_server.writable_store(url), STORE)
+    options = s3_server.options()
+    reference, _ = _epochs(_loader(url, storage_options=options))
+    writers: set[str] = set()
+    append = SegmentWriter.append
+
+    def noting_the_thread(self: SegmentWriter, digest: bytes, payload: Any) -> int:
+        writers.add(threading.current_thread().name)
+        return append(self, digest, payload)
+
+    monkeypatch.setattr(SegmentWriter, "append", noting_the_thread)
+    folder = tmp_path / "cache"
+    loader = _loader(url, CacheSpec(folder, 10**8), storage_options=options)
+    keys, stats = _epochs(loader)
+    assert keys == reference
+    assert writers == {"insitubatch-cache-write"}  # not a decode thread
+    assert _pending(folder) == []  # the cold epoch's entries, all sealed at its end
+    assert len(_entries(folder)) == CHUNKS
+    # every entry counted once written (its header, bytes and index record): the segments
+    assert stats[0]["cache_bytes_written"] == _budget(folder) - TRAILER_NBYTES * len(
+        _segments(folder)
+    )
+    assert stats[1]["cache_hit_ratio"] == 1.0 and stats[1]["cache_bytes_written"] == 0
+    _all_verify(folder)
+    loader.close()
+    assert [t for t in our_threads() if t.name.endswith("cache-write")] == []
 
 
 def test_cache_entries_verify_their_key_length_and_checksum(tmp_path: Path) -> None:

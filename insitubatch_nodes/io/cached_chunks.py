@@ -4,12 +4,13 @@
 the object's current version, from the rest by the in-memory index alone (no entry read,
 and no thread hop unless versions need a `stat`), so the misses go to the store at once,
 as they would without a cache, through `admitting(sink)`: once the sink has taken a
-missed chunk's bytes (and so checked them), they are admitted to the cache. Meanwhile
+missed chunk's bytes (and so checked them), they are admitted to the cache, written by
+the cache's own thread unless the buffer is about to be reused. Meanwhile
 `serve` verifies the hits in the decode threads and hands them to the sink there,
 straight from the mapped segment; a hit found damaged is read from the store after all.
-When the fetcher's last block in flight is done (`finished`), the segment written
-meanwhile is sealed if due (`ChunkCache.due`): at the latest at the end
-of each epoch.
+When the fetcher's last block in flight is done (`finished`), the entries queued
+meanwhile are written and the segment sealed if due (`ChunkCache.due`): at the latest at
+the end of each epoch.
 
 A hit holds no read slot: it never feeds the in-flight target's latency estimate
 (`core.inflight_target`), which must describe the store, and is counted apart
@@ -183,27 +184,36 @@ class CachedChunks:
         """One block's fetch (begun by `partition`) is over; seal the segment written if
         due."""
         self._fetching -= 1
-        if self._cache.due(idle=self._fetching == 0):
-            self._cache.seal()
+        idle = self._fetching == 0
+        if self._cache.due(idle=idle):
+            self._cache.seal(wait=idle)  # at an epoch's end, with every entry it admitted
 
-    def admitting(self, sink: ChunkSink, digests: Digests) -> ChunkSink:
-        """`sink`, then each chunk it took whose digest is in `digests` admitted to the cache.
+    def admitting(self, sink: ChunkSink, digests: Digests, borrowed: bool) -> ChunkSink:
+        """`sink`, then each chunk it took whose digest is in `digests` admitted to the cache:
+        on the cache's writing thread, or at once when the bytes are `borrowed`.
 
         Args:
             sink: what takes the chunks' bytes.
             digests: the entries missed chunks are admitted under (`serve`'s).
+            borrowed: whether the bytes the sink gets are a buffer reused once it returns
+                (a decode thread's scratch), so they are written before it is.
         """
         cache, stats = self._cache, self._stats
 
-        def take_and_admit(array: StoredArray, items: Loaded) -> None:
-            sink(array, items)
-            written = 0
-            for read, data in items:
-                digest = digests.get((array.name, read.coords))
-                if digest is not None and data is not None:
-                    written += cache.admit(digest, data)
+        def count(written: int) -> None:
             if written:
                 stats.add(cache_bytes_written=written)
+
+        def take_and_admit(array: StoredArray, items: Loaded) -> None:
+            sink(array, items)
+            for read, data in items:
+                digest = digests.get((array.name, read.coords))
+                if digest is None or data is None:
+                    continue
+                if borrowed:
+                    count(cache.admit(digest, data))
+                else:
+                    cache.admit_later(digest, data, count)
 
         return take_and_admit
 

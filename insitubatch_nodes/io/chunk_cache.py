@@ -5,7 +5,8 @@ digest of its key (`entry_digest`: the store's identity, the array's metadata, t
 and the object's version, hashed, so no part of a URL or a credential is on disk),
 packed into segment files (`cache_segment`): each process appends the entries it admits
 to a pending segment of its own and renames it into place once, sealed
-(`segment_writer`). A reader sees whole segments or none; two writers never share a
+(`segment_writer`); a loader's admissions are written by a thread of their own, off the
+decode threads (`cache_writes`). A reader sees whole segments or none; two writers never share a
 file, so of two writers of one entry each writes its own whole copy, and a reader takes
 either. Opening the folder maps every sealed segment once and reads their indexes into
 memory; later lookups are a dictionary lookup and a check of the mapped bytes, with no
@@ -40,6 +41,7 @@ from typing import Any
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.io.cache_entry import DIGEST_NBYTES, HEADER_NBYTES
 from insitubatch_nodes.io.cache_segment import SUFFIX, Segment
+from insitubatch_nodes.io.cache_writes import QueuedWrites, Write, Written
 from insitubatch_nodes.io.segment_writer import FolderBudget, SegmentWriter
 
 log = logging.getLogger(__name__)
@@ -132,12 +134,16 @@ class ChunkCache:
         self._refreshing = threading.Lock()
         self._refreshed_at = float("-inf")
         self._writer: SegmentWriter | None = None
+        self._queued: QueuedWrites | None = None
         if not spec.read_only:
             self.root.mkdir(parents=True, exist_ok=True)
             budget = FolderBudget(self.root, spec.max_bytes)
             budget.sweep()
             self._writer = SegmentWriter(budget)
-            weakref.finalize(self, _seal_and_close, self._writer, budget)
+            # the thread's writes refer to the writer and the index, not to the cache,
+            # which the finalizer below must see collected
+            self._queued = QueuedWrites(_admitting(self._writer, self._index))
+            weakref.finalize(self, _seal_and_close, self._queued, self._writer, budget)
         self.refresh(force=True)
 
     def due(self, idle: bool) -> bool:
@@ -149,12 +155,23 @@ class ChunkCache:
             idle: whether no block's chunks are being fetched now.
         """
         writer = self._writer
-        if writer is None or not writer.age_s:
+        if writer is None:
+            return False
+        if idle and self._queued is not None and self._queued.pending:
+            return True
+        if not writer.age_s:
             return False
         return idle or writer.entry_bytes >= SEGMENT_BYTES or writer.age_s >= SEAL_AFTER_S
 
-    def seal(self) -> None:
-        """Seal this process's pending segment (if it holds entries) and serve it mapped."""
+    def seal(self, wait: bool = True) -> None:
+        """Seal this process's pending segment (if it holds entries) and serve it mapped.
+
+        Args:
+            wait: first wait for the entries `admit_later` queued to be written, so that the
+                segment holds them all (else they go into the next one).
+        """
+        if wait and self._queued is not None:
+            self._queued.drain()
         if self._writer is not None:
             sealed = self._writer.seal()
             if sealed is not None:
@@ -231,9 +248,24 @@ class ChunkCache:
             digest: the entry's key digest.
             payload: the chunk's stored bytes, as the store gave them.
         """
-        if self._writer is None or self._writer.full or digest in self._index:
+        if self._writer is None:
             return 0
-        return self._writer.append(digest, payload)
+        return _admitting(self._writer, self._index)(digest, payload)
+
+    def admit_later(self, digest: bytes, payload: bytes | memoryview, written: Written) -> None:
+        """`admit`, on the cache's writing thread (`cache_writes`): `payload` is kept, not
+        copied, until written, so it must be a buffer nobody reuses (the store's reply, not
+        a scratch); until then a lookup misses it.
+
+        Args:
+            digest: the entry's key digest.
+            payload: the chunk's stored bytes, as the store gave them; must not change.
+            written: told the bytes the entry took on disk once written (0: it was not).
+        """
+        if self._queued is None or self._writer is None or self._writer.full:
+            return
+        if digest not in self._index:
+            self._queued.submit(digest, payload, written)
 
     def _map(self, path: Path) -> None:
         self._mapped.add(path.name)
@@ -252,8 +284,21 @@ class ChunkCache:
             self._index[digest] = (segment, offset, length)
 
 
-def _seal_and_close(writer: SegmentWriter, budget: FolderBudget) -> None:
-    """When a cache is collected (or the process exits): seal what it wrote, free the lock."""
+def _admitting(writer: SegmentWriter, index: dict[bytes, Any]) -> Write:
+    """`ChunkCache.admit` over its `writer` and `index` alone."""
+
+    def admit(digest: bytes, payload: bytes | memoryview) -> int:
+        if writer.full or digest in index:
+            return 0
+        return writer.append(digest, payload)
+
+    return admit
+
+
+def _seal_and_close(queued: QueuedWrites, writer: SegmentWriter, budget: FolderBudget) -> None:
+    """When a cache is collected (or the process exits): write what is queued, seal what it
+    wrote, free the lock."""
+    queued.drain()
     writer.seal()
     budget.close()
 

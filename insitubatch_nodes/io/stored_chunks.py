@@ -183,7 +183,8 @@ class ChunkFetcher:
                 return
             try:
                 hits, reads, digests = await self._cached.partition(reads, epoch)
-                admitting = self._cached.admitting(sink, digests)
+                # local chunk files are read into a scratch each decode thread reuses
+                admitting = self._cached.admitting(sink, digests, self._local_root is not None)
                 async with asyncio.TaskGroup() as group:  # hits beside the store's reads
                     served = group.create_task(
                         self._cached.serve(hits, lambda array: self._checked(array, sink))

@@ -1,0 +1,90 @@
+"""The chunk cache's writing thread (`io.cache_writes.QueuedWrites`): every entry queued is
+written once, in order, off the caller's thread; the queue's bytes stay bounded; the thread
+ends when the queue is empty."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from insitubatch_nodes.io.cache_writes import QueuedWrites
+
+
+class Recorder:
+    """A `write` that records what it wrote and on which thread, optionally held at a gate."""
+
+    def __init__(self, gate: threading.Event | None = None, fail_on: bytes | None = None) -> None:
+        self.writes: list[tuple[bytes, bytes, str]] = []
+        self.threads: list[threading.Thread] = []
+        self.gate = gate
+        self.fail_on = fail_on
+
+    def __call__(self, digest: bytes, payload: bytes | memoryview) -> int:
+        if self.gate is not None:
+            assert self.gate.wait(10)
+        if digest == self.fail_on:
+            raise RuntimeError("a bug in write")
+        self.writes.append((digest, bytes(payload), threading.current_thread().name))
+        self.threads.append(threading.current_thread())  # kept: ids are reused
+        return len(payload) + 1
+
+
+def _cache_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.endswith("-cache-write")]
+
+
+def test_queued_entries_are_written_once_in_order_off_the_callers_thread() -> None:
+    write = Recorder()
+    queued = QueuedWrites(write)
+    told: list[int] = []
+    entries = [(bytes([i]) * 32, bytes([i]) * (10 + i)) for i in range(50)]
+    for digest, payload in entries:
+        queued.submit(digest, payload, told.append)
+    queued.drain()
+    assert [(d, p) for d, p, _ in write.writes] == entries
+    assert {name for _, _, name in write.writes} == {"insitubatch-cache-write"}
+    assert sorted(told) == sorted(len(p) + 1 for _, p in entries)
+    assert not queued.pending and _cache_threads() == []  # ended with the queue
+
+
+def test_entries_a_moment_apart_share_one_thread() -> None:
+    write = Recorder()
+    queued = QueuedWrites(write)
+    for i in range(20):  # each written before the next comes: the thread waits for it
+        queued.submit(bytes([i]) * 32, b"x", lambda written: None)
+        time.sleep(0.005)
+    queued.drain()
+    assert len(write.writes) == 20 and len(set(write.threads)) == 1
+    assert _cache_threads() == []
+
+
+def test_past_its_bound_the_caller_writes_the_entry_itself() -> None:
+    gate = threading.Event()
+    write = Recorder(gate)
+    queued = QueuedWrites(write, max_bytes=100)
+    told: list[int] = []
+    queued.submit(b"a" * 32, b"x" * 60, told.append)  # queued; the thread waits at the gate
+    caller = threading.Thread(
+        target=queued.submit, args=(b"b" * 32, b"y" * 60, told.append), name="caller"
+    )
+    caller.start()  # 120 bytes would pass the bound: this one is written by its caller
+    try:
+        caller.join(0.2)
+        assert caller.is_alive()  # held at the gate too: not queued
+    finally:
+        gate.set()
+    caller.join(10)
+    queued.drain()
+    names = {digest[:1]: name for digest, _, name in write.writes}
+    assert names == {b"a": "insitubatch-cache-write", b"b": "caller"}
+    assert sorted(told) == [61, 61]
+
+
+def test_an_entry_that_fails_to_write_does_not_stop_the_rest() -> None:
+    write = Recorder(fail_on=b"b" * 32)
+    queued = QueuedWrites(write)
+    for name in (b"a", b"b", b"c"):
+        queued.submit(name * 32, name * 4, lambda written: None)
+    queued.drain()
+    assert [digest[:1] for digest, _, _ in write.writes] == [b"a", b"c"]
+    assert not queued.pending and _cache_threads() == []
