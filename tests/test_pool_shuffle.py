@@ -260,13 +260,13 @@ def test_a_version_1_state_resumes_without_a_ramp_and_is_refused_with_one(
 
 def test_a_state_of_another_ramp_is_refused_by_name(memory_url: Any) -> None:
     url, _ = memory_url()
-    saver = build_loader(url, split="all", batch_size=5, max_inflight=2, pool_ramp=2)
+    saver = build_loader(url, split="all", batch_size=5, max_inflight=2, pool_ramp=1)
     iterator = iter(saver)
     next(iterator)
     state = torch_roundtrip(saver.state_dict())
     loader = build_loader(url, split="all", batch_size=5, max_inflight=2)
     loader.load_state_dict(state)
-    with pytest.raises(ValueError, match="saved with pool_ramp=2 but this graph has pool_ramp=1"):
+    with pytest.raises(ValueError, match="saved with pool_ramp=1 but this graph has pool_ramp=2"):
         next(iter(loader))
 
 

@@ -58,7 +58,7 @@ from insitubatch_nodes.core.seeding import rng_for
 
 POOL_ORDER = "pool"
 POOL_ORDER_VERSION = 2
-POOL_RAMP = 1
+POOL_RAMP = 2
 
 
 def pool_units(window_bytes: int, unit_bytes: int, unit_length: int, batch_size: int) -> int:
