@@ -1,7 +1,7 @@
 """Samples per second of `build_loader` with `shuffle="block"` against `shuffle="pool"`
 (issue 17), on a local ERA5-shaped store (4 x float32 (121, 240), batch 32, CPU), the pool
-at each of `--pool-ramps` (1, the default ramp, and 0, the pool filled to P before an
-epoch's first batch, version 1's order).
+at each of `--pool-ramps` (by default the default ramp, and 0, the pool filled to P before
+an epoch's first batch, version 1's order).
 
 The orders run interleaved (each round rotates which goes first), each a fresh loader
 running `--epochs` epochs, so that load from other processes on a shared machine falls on
@@ -9,12 +9,16 @@ all alike. A loader's first epoch is reported apart from the later ones (a fresh
 first epoch page-faults the pool's memory in), and so is the time to each epoch's first
 batch (without a ramp the pool reads its P units, up to its 1 GiB window, before it).
 Both wall-clock samples/s and samples per CPU second of the process (all threads) are
-printed; the medians close the run.
+printed; the medians close the run. `--step-ms` sleeps that long after each batch, as a
+training step on a GPU leaves the CPU to the loader: without a step the loader has nothing
+to overlap its reads with but its own gathers, so the pool's ramp shows there mainly in
+the time to the first batch; with one, in whole epochs.
 
     python -m benchmarks.shuffle_throughput                      # 4,320 steps, 24 per chunk
     python -m benchmarks.shuffle_throughput --rounds 6 --epochs 3
     python -m benchmarks.shuffle_throughput --read-across-epochs
     python -m benchmarks.shuffle_throughput --time-steps 1920 --pool-ramps 1 2 0
+    python -m benchmarks.shuffle_throughput --time-steps 1920 --pool-ramps 2 0 --step-ms 20
 """
 
 from __future__ import annotations
@@ -25,11 +29,12 @@ import time
 from pathlib import Path
 
 from insitubatch_nodes import SAMPLE_INDEX_KEY, build_loader
+from insitubatch_nodes.core.pool_order import POOL_RAMP
 from insitubatch_nodes.synthetic import ERA5_VARIABLES, write_era5_like
 
 
 def epoch_rates(
-    store: Path, order: str, epochs: int, read_across_epochs: bool
+    store: Path, order: str, epochs: int, read_across_epochs: bool, step_s: float = 0.0
 ) -> list[tuple[float, float, float]]:
     """(wall samples/s, samples per CPU second, seconds to the first batch) of each epoch
     of one fresh loader.
@@ -39,6 +44,7 @@ def epoch_rates(
         order: `"block"`, or `"pool r=R"` for the pool shuffle with `pool_ramp=R`.
         epochs: epochs to run.
         read_across_epochs: keep the fetch node (and its block memory) between epochs.
+        step_s: seconds slept after each batch (a training step that leaves the CPU).
     """
     shuffle, _, ramp = order.partition(" r=")
     loader = build_loader(
@@ -59,6 +65,8 @@ def epoch_rates(
             if not samples:
                 first = time.perf_counter() - wall
             samples += len(batch[SAMPLE_INDEX_KEY])
+            if step_s:
+                time.sleep(step_s)
         rates.append(
             (samples / (time.perf_counter() - wall), samples / (time.process_time() - cpu), first)
         )
@@ -78,7 +86,8 @@ def main() -> None:
         action="store_true",
         help="keep block memory between epochs (no pool pages faulted in afresh)",
     )
-    parser.add_argument("--pool-ramps", type=int, nargs="+", default=[1, 0])
+    parser.add_argument("--pool-ramps", type=int, nargs="+", default=[POOL_RAMP, 0])
+    parser.add_argument("--step-ms", type=float, default=0.0, help="a training step per batch")
     args = parser.parse_args()
     orders = ["block", *(f"pool r={ramp}" for ramp in args.pool_ramps)]
     store = Path(args.store)
@@ -92,7 +101,9 @@ def main() -> None:
     for round_ in range(args.rounds):
         shift = round_ % len(orders)
         for order in orders[shift:] + orders[:shift]:
-            rates = epoch_rates(store, order, args.epochs, args.read_across_epochs)
+            rates = epoch_rates(
+                store, order, args.epochs, args.read_across_epochs, args.step_ms / 1000
+            )
             first[order].append(rates[0][0])
             first_batch[order].append(rates[0][2])
             later[order] += [wall for wall, _, _ in rates[1:]]

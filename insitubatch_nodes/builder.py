@@ -257,11 +257,13 @@ def build_loader(
             flight and one block read ahead: never the host's memory, since P decides the
             batches. Counted in the budget.
         pool_ramp: how fast the pool fills at an epoch's start: before batch b it holds
-            (b + 1) * pool_ramp batches' samples, until it holds P units. 1 (the default):
-            the first batch waits for its own units only and reads run at twice the draw
-            rate until the pool is full; larger values mix the first batches better and
-            wait longer for them; 0 fills the pool before the first batch (the order of
-            releases before the ramp, whose states resume only with 0). In the state.
+            (b + 1) * pool_ramp batches' samples, until it holds P units. 2 (the default):
+            the first batch waits for two batches' samples (at batch 32, what the first
+            default block holds anyway), not for P units, and until the pool is full,
+            reads run at three times the draw rate; larger values mix the first batches
+            better and wait longer for them; 0 fills the pool before the first batch (the
+            order of releases before the ramp, whose states resume only with 0). In the
+            state.
         revisits: visits per unit and epoch: each unit is read `revisits` times, each
             visit keeping only its equal run of the unit's steps (a chunk decoded whole,
             the rest dropped), so the pool's memory holds `revisits` times as many of the

@@ -27,19 +27,32 @@ distinct units as a uniform global shuffle would over P units. `pool_units` make
 the window's bytes, a pure function of the settings and the store.
 
 The ramp (version 2). Filling to P before the first batch made every epoch's first batch
-wait for P units to be read (1 GiB by default; on stores of fewer units than P, the whole
-epoch was read before anything was drawn, so reads and gathers never overlapped). With
-the ramp the first batch waits only for its own samples, and the pool grows by `ramp`
-batches' samples per batch drawn: while it ramps, units enter at (ramp + 1) times the rate
-batches draw samples, so the reads stay ahead of the draws (no pause) and the pool reaches
-P after about P * unit_length / (ramp * B) batches. The price is mixing in those first
-batches, which draw from fewer units (batch 0 from about B / unit_length). The reading
-speed is not known to an order that must not depend on IO, so the growth is a fixed
-multiple of the draw rate (default 1, `POOL_RAMP`); a ramp of 0 fills to P first, the
-order of version 1 (its states resume with it). It applies at every epoch, and to a
-re-dealt rest (`core.elastic`): the pool's memory is kept between epochs but its units
-are not (an epoch draws each of its units once, and the next epoch's units are others),
-so each epoch starts on an empty pool and its first batch would wait for P units again.
+wait for P units to be read (1 GiB by default; on a store of fewer units than P, the whole
+epoch was read before a batch was drawn, so reads and gathers never overlapped). With the
+ramp an epoch's first batch waits for `ramp` batches' samples, and the pool grows by
+`ramp` batches' samples per batch drawn: units enter at (ramp + 1) times the rate batches
+draw samples, so as long as reads keep that pace the draws never wait for them, and the
+pool holds P units after about P * unit_length / (2 * ramp * B) batches (the units of a
+full pool are about half drawn). The price is mixing in those first batches, which draw
+from fewer units. An order must not depend on IO, and the reading speed is not known, so
+the growth is a fixed multiple of the draw rate rather than what reads would allow; and a
+linear one, not geometric: a geometric ramp reaches P within a few batches, and then
+waits for the rest of P's reads just as version 1 did. The default, 2 (`POOL_RAMP`): at
+the default batch of 32 the first batch then needs 64 samples, which the first default
+block holds anyway (`core.memory_bound.MIN_BLOCK_SAMPLES`), so it waits for no more reads
+than a ramp of 1 and mixes the first batches better (0.48 against 0.34 of a uniform
+shuffle's distinct units in an epoch's first 10 batches at 24 steps per chunk, against
+0.92 with the pool filled first; `benchmarks/shuffle_quality.py`). A ramp of 0 fills to P
+first: the order of version 1, whose states resume with it.
+
+The ramp applies at every epoch, and to a re-dealt rest (`core.elastic`). The pool's
+memory is kept between epochs, but not its units: an epoch draws each of its units once,
+and the next epoch's are others, so each epoch starts from an empty pool, and without a
+ramp its first batch would wait for P units again (only `read_across_epochs`' few blocks
+read ahead would be there). Draws stay keyed per rank, not per canonical partition: a
+rank's pool mixes the units of all its partitions, so no draw belongs to one partition,
+and a resize re-deals the (unit, given) pieces left rather than replaying a partition's
+draws (`core.elastic`).
 
 `pool_epoch_order` spells the whole epoch out at once; `PoolShuffleNode` reproduces it
 incrementally through `pool_take`, and the tests hold one against the other.

@@ -101,9 +101,9 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
         batch_size: samples per batch (an int >= 1).
         drop_last: yield only full batches, the same number on every rank (True or False).
         pool_ramp: how fast the pool fills, in batches' samples per batch (an int >= 0;
-            `core.pool_order.enters_pool`): 1 (the default) lets the first batch wait only
-            for its own units; 0 fills the pool to P first, the order of version 1, whose
-            states resume only with it.
+            `core.pool_order.enters_pool`): by default 2 (`POOL_RAMP`), so an epoch's first
+            batch waits for two batches' samples, not P units; 0 fills the pool to P
+            first, the order of version 1, whose states resume only with it.
     """
 
     SOURCE_KEY = SHUFFLE_SOURCE_KEY
