@@ -19,6 +19,7 @@ from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS, batch_channels
 from insitubatch_nodes.core.date_ranges import RangeLike
 from insitubatch_nodes.core.geometry import SampleGeometry
 from insitubatch_nodes.core.patches import PatchSpec
+from insitubatch_nodes.core.pool_order import POOL_RAMP
 from insitubatch_nodes.core.quality import UniformMixing
 from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.core.settings import (
@@ -186,6 +187,7 @@ def build_loader(
     batch_size: int = 32,
     shuffle: str = DEFAULT_SHUFFLE,
     shuffle_window: int | None = None,
+    pool_ramp: int = POOL_RAMP,
     revisits: int = 1,
     block_chunks: int | None = None,
     max_inflight: int | None = None,
@@ -245,9 +247,10 @@ def build_loader(
         shuffle: the epoch order. `"pool"` (the default): units enter a pool of P in the
             epoch's order and each batch draws uniformly over every sample left in the
             pool, so a batch mixes about as many units as a global shuffle over P units
-            would (`core.pool_order`); the pool reads its P units before the first batch
-            of an epoch. `"block"`: samples mixed only within blocks of `block_chunks`
-            units, the order of loaders before the pool (their states resume with it).
+            would (`core.pool_order`); an epoch's first batch waits only for its own units,
+            and the pool fills to P as batches are drawn (`pool_ramp`). `"block"`:
+            samples mixed only within blocks of `block_chunks` units, the order of
+            loaders before the pool (their states resume with it).
             A state says which order (and version) made it, and the other refuses it by
             name. Evaluation loaders draw in order whichever is named.
         shuffle_window: bytes the pool's units may hold (it sets P, and P is in the
@@ -255,6 +258,14 @@ def build_loader(
             it, shrunk further to what the budget holds beside the batches, reads in
             flight and one block read ahead: never the host's memory, since P decides the
             batches. Counted in the budget.
+        pool_ramp: how fast the pool fills at an epoch's start: before batch b it holds
+            (b + 1) * pool_ramp batches' samples, until it holds P units. 2 (the default):
+            the first batch waits for two batches' samples (at batch 32, what the first
+            default block holds anyway), not for P units, and until the pool is full,
+            reads run at three times the draw rate; larger values mix the first batches
+            better and wait longer for them; 0 fills the pool before the first batch (the
+            order of releases before the ramp, whose states resume only with 0). In the
+            state.
         revisits: visits per unit and epoch: each unit is read `revisits` times, each
             visit keeping only its equal run of the unit's steps (a chunk decoded whole,
             the rest dropped), so the pool's memory holds `revisits` times as many of the
@@ -476,7 +487,11 @@ def build_loader(
         draws = ShuffleBlockNode(blocks, batch_size=batch_size, drop_last=drop_last)
     else:
         draws = PoolShuffleNode(
-            blocks, pool_size=chosen.pool_size, batch_size=batch_size, drop_last=drop_last
+            blocks,
+            pool_size=chosen.pool_size,
+            batch_size=batch_size,
+            drop_last=drop_last,
+            pool_ramp=pool_ramp,
         )
     # Host batches bound for a GPU are written page-locked by whichever node writes them last.
     pin = target.type == "cuda" and decode_on is None

@@ -26,6 +26,7 @@ from insitubatch_nodes import (
     ZarrSource,
 )
 from insitubatch_nodes.core.memory_bound import DEFAULT_MEMORY_BUDGET
+from insitubatch_nodes.core.pool_order import POOL_RAMP
 from insitubatch_nodes.core.read_plan import ReadPlan
 from insitubatch_nodes.io.block_reader import ReadContext
 from insitubatch_nodes.items import BatchDraw, FetchedBlock, UnitTicket
@@ -57,9 +58,11 @@ def build_stage(
     read_across_epochs: bool = False,
     block_memory_bytes: int = DEFAULT_MEMORY_BUDGET,
     pool_size: int | None = None,
+    pool_ramp: int = POOL_RAMP,
     unit_length: int | None = None,
 ) -> BaseNode[Any]:
-    """The default graph up to `stage`; with `pool_size`, its shuffle is the pool's; with
+    """The default graph up to `stage`; with `pool_size`, its shuffle is the pool's (filling
+    as `pool_ramp` says); with
     `unit_length`, its units are that long (any length: a fine grid, revisits)."""
     source = ZarrSource.open(url)
     if unit_length is None:
@@ -98,7 +101,11 @@ def build_stage(
                 ShuffleBlockNode(n, batch_size=batch_size, drop_last=drop_last)
                 if pool_size is None
                 else PoolShuffleNode(
-                    n, pool_size=pool_size, batch_size=batch_size, drop_last=drop_last
+                    n,
+                    pool_size=pool_size,
+                    batch_size=batch_size,
+                    drop_last=drop_last,
+                    pool_ramp=pool_ramp,
                 )
             ),
         ),

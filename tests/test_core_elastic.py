@@ -26,7 +26,7 @@ from insitubatch_nodes.core.elastic import (
 )
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.partition import assign_epoch
-from insitubatch_nodes.core.pool_order import pool_draw, pool_epoch_order
+from insitubatch_nodes.core.pool_order import POOL_RAMP, pool_draw, pool_epoch_order
 
 SEED, EPOCH = 7, 2
 
@@ -70,7 +70,12 @@ def fresh_segment(
 
 
 def draw(
-    geometry: SampleGeometry, seg: Segment, pool: int, b: int, batches: int | None
+    geometry: SampleGeometry,
+    seg: Segment,
+    pool: int,
+    b: int,
+    batches: int | None,
+    ramp: int = POOL_RAMP,
 ) -> tuple[list[np.ndarray], list[list[tuple[int, int]]], list[RankCut]]:
     """Every rank's samples up to the cut, its (unit, given) rest and its cut."""
     yielded, rests, cuts = [], [], []
@@ -85,6 +90,7 @@ def draw(
             target=seg.target,
             pool_size=pool,
             batch_size=b,
+            ramp=ramp,
             batches=batches,
         )
         yielded.append(order)
@@ -134,6 +140,7 @@ def resized_segment(
     st.integers(1, 9),
     st.integers(1, 12),
     st.booleans(),
+    st.integers(0, 3),
     st.data(),
 )
 def test_samples_before_and_after_resizes_are_the_split_once(
@@ -143,8 +150,10 @@ def test_samples_before_and_after_resizes_are_the_split_once(
     pool: int,
     b: int,
     drop: bool,
+    ramp: int,
     data: st.DataObject,
 ) -> None:
+    """Every segment's pool ramps up afresh (`ramp`; 0: none), the re-dealt rests' too."""
     split = np.arange(geometry.num_units)
     first = worlds[0]
     partitions = first + extra_partitions
@@ -158,7 +167,7 @@ def test_samples_before_and_after_resizes_are_the_split_once(
     for next_world in [*worlds[1:], None]:
         batches = -(-seg.target // b)
         cut = None if next_world is None else data.draw(st.integers(0, batches))
-        yielded, rests, cuts = draw(geometry, seg, pool, b, cut)
+        yielded, rests, cuts = draw(geometry, seg, pool, b, cut, ramp)
         real_left = sum(seg.counts(geometry))
         drawn = sum(y.size for y in yielded)
         assert all(y.size == yielded[0].size for y in yielded)  # ranks step together

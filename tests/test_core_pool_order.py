@@ -1,20 +1,27 @@
-"""The chunk-pool shuffle's order: a pure function of (seed, epoch, rank, pool size), every
-sample once per epoch per rank, ranks stepping together, and batches mixed over the pool."""
+"""The chunk-pool shuffle's order: a pure function of (seed, epoch, rank, pool size, ramp),
+every sample once per epoch per rank, ranks stepping together, batches mixed over the
+pool, a first batch that waits only for its own units, and no ramp being version 1's order."""
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import geometries
 
 from insitubatch_nodes.core.draw_order import rank_epoch_order
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.partition import assign_epoch
-from insitubatch_nodes.core.pool_order import pool_epoch_order, pool_take, pool_units
+from insitubatch_nodes.core.pool_order import (
+    pool_draw,
+    pool_epoch_order,
+    pool_take,
+    pool_units,
+)
 
 
 @given(
@@ -24,6 +31,7 @@ from insitubatch_nodes.core.pool_order import pool_epoch_order, pool_take, pool_
     st.integers(1, 20),
     st.booleans(),
     st.integers(0, 3),
+    st.integers(0, 3),
 )
 def test_pool_order_covers_each_rank_once_and_ranks_step_together(
     geometry: SampleGeometry,
@@ -32,6 +40,7 @@ def test_pool_order_covers_each_rank_once_and_ranks_step_together(
     batch_size: int,
     drop_last: bool,
     epoch: int,
+    ramp: int,
 ) -> None:
     split = np.arange(geometry.num_units)
     if split.size < world_size:
@@ -42,14 +51,11 @@ def test_pool_order_covers_each_rank_once_and_ranks_step_together(
     ]
     target = assignments[0].samples_per_rank(batch_size, drop_last)
     orders = []
+    kw = {"pool_size": pool_size, "batch_size": batch_size, "drop_last": drop_last}
     for a in assignments:
-        order = pool_epoch_order(
-            geometry, a, pool_size=pool_size, batch_size=batch_size, drop_last=drop_last
-        )
+        order = pool_epoch_order(geometry, a, ramp=ramp, **kw)
         assert order.size == target
-        again = pool_epoch_order(
-            geometry, a, pool_size=pool_size, batch_size=batch_size, drop_last=drop_last
-        )
+        again = pool_epoch_order(geometry, a, ramp=ramp, **kw)
         assert np.array_equal(order, again)  # a pure function
         counts = Counter(order.tolist())
         real = geometry.unit_samples(a.units)
@@ -90,6 +96,78 @@ def test_a_pool_mixes_batches_far_better_than_blocks_of_the_same_units() -> None
 
     assert distinct(block) < 0.3
     assert distinct(pool) > 0.6
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    geometries(max_samples=150),
+    st.integers(1, 12),
+    st.integers(1, 20),
+    st.integers(1, 3),
+    st.integers(0, 2),
+)
+def test_the_pool_ramps_up_to_p_as_the_rule_says(
+    geometry: SampleGeometry, pool_size: int, batch_size: int, ramp: int, epoch: int
+) -> None:
+    """Before batch b the pool holds what the batch needs, then (b + 1) * ramp batches'
+    samples or P units, whichever is less, and not a unit more: the reads a batch waits
+    for follow from the settings alone."""
+    split = np.arange(geometry.num_units)
+    a = assign_epoch(geometry, split, seed=2, epoch=epoch, rank=0, world_size=1)
+    target = a.samples_per_rank(batch_size, False)
+    sizes = geometry.unit_sizes(a.units)
+    zeros = np.zeros(a.units.size, dtype=np.int64)
+    for b in range(-(-target // batch_size)):
+        kw = {"seed": 2, "epoch": epoch, "rank": 0, "units": a.units, "starts": zeros}
+        kw |= {"target": target, "pool_size": pool_size, "batch_size": batch_size}
+        _, before = pool_draw(geometry, ramp=ramp, batches=b, **kw)
+        _, after = pool_draw(geometry, ramp=ramp, batches=b + 1, **kw)
+        drawn = min(b * batch_size, a.rank_samples)
+        real = min(batch_size, a.rank_samples - drawn)
+        entered = after.next_unit
+        held = int(sizes[:entered].sum()) - drawn  # the pool's samples as batch b drew
+        units = len(before.resident) + entered - before.next_unit
+        enough = held >= real and (units >= pool_size or held >= (b + 1) * ramp * batch_size)
+        assert enough or entered == a.units.size
+        if entered > before.next_unit:  # the last unit to enter was needed
+            last = int(sizes[entered - 1])
+            assert held - last < real or (
+                units - 1 < pool_size and held - last < (b + 1) * ramp * batch_size
+            )
+
+
+def test_the_first_batch_waits_for_its_own_units_only() -> None:
+    """24 steps per unit, batch 32, P = 78: version 1 read 78 units before batch 0; the
+    ramp reads 2, and the pool holds P units after about P * 24 / (2 * 32) batches (its
+    units are about half drawn)."""
+    geometry = SampleGeometry.from_layouts({"a": VariableLayout((8760,), (24,), "float32")})
+    a = assign_epoch(geometry, np.arange(geometry.num_units), seed=0, epoch=0, rank=0, world_size=1)
+    kw = {"seed": 0, "epoch": 0, "rank": 0, "units": a.units, "pool_size": 78}
+    kw |= {"starts": np.zeros(a.units.size, dtype=np.int64), "target": a.rank_samples}
+    _, at_once = pool_draw(geometry, batch_size=32, ramp=0, batches=1, **kw)
+    _, ramped = pool_draw(geometry, batch_size=32, ramp=1, batches=1, **kw)
+    assert at_once.next_unit == 78 and ramped.next_unit == 2
+    units = []
+    for b in range(60):
+        _, before = pool_draw(geometry, batch_size=32, ramp=1, batches=b, **kw)
+        _, after = pool_draw(geometry, batch_size=32, ramp=1, batches=b + 1, **kw)
+        units.append(len(before.resident) + after.next_unit - before.next_unit)
+    full = units.index(78)
+    assert 78 * 24 / (4 * 32) < full < 78 * 24 / 32
+    assert all(u < 78 for u in units[:full]) and all(u == 78 for u in units[full:])
+
+
+def test_without_a_ramp_the_order_is_version_1s() -> None:
+    """Digests of what version 1 (pool filled to P before the first batch) drew for three
+    ranks: its states resume exactly in a loader with `pool_ramp=0`."""
+    geometry = SampleGeometry.from_layouts({"a": VariableLayout((1003,), (7,), "float32")})
+    split = np.arange(geometry.num_units)
+    digests = []
+    for rank in range(3):
+        a = assign_epoch(geometry, split, seed=3, epoch=1, rank=rank, world_size=3)
+        order = pool_epoch_order(geometry, a, pool_size=9, batch_size=10, drop_last=False, ramp=0)
+        digests.append(hashlib.sha256(order.astype("<i8").tobytes()).hexdigest()[:16])
+    assert digests == ["1c17972e5d9344cf", "739ca8b094142d39", "43c90072f9b51bef"]
 
 
 def test_pool_take_draws_what_is_asked_within_what_each_unit_has() -> None:

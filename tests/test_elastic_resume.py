@@ -121,6 +121,7 @@ def pure_rest_order(loader: Any, batch: int, drop_last: bool) -> list[int]:
         target=a.samples_per_rank(batch, drop_last),
         pool_size=pool.pool_size,
         batch_size=batch,
+        ramp=pool.pool_ramp,
     )
     return order.tolist()
 
@@ -213,6 +214,7 @@ def test_a_block_shuffle_state_is_refused_on_another_world_size(memory_url: Any)
     st.integers(1, 9),
     st.integers(40, 3000),
     st.booleans(),
+    st.integers(0, 2),
     st.data(),
 )
 def test_resize_property(
@@ -225,14 +227,16 @@ def test_resize_property(
     batch: int,
     window: int,
     drop_last: bool,
+    pool_ramp: int,
     data: st.DataObject,
 ) -> None:
     """Over store geometries, world sizes, batch sizes, pool sizes (a window of a few
-    units' bytes up to all of them), drop_last and cuts."""
+    units' bytes up to all of them), ramps (the rest's pool ramps up afresh), drop_last
+    and cuts."""
     url, _ = memory_url(
         {"a": ((samples, 3), (chunk_a, 3), "float32"), "b": ((samples,), (chunk_b,), "int16")}
     )
-    settings_ = {"drop_last": drop_last, "shuffle_window": window}
+    settings_ = {"drop_last": drop_last, "shuffle_window": window, "pool_ramp": pool_ramp}
     try:
         batches = len(loaders(url, old, batch, **settings_)[0])
         loaders(url, new, batch, **settings_)

@@ -1,6 +1,7 @@
-"""The pool shuffle node: it yields `core.pool_order.pool_epoch_order`, resumes exactly at
-every cut (through JSON), gives block memory back unit by unit, and refuses states of the
-block shuffle (and the block shuffle its states) by name."""
+"""The pool shuffle node: it yields `core.pool_order.pool_epoch_order` (ramping up or not),
+resumes exactly at every cut (through JSON), gives block memory back unit by unit, refuses
+states of the block shuffle (and the block shuffle its states) by name, and resumes
+version 1's states without a ramp (refusing them, naming `pool_ramp=0`, with one)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ def _indices(loader: Loader[Any]) -> list[np.ndarray]:
     chunk_a=st.integers(1, 7),
     chunk_b=st.integers(1, 7),
     pool_size=st.integers(1, 8),
+    pool_ramp=st.integers(0, 3),
     batch_size=st.integers(1, 12),
     block_chunks=st.integers(1, 4),
     world_size=st.integers(1, 3),
@@ -53,6 +55,7 @@ def test_the_node_yields_the_pure_order_and_resumes_at_any_cut(
     chunk_a: int,
     chunk_b: int,
     pool_size: int,
+    pool_ramp: int,
     batch_size: int,
     block_chunks: int,
     world_size: int,
@@ -80,6 +83,7 @@ def test_the_node_yields_the_pure_order_and_resumes_at_any_cut(
             drop_last=drop_last,
             spec=spec,
             pool_size=pool_size,
+            pool_ramp=pool_ramp,
         )
 
     try:
@@ -95,7 +99,12 @@ def test_the_node_yields_the_pure_order_and_resumes_at_any_cut(
             anchors, anchors.units, seed=0, epoch=epoch, rank=rank, world_size=world_size
         )
         want = pool_epoch_order(
-            anchors, a, pool_size=pool_size, batch_size=batch_size, drop_last=drop_last
+            anchors,
+            a,
+            pool_size=pool_size,
+            batch_size=batch_size,
+            drop_last=drop_last,
+            ramp=pool_ramp,
         )
         assert np.array_equal(np.concatenate(batches), want)
         assert all(b.size == batch_size for b in batches[:-1])
@@ -115,11 +124,22 @@ def test_the_node_yields_the_pure_order_and_resumes_at_any_cut(
 
 
 @pytest.mark.parametrize(
-    ("world_size", "drop_last", "batch_size", "pool_size"),
-    [(1, False, 5, 3), (2, False, 9, 1), (3, True, 4, 6), (1, False, 1, 2)],
+    ("world_size", "drop_last", "batch_size", "pool_size", "pool_ramp"),
+    [
+        (1, False, 5, 3, 1),
+        (2, False, 9, 1, 0),
+        (3, True, 4, 6, 1),
+        (1, False, 1, 2, 2),
+        (1, False, 3, 20, 1),
+    ],
 )
 def test_every_cut_resumes_through_a_checkpoint(
-    memory_url: Any, world_size: int, drop_last: bool, batch_size: int, pool_size: int
+    memory_url: Any,
+    world_size: int,
+    drop_last: bool,
+    batch_size: int,
+    pool_size: int,
+    pool_ramp: int,
 ) -> None:
     url, _ = memory_url()
     for rank in range(world_size):
@@ -132,6 +152,7 @@ def test_every_cut_resumes_through_a_checkpoint(
                 batch_size=batch_size,
                 drop_last=drop_last,
                 pool_size=pool_size,
+                pool_ramp=pool_ramp,
             )
         )
 
@@ -194,6 +215,77 @@ def test_a_state_of_one_order_is_refused_by_the_other(memory_url: Any) -> None:
     pool.load_state_dict(pool_state)
     with pytest.raises(ValueError, match="version 0 of the 'pool' shuffle"):
         next(iter(pool))
+
+
+def _pool_part(state: dict[str, Any]) -> dict[str, Any]:
+    part = state["root"]
+    while part.get("node") != "PoolShuffleNode":
+        part = part["source"]
+    return part
+
+
+def test_a_version_1_state_resumes_without_a_ramp_and_is_refused_with_one(
+    memory_url: Any,
+) -> None:
+    """A state saved before the ramp says version 1 and has no `pool_ramp`: a loader with
+    `pool_ramp=0` draws that order and resumes it exactly; the default loader would draw
+    other batches, and names the setting instead."""
+    url, _ = memory_url()
+
+    def make(pool_ramp: int) -> Loader[Any]:
+        return build_loader(
+            url, split="all", batch_size=5, max_inflight=2, device="cpu", pool_ramp=pool_ramp
+        )
+
+    saver = make(0)
+    iterator = iter(saver)
+    for _ in range(3):
+        next(iterator)
+    state = torch_roundtrip(saver.state_dict())
+    rest = [np.asarray(b["sample_index"]).copy() for b in iterator]
+    config = _pool_part(state)[CONFIG_KEY]
+    assert config.pop("pool_ramp") == 0 and config[ORDER_VERSION_KEY] == 2
+    config[ORDER_VERSION_KEY] = 1  # what version 1 wrote
+    state.pop("digest", None)
+    resumed = make(0)
+    resumed.load_state_dict(state)
+    got = _indices(resumed)
+    assert len(got) == len(rest)
+    assert all(np.array_equal(x, y) for x, y in zip(got, rest, strict=True))
+    default = build_loader(url, split="all", batch_size=5, max_inflight=2, device="cpu")
+    default.load_state_dict(state)
+    with pytest.raises(ValueError, match=r"version 1 of the 'pool'.*with pool_ramp=0 to resume"):
+        next(iter(default))
+
+
+def test_a_state_of_another_ramp_is_refused_by_name(memory_url: Any) -> None:
+    url, _ = memory_url()
+    saver = build_loader(url, split="all", batch_size=5, max_inflight=2, pool_ramp=1)
+    iterator = iter(saver)
+    next(iterator)
+    state = torch_roundtrip(saver.state_dict())
+    loader = build_loader(url, split="all", batch_size=5, max_inflight=2)
+    loader.load_state_dict(state)
+    with pytest.raises(ValueError, match="saved with pool_ramp=1 but this graph has pool_ramp=2"):
+        next(iter(loader))
+
+
+def test_the_first_batch_reads_its_own_units_only(memory_url: Any) -> None:
+    """With a pool of 20 units of 2 samples and batches of 3, version 1 read 20 units
+    before the first batch; the ramp enters 2 (its 3 samples), and before batch b as many
+    as leave (b + 1) * 3 samples in the pool after the 3 * b drawn: ceil((2b + 1) * 1.5)."""
+    url, _ = memory_url({"a": ((80, 2), (2, 2), "float32")})
+
+    def entered(pool_ramp: int, batches: int) -> int:
+        stage = build_stage(url, "shuffle", batch_size=3, pool_size=20, pool_ramp=pool_ramp)
+        loader = Loader(stage)
+        iterator = iter(loader)
+        for _ in range(batches):
+            next(iterator)
+        return int(loader.state_dict()["root"]["next_unit"])
+
+    assert entered(0, 1) == 20
+    assert [entered(1, b) for b in (1, 2, 3)] == [2, 5, 8]
 
 
 def test_bad_shuffle_names_the_choices(memory_url: Any) -> None:

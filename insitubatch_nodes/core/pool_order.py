@@ -2,10 +2,12 @@
 function (version `POOL_ORDER_VERSION`).
 
 The rule, in words. A rank's units come in its epoch order (`core.partition`). A pool
-holds up to P of them. Before each batch the pool is refilled in that order up to P units
-(and past P while the pool holds fewer samples than the batch still needs, which only
-short units cause); units therefore enter at fixed points of the draw sequence (batch
-starts), never when a read happens to finish. Batch b takes its real samples from the
+holds up to P of them. Before each batch b the pool is refilled in that order up to P
+units, or while it ramps up, until it holds (b + 1) * ramp batches' samples, whichever
+comes first (`enters_pool`); and past either while it holds fewer samples than the batch
+still needs (short units, or units dealt part-drawn after a resize, cause that). Units
+therefore enter at fixed points of the draw sequence (batch starts), never when a read
+happens to finish. Batch b takes its real samples from the
 pool as a uniform draw without replacement over every sample still in it: how many each
 unit gives is one multivariate hypergeometric draw over what each unit has left, from a
 generator keyed on (seed, epoch, rank, b), so no earlier draw needs replaying to make
@@ -24,6 +26,34 @@ and sets the quality: a batch of B draws over P units' samples touches about as 
 distinct units as a uniform global shuffle would over P units. `pool_units` makes P from
 the window's bytes, a pure function of the settings and the store.
 
+The ramp (version 2). Filling to P before the first batch made every epoch's first batch
+wait for P units to be read (1 GiB by default; on a store of fewer units than P, the whole
+epoch was read before a batch was drawn, so reads and gathers never overlapped). With the
+ramp an epoch's first batch waits for `ramp` batches' samples, and the pool grows by
+`ramp` batches' samples per batch drawn: units enter at (ramp + 1) times the rate batches
+draw samples, so as long as reads keep that pace the draws never wait for them, and the
+pool holds P units after about P * unit_length / (2 * ramp * B) batches (the units of a
+full pool are about half drawn). The price is mixing in those first batches, which draw
+from fewer units. An order must not depend on IO, and the reading speed is not known, so
+the growth is a fixed multiple of the draw rate rather than what reads would allow; and a
+linear one, not geometric: a geometric ramp reaches P within a few batches, and then
+waits for the rest of P's reads just as version 1 did. The default, 2 (`POOL_RAMP`): at
+the default batch of 32 the first batch then needs 64 samples, which the first default
+block holds anyway (`core.memory_bound.MIN_BLOCK_SAMPLES`), so it waits for no more reads
+than a ramp of 1 and mixes the first batches better (0.48 against 0.34 of a uniform
+shuffle's distinct units in an epoch's first 10 batches at 24 steps per chunk, against
+0.92 with the pool filled first; `benchmarks/shuffle_quality.py`). A ramp of 0 fills to P
+first: the order of version 1, whose states resume with it.
+
+The ramp applies at every epoch, and to a re-dealt rest (`core.elastic`). The pool's
+memory is kept between epochs, but not its units: an epoch draws each of its units once,
+and the next epoch's are others, so each epoch starts from an empty pool, and without a
+ramp its first batch would wait for P units again (only `read_across_epochs`' few blocks
+read ahead would be there). Draws stay keyed per rank, not per canonical partition: a
+rank's pool mixes the units of all its partitions, so no draw belongs to one partition,
+and a resize re-deals the (unit, given) pieces left rather than replaying a partition's
+draws (`core.elastic`).
+
 `pool_epoch_order` spells the whole epoch out at once; `PoolShuffleNode` reproduces it
 incrementally through `pool_take`, and the tests hold one against the other.
 """
@@ -40,7 +70,8 @@ from insitubatch_nodes.core.partition import EpochAssignment
 from insitubatch_nodes.core.seeding import rng_for
 
 POOL_ORDER = "pool"
-POOL_ORDER_VERSION = 1
+POOL_ORDER_VERSION = 2
+POOL_RAMP = 2
 
 
 def pool_units(window_bytes: int, unit_bytes: int, unit_length: int, batch_size: int) -> int:
@@ -101,6 +132,30 @@ def pool_take(
     return generator.multivariate_hypergeometric(remaining, want).astype(np.int64)
 
 
+def enters_pool(
+    units: int, samples: int, needed: int, batch: int, *, pool_size: int, ramp: int, batch_size: int
+) -> bool:
+    """Whether the next unit of the rank's order enters the pool before batch `batch`
+    (the refill rule of the module): while the pool holds fewer samples than the batch
+    needs; else while it holds fewer than P units and, when it ramps, fewer than
+    (batch + 1) * ramp batches' samples.
+
+    Args:
+        units: units in the pool now.
+        samples: samples they have left.
+        needed: real samples the batch draws.
+        batch: the batch's index in the pool's run (the epoch's, or a re-dealt rest's).
+        pool_size: P, the units the pool holds (`pool_units`).
+        ramp: batches' samples the pool grows by per batch; 0 fills it to P at once.
+        batch_size: samples per batch.
+    """
+    if samples < needed:
+        return True
+    if units >= pool_size:
+        return False
+    return ramp == 0 or samples < (batch + 1) * ramp * batch_size
+
+
 @dataclass(frozen=True)
 class PoolCursor:
     """Where a rank's pool stands after some batches, as `PoolShuffleNode` saves it: the
@@ -123,6 +178,7 @@ def pool_draw(
     target: int,
     pool_size: int,
     batch_size: int,
+    ramp: int = POOL_RAMP,
     batches: int | None = None,
 ) -> tuple[np.ndarray, PoolCursor]:
     """Global sample ids a rank yields from `units` under the pool shuffle, in order, and
@@ -141,6 +197,7 @@ def pool_draw(
         target: samples to yield in all (the real ones first, then padding).
         pool_size: P, the units the pool holds (`pool_units`).
         batch_size: samples per batch.
+        ramp: how fast the pool fills (`enters_pool`); 0: to P before the first batch.
         batches: stop after this many batches (None: at `target`).
     """
     samples = [geometry.unit_samples(units[i : i + 1]) for i in range(units.size)]
@@ -156,7 +213,15 @@ def pool_draw(
         want = min(batch_size, target - yielded)
         real = min(want, left)
         in_pool = sum(samples[p].size - given[p] for p in pool)
-        while next_unit < units.size and (len(pool) < pool_size or in_pool < real):
+        while next_unit < units.size and enters_pool(
+            len(pool),
+            in_pool,
+            real,
+            batch,
+            pool_size=pool_size,
+            ramp=ramp,
+            batch_size=batch_size,
+        ):
             pool.append(next_unit)
             given[next_unit] = int(starts[next_unit])
             in_pool += samples[next_unit].size - given[next_unit]
@@ -189,6 +254,7 @@ def pool_epoch_order(
     pool_size: int,
     batch_size: int,
     drop_last: bool,
+    ramp: int = POOL_RAMP,
 ) -> np.ndarray:
     """Global sample ids one rank yields in one epoch under the pool shuffle, in order
     (batches are consecutive slices of `batch_size`): `pool_draw` over the rank's share,
@@ -200,6 +266,7 @@ def pool_epoch_order(
         pool_size: P, the units the pool holds (`pool_units`).
         batch_size: samples per batch.
         drop_last: whether only full batches are yielded.
+        ramp: how fast the pool fills (`enters_pool`); 0: to P before the first batch.
     """
     a = assignment
     order, _ = pool_draw(
@@ -212,5 +279,6 @@ def pool_epoch_order(
         target=a.samples_per_rank(batch_size, drop_last),
         pool_size=pool_size,
         batch_size=batch_size,
+        ramp=ramp,
     )
     return order

@@ -1,7 +1,9 @@
 """PoolShuffleNode: draws batches from a pool of units (the chunk-pool shuffle).
 
 It reproduces `core.pool_order.pool_epoch_order` incrementally: blocks arrive in the
-rank's unit order; their units enter the pool at batch starts, up to P of them; each
+rank's unit order; their units enter the pool at batch starts, as `enters_pool` says (up
+to P of them, fewer while the pool ramps up, so that the first batch waits only for its
+own units); each
 batch is `pool_take`'s draw over what each pool unit has left, each unit giving its
 samples in its own seeded permutation. The node waits for a unit that is not read yet
 (read-ahead makes that rare), so the order never depends on IO timing. A unit that has
@@ -31,6 +33,8 @@ from insitubatch_nodes.core.partition import EpochAssignment
 from insitubatch_nodes.core.pool_order import (
     POOL_ORDER,
     POOL_ORDER_VERSION,
+    POOL_RAMP,
+    enters_pool,
     pool_take,
     unit_draw,
 )
@@ -96,6 +100,10 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
         pool_size: P, the units the pool holds (`core.pool_order.pool_units`; an int >= 1).
         batch_size: samples per batch (an int >= 1).
         drop_last: yield only full batches, the same number on every rank (True or False).
+        pool_ramp: how fast the pool fills, in batches' samples per batch (an int >= 0;
+            `core.pool_order.enters_pool`): by default 2 (`POOL_RAMP`), so an epoch's first
+            batch waits for two batches' samples, not P units; 0 fills the pool to P
+            first, the order of version 1, whose states resume only with it.
     """
 
     SOURCE_KEY = SHUFFLE_SOURCE_KEY
@@ -103,6 +111,7 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
     RESIDENT_KEY = "resident"
     YIELDED_KEY = "samples_yielded"
     TARGET_KEY = SHUFFLE_TARGET_KEY
+    RAMP_KEY = "pool_ramp"
 
     def __init__(
         self,
@@ -111,12 +120,14 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
         pool_size: int,
         batch_size: int,
         drop_last: bool = False,
+        pool_ramp: int = POOL_RAMP,
     ) -> None:
         super().__init__()
         self.source = source
         self.pool_size = as_int("pool_size", pool_size, minimum=1)
         self.batch_size = as_int("batch_size", batch_size, minimum=1)
         self.drop_last = as_bool("drop_last", drop_last)
+        self.pool_ramp = as_int("pool_ramp", pool_ramp, minimum=0)
         self._assignment: EpochAssignment | None = None
         self._positions: tuple[np.ndarray, np.ndarray] | None = None
         self._pool: list[_Unit] = []  # in entry (position) order
@@ -155,8 +166,16 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
             self.YIELDED_KEY,
             self.TARGET_KEY,
         )
+        # version 1 is version 2 without a ramp: its states resume in a loader without one
         state, target = restore_shuffle_state(
-            self, initial_state, keys, POOL_ORDER, POOL_ORDER_VERSION, self._config()
+            self,
+            initial_state,
+            keys,
+            POOL_ORDER,
+            POOL_ORDER_VERSION,
+            self._config(),
+            resumes=(1,) if self.pool_ramp == 0 else (),
+            older={1: f"{self.RAMP_KEY}=0"},
         )
         self._yielded = check_cursor(self, state, self.YIELDED_KEY, 0, target or 0)
         self._next = check_cursor(self, state, self.NEXT_KEY, 0)
@@ -279,11 +298,11 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
             raise StopIteration
         real = min(want, a.rank_samples - min(self._yielded, a.rank_samples))
         self._read_restored()
+        batch = self._yielded // self.batch_size
         in_pool = sum(u.remaining for u in self._pool)
-        while (len(self._pool) < self.pool_size or in_pool < real) and self._enter_next():
+        while self._enters(in_pool, real, batch) and self._enter_next():
             in_pool += self._pool[-1].remaining
         remaining = np.array([u.remaining for u in self._pool], dtype=np.int64)
-        batch = self._yielded // self.batch_size
         counts = pool_take(a.seed, a.epoch, a.rank, batch, remaining, real).tolist()
         parts: list[tuple[FetchedBlock, list[np.ndarray]]] = []
         holds: list[object] = []
@@ -305,6 +324,17 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
         self._forget_blocks()
         return BatchDraw(
             tuple((block, np.concatenate(rows)) for block, rows in parts), tuple(holds)
+        )
+
+    def _enters(self, in_pool: int, real: int, batch: int) -> bool:
+        return enters_pool(
+            len(self._pool),
+            in_pool,
+            real,
+            batch,
+            pool_size=self.pool_size,
+            ramp=self.pool_ramp,
+            batch_size=self.batch_size,
         )
 
     def _pad(self, count: int, already: int) -> tuple[FetchedBlock, list[np.ndarray]]:
@@ -331,6 +361,7 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
             "batch_size": self.batch_size,
             "drop_last": self.drop_last,
             "pool_size": self.pool_size,
+            self.RAMP_KEY: self.pool_ramp,
             ORDER_KEY: POOL_ORDER,
             ORDER_VERSION_KEY: POOL_ORDER_VERSION,
         }

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from insitubatch_nodes.core.fingerprint import fingerprint_differences
@@ -244,7 +244,14 @@ ORDER_KEY = "order"
 ORDER_VERSION_KEY = "order_version"
 
 
-def check_shuffle_order(state: Any, order: str, version: int) -> None:
+def check_shuffle_order(
+    state: Any,
+    order: str,
+    version: int,
+    *,
+    resumes: Collection[int] = (),
+    older: Mapping[int, str] | None = None,
+) -> None:
     """Refuse, naming the setting that resumes it, a state made by another shuffle order
     (`build_loader(shuffle=)`) or another version of this one: its cursor counts another
     sequence of batches.
@@ -253,7 +260,10 @@ def check_shuffle_order(state: Any, order: str, version: int) -> None:
         state: the shuffle node's part of a loaded state (anything: checked further by
             `check_node_state`).
         order: this node's order (`"block"` or `"pool"`).
-        version: this node's version of it.
+        version: the version of it this node draws.
+        resumes: earlier versions that this node, as it is set up, draws exactly too.
+        older: earlier versions this library still draws under some setting, each with
+            that setting (as `build_loader` takes it), which a refusal names.
 
     Raises:
         ValueError: the state was made by another order or version.
@@ -267,13 +277,21 @@ def check_shuffle_order(state: Any, order: str, version: int) -> None:
     if isinstance(config, Mapping):
         saved_order = config.get(ORDER_KEY, saved_order)
         saved_version = config.get(ORDER_VERSION_KEY, 1)
-    if saved_order is None or (saved_order, saved_version) == (order, version):
+    if saved_order is None or (saved_order == order and saved_version in (version, *resumes)):
         return
     if saved_order != order:
         raise ValueError(
             f"this state was made by the {saved_order!r} shuffle (version {saved_version}) "
             f"and this loader draws the {order!r} shuffle: the state counts other batches. "
             f"Build the loader with shuffle={saved_order!r} to resume it"
+        )
+    setting = (older or {}).get(saved_version)
+    if setting is not None:
+        raise ValueError(
+            f"this state was made by version {saved_version} of the {order!r} shuffle, "
+            f"which this loader draws only with {setting} (it draws version {version}): the "
+            f"state counts other batches. Build the loader with {setting} to resume it "
+            f"exactly, or start the epoch afresh"
         )
     raise ValueError(
         f"this state was made by version {saved_version} of the {order!r} shuffle and this "
@@ -293,6 +311,9 @@ def restore_shuffle_state(
     order: str,
     version: int,
     config: Mapping[str, Any],
+    *,
+    resumes: Collection[int] = (),
+    older: Mapping[int, str] | None = None,
 ) -> tuple[Mapping[str, Any], int | None]:
     """What both shuffle nodes check first when they take up a saved cursor, in the order
     that names the most basic difference: the source is restored first (other data, or an
@@ -306,16 +327,19 @@ def restore_shuffle_state(
         keys: the keys the node's state holds.
         order: the node's shuffle order (`"block"` or `"pool"`).
         version: the node's version of it.
-        config: the node's config, to hold the saved one against.
+        config: the node's config, to hold the saved one against (but its order version:
+            a state of an earlier one it resumes says that one).
+        resumes: earlier versions the node draws exactly too (`check_shuffle_order`).
+        older: earlier versions drawn under another setting (`check_shuffle_order`).
 
     Returns:
         The checked state, and the epoch's sample count or None.
     """
     if isinstance(initial_state, dict) and SHUFFLE_SOURCE_KEY in initial_state:
         node.source.reset(initial_state[SHUFFLE_SOURCE_KEY])
-    check_shuffle_order(initial_state, order, version)
+    check_shuffle_order(initial_state, order, version, resumes=resumes, older=older)
     state = check_node_state(node, initial_state, keys)
-    check_saved_config(node, state, config)
+    check_saved_config(node, state, {k: v for k, v in config.items() if k != ORDER_VERSION_KEY})
     target = None
     if state[SHUFFLE_TARGET_KEY] is not None:
         target = check_cursor(node, state, SHUFFLE_TARGET_KEY, 0)
