@@ -88,6 +88,7 @@ class HostResources:
             environ,
             gpus=torch.cuda.device_count(),
             group_size=torch.distributed.get_world_size() if grouped else None,
+            group_backend=str(torch.distributed.get_backend()) if grouped else None,
         )
         return cls(memory, _usable_cores(), ranks, memory_from, ranks_from)
 
@@ -212,7 +213,11 @@ def _usable_cores() -> int:
 
 
 def local_ranks_of(
-    environ: Mapping[str, str], *, gpus: int, group_size: int | None
+    environ: Mapping[str, str],
+    *,
+    gpus: int,
+    group_size: int | None,
+    group_backend: str | None = None,
 ) -> tuple[int, str]:
     """The ranks on this host, this one included, and where that was read.
 
@@ -221,14 +226,18 @@ def local_ranks_of(
     process group started otherwise (`torch.multiprocessing.spawn`) has only its world
     size. On one node that is the count; on several it counts every node's ranks, so on
     GPUs it is taken at most as the GPUs this process sees (one rank per GPU), and on the
-    CPU as it is. Either way it errs on the safe side: a rank takes less than its share
-    of memory and cores, never more, where a host running eight ranks that each took it
-    whole would be oversubscribed eightfold.
+    CPU as it is: without GPUs, or where the process group talks over gloo alone (ranks
+    that train on the CPU, however many GPUs the host has). Either way it errs on the safe
+    side: a rank takes less than its share of memory and cores, never more, where a host
+    running eight ranks that each took it whole would be oversubscribed eightfold. The one
+    exception: a launcher that shows each rank only its own GPU (`CUDA_VISIBLE_DEVICES` per
+    rank) leaves each seeing fewer GPUs than the host runs ranks; set `LOCAL_WORLD_SIZE`.
 
     Args:
         environ: the process's environment.
         gpus: the CUDA devices this process sees (0 without CUDA).
         group_size: the initialised process group's world size, or None without one.
+        group_backend: its backend (`torch.distributed.get_backend()`), or None.
 
     Raises:
         ValueError: a variable read holds something other than an int >= 1.
@@ -249,7 +258,7 @@ def local_ranks_of(
         world, source = group_size, "the process group's world size"
     else:
         return 1, "no launcher variable"
-    if 0 < gpus < world:
+    if 0 < gpus < world and group_backend != "gloo":
         world, source = gpus, f"{source}, at most the {gpus} GPUs this process sees"
     local_rank = int_from_environment(environ, "LOCAL_RANK", 0)
     return max(1, world, local_rank + 1), source

@@ -4,6 +4,7 @@ default when batches go to a GPU), left as the process's otherwise, refused out 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
 import threading
@@ -68,3 +69,27 @@ def test_a_niceness_outside_linux_range_is_refused(tmp_path: Path, value: int) -
     url, _ = write_store(tmp_path / "s.zarr")
     with pytest.raises(ValueError, match="decode_niceness"):
         build_loader(url, split="all", batch_size=4, device="cpu", decode_niceness=value)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a thread's own nice value is Linux's")
+def test_a_host_that_refuses_the_lower_priority_still_decodes(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Lowering the decode threads is a courtesy to the training thread: where the system
+    refuses it (a seccomp profile denying setpriority), the threads run at the process's
+    priority and say so once, instead of a decode pool that fails every job."""
+
+    def refused(*_: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "setpriority", refused)
+    caplog.set_level(logging.WARNING, logger="insitubatch_nodes")
+    process = os.getpriority(os.PRIO_PROCESS, 0)
+    runtime = EventLoopThread("priority-test", 2, decode_niceness=BACKGROUND_NICENESS)
+    try:
+        assert _decode_thread_niceness(runtime) == process
+        assert _decode_thread_niceness(runtime) == process
+    finally:
+        runtime.close()
+    warned = [r for r in caplog.records if "priority" in r.getMessage()]
+    assert len(warned) == 1 and "Operation not permitted" in warned[0].getMessage()

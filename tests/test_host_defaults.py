@@ -207,6 +207,33 @@ def test_the_ranks_on_a_host_where_no_launcher_says_how_many() -> None:
         local_ranks_of({"LOCAL_RANK": "0", "WORLD_SIZE": "x"}, gpus=0, group_size=None)
 
 
+def test_ranks_that_train_on_the_cpu_are_not_bounded_by_the_gpus() -> None:
+    """Ranks whose process group talks over gloo alone train on the CPU, one per core or
+    so, not one per GPU: sixteen such ranks on a host with eight GPUs are sixteen, and
+    taking them as eight would give each rank twice its share of memory and cores. A
+    group over NCCL (or both) still runs one rank per GPU."""
+    sixteen = lightning_ddp_environment(local_rank=0, processes=16)
+    assert local_ranks_of(sixteen, gpus=8, group_size=16, group_backend="gloo")[0] == 16
+    assert local_ranks_of({}, gpus=8, group_size=16, group_backend="gloo")[0] == 16
+    assert local_ranks_of({}, gpus=8, group_size=16, group_backend="nccl")[0] == 8
+    both = "cpu:gloo,cuda:nccl"  # torch's default where CUDA is available
+    assert local_ranks_of({}, gpus=8, group_size=16, group_backend=both)[0] == 8
+    assert local_ranks_of(sixteen, gpus=8, group_size=None)[0] == 8  # no group: GPUs bound
+
+
+def test_an_initialised_process_group_gives_its_size(tmp_path: Path) -> None:
+    """`HostResources.read` asks a real process group (gloo, on the CPU) its size and
+    backend."""
+    torch.distributed.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'group'}", rank=0, world_size=1
+    )
+    try:
+        host = HostResources.read({})
+    finally:
+        torch.distributed.destroy_process_group()
+    assert host.local_ranks == 1 and "process group" in host.local_ranks_from
+
+
 def test_the_choice_is_logged_once_with_its_reasons(
     one_step_per_chunk: str, caplog: pytest.LogCaptureFixture
 ) -> None:

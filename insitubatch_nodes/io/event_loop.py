@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import os
 import selectors
 import sys
@@ -25,6 +26,8 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
 THREAD_PREFIX = "insitubatch"
 # The decode threads' nice increment when a loader feeds a GPU (`build_loader`'s default):
 # at 10 the kernel's scheduler gives a nice-0 thread about nine times a nice-10 thread's
@@ -32,6 +35,7 @@ THREAD_PREFIX = "insitubatch"
 # decode still takes every core it leaves idle.
 BACKGROUND_NICENESS = 10
 STOP_TIMEOUT_S = 10.0
+_refusal_told = threading.Lock()  # taken for good by the first refusal logged
 
 
 class _TimedSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
@@ -66,9 +70,21 @@ class _TimedSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type
 
 def _lower_priority(niceness: int) -> None:
     """Run the calling thread `niceness` steps below the process (a thread's own nice
-    value on Linux); raising it needs no privilege."""
+    value on Linux); raising it needs no privilege. Where the system refuses anyway (a
+    seccomp profile denying setpriority), the thread runs at the process's priority and
+    the log says so once: an initializer that raised would leave a pool that fails every
+    decode, for what is only a courtesy to the training thread."""
     thread = threading.get_native_id()
-    os.setpriority(os.PRIO_PROCESS, thread, os.getpriority(os.PRIO_PROCESS, thread) + niceness)
+    try:
+        os.setpriority(os.PRIO_PROCESS, thread, os.getpriority(os.PRIO_PROCESS, thread) + niceness)
+    except OSError as err:
+        if _refusal_told.acquire(blocking=False):
+            log.warning(
+                "decode threads run at the training process's priority: lowering it by "
+                "decode_niceness=%d was refused (%s)",
+                niceness,
+                err,
+            )
 
 
 class EventLoopThread:
