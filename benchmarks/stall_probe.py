@@ -6,10 +6,9 @@
 what it is made of. After a warm-up epoch per loader it times, per step:
 
 - compute: the step on one fixed batch (no loader), before and after the rest;
-- fed: the step on the loader's batches, at the defaults (CPU decode; on CUDA the decode
-  threads run at `BACKGROUND_NICENESS`), with `decode_niceness=0` (decode competes with
-  the training thread for cores as an equal), and with two cores left to the training
-  thread and the loop (decode threads = cores - 2), each `--repeats` times, interleaved;
+- fed: the step on the loader's batches, at the defaults (CPU decode) and with two cores
+  left to the training thread and the loop (decode threads = cores - 2), each
+  `--repeats` times, interleaved;
 - loader busy, fixed batch: the loader iterated as in `fed`, the step on the fixed batch
   (the loader's activity without its data);
 - fed with a 0.5 ms GIL switch interval;
@@ -135,7 +134,6 @@ def main() -> None:
 
     cores = len(os.sched_getaffinity(0))
     others = {
-        "fed, decode_niceness=0": loader(decode_niceness=0),
         f"fed, {max(1, cores - 2)} decode threads": loader(decode_threads=max(1, cores - 2)),
     }
     for other in others.values():

@@ -31,7 +31,6 @@ from insitubatch_nodes.core.settings import (
 from insitubatch_nodes.device.copy_ahead import default_prefetch, staging_slots
 from insitubatch_nodes.host_resources import HostResources
 from insitubatch_nodes.io.chunk_cache import CacheSpec
-from insitubatch_nodes.io.event_loop import BACKGROUND_NICENESS
 from insitubatch_nodes.io.fork_guard import check_object_stores_usable
 from insitubatch_nodes.io.levels import LevelsLike
 from insitubatch_nodes.io.object_versions import object_versions
@@ -206,7 +205,6 @@ def build_loader(
     drop_last: bool = False,
     storage_options: dict[str, Any] | None = None,
     decode_threads: int | None = None,
-    decode_niceness: int | None = None,
     zarr_pipeline: str | None = None,
     retry: RetryPolicy | None = None,
     spec: SampleSpec | None = None,
@@ -326,11 +324,6 @@ def build_loader(
         storage_options: object-store client options (obstore's), e.g. credentials.
         decode_threads: threads that decode chunks (default: this rank's share of the
             cores it may run on, `cores // LOCAL_WORLD_SIZE`, at least 1 and at most 32).
-        decode_niceness: how many steps lower than the training process the decode threads
-            are scheduled (a Linux nice increment, 0-19). Default: `BACKGROUND_NICENESS`
-            when batches go to a CUDA device, where the training thread's kernel launches
-            should never wait behind decode for a core, else 0 (a CPU training step and
-            the decode share the cores as equals).
         zarr_pipeline: `"zarrs"` to let the Rust pipeline decode the arrays zarr must
             decode itself (filters, F order); common layouts are decoded by the library.
         retry: how reads that fail transiently (HTTP 5xx, timeouts, dropped connections)
@@ -461,13 +454,10 @@ def build_loader(
         world_size=world_size,
     )
     memory = chosen.plan
-    if decode_niceness is None:
-        decode_niceness = BACKGROUND_NICENESS if target.type == "cuda" else 0
     reading = opened.read_context(
         retry=retry,
         max_inflight=max_inflight,
         decode_threads=chosen.decode_threads,
-        decode_niceness=decode_niceness,
         zarr_pipeline=zarr_pipeline,
         block_memory_bytes=memory.blocks_alive_bytes,
         inflight_bytes=memory.inflight_bytes,

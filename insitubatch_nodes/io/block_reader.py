@@ -59,14 +59,6 @@ class BlockReader(Protocol):
         ...
 
 
-def _niceness(value: Any) -> int:
-    """A nice increment as a Python int, refused outside 0-19 (the range Linux has)."""
-    niceness = as_int("decode_niceness", value, minimum=0)
-    if niceness > 19:
-        raise ValueError(f"decode_niceness={niceness} is above 19, the lowest priority Linux has")
-    return niceness
-
-
 @dataclass(frozen=True)
 class ReadContext:
     """What every block reader of one fetch node shares, for the node's whole life.
@@ -82,8 +74,6 @@ class ReadContext:
         inflight: how many chunk reads to keep under way (self-tuning, within a user's
             `max_inflight` and the memory allowed for reads in flight).
         decode_threads: threads of the decode pool.
-        decode_niceness: how much lower the decode threads are scheduled than the
-            process (`EventLoopThread`).
         fast_path: whether common layouts are decoded by the library (else all by zarr).
         zarr_pipeline: the codec pipeline class path for arrays zarr decodes, or None.
         stats: the counters every reader updates.
@@ -99,7 +89,6 @@ class ReadContext:
     retry: RetryPolicy
     inflight: InflightTarget
     decode_threads: int
-    decode_niceness: int
     fast_path: bool
     zarr_pipeline: str | None
     stats: FetchStats
@@ -118,7 +107,6 @@ class ReadContext:
         retry: RetryPolicy | None = None,
         max_inflight: int | None = None,
         decode_threads: int | None = None,
-        decode_niceness: int = 0,
         fast_path: bool = True,
         zarr_pipeline: str | None = None,
         block_memory_bytes: int = DEFAULT_MEMORY_BUDGET,
@@ -137,8 +125,6 @@ class ReadContext:
                 follow what the store shows (`core.inflight_target`).
             decode_threads: threads of the decode pool (an int >= 1; default this rank's
                 share of the host's cores, `HostResources.decode_threads`).
-            decode_niceness: how much lower the decode threads are scheduled than the
-                process (0-19, `EventLoopThread`).
             fast_path: decode common layouts with the library's own decoder.
             zarr_pipeline: `"zarrs"` or a codec pipeline class path for the arrays zarr
                 decodes itself, or None for zarr's own.
@@ -163,7 +149,6 @@ class ReadContext:
             decode_threads=(
                 HostResources.read().decode_threads() if decode_threads is None else decode_threads
             ),
-            decode_niceness=_niceness(decode_niceness),
             fast_path=as_bool("fast_path", fast_path),
             zarr_pipeline=resolve_pipeline(zarr_pipeline),
             stats=FetchStats(),

@@ -15,10 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import logging
-import os
 import selectors
-import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -26,16 +23,8 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-log = logging.getLogger(__name__)
-
 THREAD_PREFIX = "insitubatch"
-# The decode threads' nice increment when a loader feeds a GPU (`build_loader`'s default):
-# at 10 the kernel's scheduler gives a nice-0 thread about nine times a nice-10 thread's
-# share of a contended core, so the training thread runs the moment it is ready, and
-# decode still takes every core it leaves idle.
-BACKGROUND_NICENESS = 10
 STOP_TIMEOUT_S = 10.0
-_refusal_told = threading.Lock()  # taken for good by the first refusal logged
 
 
 class _TimedSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
@@ -68,25 +57,6 @@ class _TimedSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type
                 self._unreported = 0
 
 
-def _lower_priority(niceness: int) -> None:
-    """Run the calling thread `niceness` steps below the process (a thread's own nice
-    value on Linux); raising it needs no privilege. Where the system refuses anyway (a
-    seccomp profile denying setpriority), the thread runs at the process's priority and
-    the log says so once: an initializer that raised would leave a pool that fails every
-    decode, for what is only a courtesy to the training thread."""
-    thread = threading.get_native_id()
-    try:
-        os.setpriority(os.PRIO_PROCESS, thread, os.getpriority(os.PRIO_PROCESS, thread) + niceness)
-    except OSError as err:
-        if _refusal_told.acquire(blocking=False):
-            log.warning(
-                "decode threads run at the training process's priority: lowering it by "
-                "decode_niceness=%d was refused (%s)",
-                niceness,
-                err,
-            )
-
-
 class EventLoopThread:
     """An event loop running on its own daemon thread, with its decode thread pool as the
     loop's default executor.
@@ -96,29 +66,17 @@ class EventLoopThread:
         decode_threads: threads of the decode pool.
         on_busy: called from the loop's thread with the nanoseconds it spent working
             rather than waiting for IO, about a millisecond's worth at a time, or None.
-        decode_niceness: how much lower than the rest of the process the decode threads
-            are scheduled (a nice increment, 0-19; Linux only, where the nice value is a
-            thread's own): a training thread that launches GPU work then never waits
-            behind decode for a core.
     """
 
     def __init__(
-        self,
-        name: str,
-        decode_threads: int,
-        on_busy: Callable[[int], None] | None = None,
-        decode_niceness: int = 0,
+        self, name: str, decode_threads: int, on_busy: Callable[[int], None] | None = None
     ) -> None:
         if on_busy is None:
             self._loop = asyncio.new_event_loop()
         else:
             self._loop = asyncio.SelectorEventLoop(_TimedSelector(on_busy))
-        lowered = decode_niceness > 0 and sys.platform == "linux"
         self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=decode_threads,
-            thread_name_prefix=f"{THREAD_PREFIX}-{name}-decode",
-            initializer=_lower_priority if lowered else None,
-            initargs=(decode_niceness,) if lowered else (),
+            max_workers=decode_threads, thread_name_prefix=f"{THREAD_PREFIX}-{name}-decode"
         )
         self._loop.set_default_executor(self._executor)
         self._thread = threading.Thread(

@@ -197,10 +197,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
 
     def _start(self) -> None:
         runtime = EventLoopThread(
-            "fetch",
-            self.context.decode_threads,
-            on_busy=self.stats.count_loop_busy,
-            decode_niceness=self.context.decode_niceness,
+            "fetch", self.context.decode_threads, on_busy=self.stats.count_loop_busy
         )
         self._runtime = runtime
         if self.decode_on is None:
