@@ -3,6 +3,7 @@ test server, real cache folders, several real processes sharing one."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import itertools
 import json
@@ -24,7 +25,10 @@ from insitubatch_nodes import CacheSpec, build_loader, open_icechunk
 from insitubatch_nodes.cli import main
 from insitubatch_nodes.io.cache_entry import HEADER, HEADER_NBYTES
 from insitubatch_nodes.io.cache_segment import TRAILER_NBYTES, Segment
+from insitubatch_nodes.io.cached_chunks import CachedChunks
 from insitubatch_nodes.io.chunk_cache import LAYOUT, ChunkCache, entry_digest
+from insitubatch_nodes.io.fetch_stats import FetchStats
+from insitubatch_nodes.io.object_versions import NoVersions
 from insitubatch_nodes.io.segment_writer import PENDING_SUFFIX, SegmentWriter, folder_bytes
 
 HERE = Path(__file__).parent
@@ -444,6 +448,40 @@ def test_a_remote_stores_entries_are_written_off_the_decode_threads_and_sealed_e
     _all_verify(folder)
     loader.close()
     assert [t for t in our_threads() if t.name.endswith("cache-write")] == []
+
+
+def test_the_event_loop_runs_on_while_an_epochs_end_waits_for_queued_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    order: list[str] = []
+    gate = threading.Event()  # opened by a coroutine of the loop that seals
+    append = SegmentWriter.append
+
+    def held(self: SegmentWriter, digest: bytes, payload: Any) -> int:
+        gate.wait(5)  # bounded: a seal that blocks the loop would otherwise hang here
+        order.append("entry written")
+        return append(self, digest, payload)
+
+    monkeypatch.setattr(SegmentWriter, "append", held)
+    folder = tmp_path / "cache"
+    cache = ChunkCache(CacheSpec(folder, 10**6))
+    cached = CachedChunks(cache, lambda: NoVersions("test"), FetchStats(), decode_threads=2)
+    digest = entry_digest("an entry")
+
+    async def end_of_epoch() -> None:
+        await cached.partition({}, 0)  # a block begins
+        cache.admit_later(digest, b"stored bytes", lambda written: None)
+
+        async def meanwhile() -> None:
+            order.append("loop ran")
+            gate.set()
+
+        await asyncio.gather(cached.finished(), meanwhile())  # the block's end: sealed
+
+    asyncio.run(end_of_epoch())
+    assert order == ["loop ran", "entry written"]
+    assert _pending(folder) == [] and _entries(folder) == {digest}  # sealed, holding it
+    _all_verify(folder)
 
 
 def test_cache_entries_verify_their_key_length_and_checksum(tmp_path: Path) -> None:

@@ -165,6 +165,8 @@ class ChunkCache:
 
     def seal(self, wait: bool = True) -> None:
         """Seal this process's pending segment (if it holds entries) and serve it mapped.
+        Blocks (on the queue's writes, the index's write, the folder's lock): call it off
+        the event loop.
 
         Args:
             wait: first wait for the entries `admit_later` queued to be written, so that the
@@ -175,7 +177,9 @@ class ChunkCache:
         if self._writer is not None:
             sealed = self._writer.seal()
             if sealed is not None:
-                self._map(sealed)
+                with self._refreshing:  # a `refresh` meanwhile may list it: mapped once
+                    if sealed.name not in self._mapped:
+                        self._map(sealed)
 
     def refresh(self, force: bool = False) -> None:
         """Map the segments sealed since the last look (by any process), at most once per
