@@ -7,7 +7,9 @@ import asyncio
 import gc
 import itertools
 import json
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,6 +27,7 @@ from insitubatch_nodes import CacheSpec, build_loader, open_icechunk
 from insitubatch_nodes.cli import main
 from insitubatch_nodes.io.cache_entry import HEADER, HEADER_NBYTES
 from insitubatch_nodes.io.cache_segment import TRAILER_NBYTES, Segment
+from insitubatch_nodes.io.cache_writes import QueuedWrites
 from insitubatch_nodes.io.cached_chunks import CachedChunks
 from insitubatch_nodes.io.chunk_cache import LAYOUT, ChunkCache, entry_digest
 from insitubatch_nodes.io.fetch_stats import FetchStats
@@ -448,6 +451,38 @@ def test_a_remote_stores_entries_are_written_off_the_decode_threads_and_sealed_e
     _all_verify(folder)
     loader.close()
     assert [t for t in our_threads() if t.name.endswith("cache-write")] == []
+
+
+def test_the_write_queue_holds_the_share_of_the_memory_budget_the_plan_gives_it(
+    memory_url: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    url, _ = memory_url(STORE)
+    made: list[QueuedWrites] = []
+    init = QueuedWrites.__init__
+
+    def noted(self: QueuedWrites, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(QueuedWrites, "__init__", noted)
+    budget = 1 << 20
+    reference, _ = _epochs(_loader(url, memory_budget=budget), 1)
+    with caplog.at_level(logging.INFO, logger="insitubatch_nodes.builder"):
+        loader = _loader(url, CacheSpec(tmp_path / "cache", 10**8), memory_budget=budget)
+    summary = next(r.getMessage() for r in caplog.records if "memory_budget=" in r.getMessage())
+    found = re.search(r"cache writes queued up to (\d+)", summary)
+    assert found is not None, summary
+    share = int(found.group(1))
+    assert 0 < share <= budget // 16
+    keys, stats = _epochs(loader, 1)
+    assert keys == reference  # the same blocks and pool: the share is the read-ahead's
+    assert stats[0]["cache_bytes_written"] > 0
+    (queued,) = made
+    assert queued.max_bytes == share and 0 < queued.most_queued_bytes <= share
+    loader.close()
 
 
 def test_the_event_loop_runs_on_while_an_epochs_end_waits_for_queued_entries(

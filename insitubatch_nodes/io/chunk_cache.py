@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from insitubatch_nodes.core.memory_bound import CACHE_QUEUE_BYTES
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.io.cache_entry import DIGEST_NBYTES, HEADER_NBYTES
 from insitubatch_nodes.io.cache_segment import SUFFIX, Segment
@@ -124,9 +125,11 @@ class ChunkCache:
 
     Args:
         spec: the folder, the budget and whether to write.
+        queue_bytes: the most stored bytes queued for the writing thread at once (the
+            loader's memory plan gives the share, `MemoryPlan.cache_queue_bytes`).
     """
 
-    def __init__(self, spec: CacheSpec) -> None:
+    def __init__(self, spec: CacheSpec, queue_bytes: int = CACHE_QUEUE_BYTES) -> None:
         self.spec = spec
         self.root = spec.folder / LAYOUT
         self._index: dict[bytes, tuple[Segment, int, int]] = {}
@@ -142,7 +145,7 @@ class ChunkCache:
             self._writer = SegmentWriter(budget)
             # the thread's writes refer to the writer and the index, not to the cache,
             # which the finalizer below must see collected
-            self._queued = QueuedWrites(_admitting(self._writer, self._index))
+            self._queued = QueuedWrites(_admitting(self._writer, self._index), queue_bytes)
             weakref.finalize(self, _seal_and_close, self._queued, self._writer, budget)
         self.refresh(force=True)
 
