@@ -23,7 +23,7 @@ import zarr
 from conftest import as_numpy, batch_key, our_threads, write_store
 from s3_server import S3Server
 
-from insitubatch_nodes import CacheSpec, build_loader, open_icechunk
+from insitubatch_nodes import AsyncFetchNode, CacheSpec, build_loader, open_icechunk
 from insitubatch_nodes.cli import main
 from insitubatch_nodes.io.cache_entry import HEADER, HEADER_NBYTES
 from insitubatch_nodes.io.cache_segment import TRAILER_NBYTES, Segment
@@ -33,6 +33,7 @@ from insitubatch_nodes.io.chunk_cache import LAYOUT, ChunkCache, entry_digest
 from insitubatch_nodes.io.fetch_stats import FetchStats
 from insitubatch_nodes.io.object_versions import NoVersions
 from insitubatch_nodes.io.segment_writer import PENDING_SUFFIX, SegmentWriter, folder_bytes
+from insitubatch_nodes.loader import graph_nodes
 
 HERE = Path(__file__).parent
 STORE = {"t2m": ((48, 3, 4), (2, 3, 4), "float32"), "u10": ((48, 2), (4, 2), "int16")}
@@ -483,6 +484,36 @@ def test_the_write_queue_holds_the_share_of_the_memory_budget_the_plan_gives_it(
     (queued,) = made
     assert queued.max_bytes == share and 0 < queued.most_queued_bytes <= share
     loader.close()
+
+
+def test_closing_a_loader_seals_its_queued_entries_and_leaves_no_writing_thread(
+    memory_url: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    url, _ = memory_url(STORE)
+    folder = tmp_path / "cache"
+    loader = _loader(url, CacheSpec(folder, 10**8))
+    iterator = iter(loader)
+    next(iterator)  # mid-epoch
+    (fetch,) = [node for node in graph_nodes(loader) if isinstance(node, AsyncFetchNode)]
+    assert fetch.context.cache is not None
+    gate = threading.Event()
+    append = SegmentWriter.append
+
+    def held(self: SegmentWriter, digest: bytes, payload: Any) -> int:
+        gate.wait(5)
+        return append(self, digest, payload)
+
+    monkeypatch.setattr(SegmentWriter, "append", held)
+    digest = entry_digest("queued as the loader closes")
+    fetch.context.cache.admit_later(digest, b"stored bytes", lambda written: None)
+    closing = threading.Thread(target=loader.close)
+    closing.start()
+    gate.set()  # the entry is written while (or after) the loader closes
+    closing.join(10)
+    assert not closing.is_alive()
+    assert [t for t in our_threads() if t.name.endswith("cache-write")] == []
+    assert digest in _entries(folder) and _pending(folder) == []
+    _all_verify(folder)
 
 
 def test_the_event_loop_runs_on_while_an_epochs_end_waits_for_queued_entries(
