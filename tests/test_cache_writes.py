@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from insitubatch_nodes.io.cache_writes import QueuedWrites
 
 
@@ -119,3 +121,25 @@ def test_a_queue_of_no_bytes_writes_every_entry_on_its_callers_thread() -> None:
     queued.drain()
     assert [name for _, _, name in write.writes] == [threading.current_thread().name]
     assert queued.most_queued_bytes == 0 and _cache_threads() == []
+
+
+def test_an_entry_whose_thread_cannot_start_is_written_by_its_caller(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    write = Recorder()
+    queued = QueuedWrites(write)
+    told: list[int] = []
+
+    def refused(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")  # what a process out of threads gets
+
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    queued.submit(b"a" * 32, b"x", told.append)
+    monkeypatch.undo()
+    assert [name for _, _, name in write.writes] == [threading.current_thread().name]
+    assert queued.queued_bytes == 0 and not queued.pending
+    queued.submit(b"b" * 32, b"y", told.append)  # a later entry has its thread again
+    queued.drain()
+    assert [digest[:1] for digest, _, _ in write.writes] == [b"a", b"b"]
+    assert write.writes[1][2] == "insitubatch-cache-write" and told == [2, 2]
+    assert _cache_threads() == []

@@ -54,6 +54,7 @@ class QueuedWrites:
         self._write = write
         self._max_bytes = max_bytes
         self._most_queued = 0
+        self._refused = False  # a thread could not be started (warned once)
         self._lock = threading.Condition(threading.Lock())
         self._queue: collections.deque[tuple[bytes, bytes | memoryview, Written]] = (
             collections.deque()
@@ -101,18 +102,31 @@ class QueuedWrites:
             if self._queued_bytes + size > self._max_bytes:
                 queued = False
             else:
-                self._queue.append((digest, payload, written))
-                self._queued_bytes += size
-                self._most_queued = max(self._most_queued, self._queued_bytes)
-                queued = True
-                self._lock.notify()
-                if self._thread is None:
-                    self._thread = threading.Thread(
-                        target=self._run, name=f"{THREAD_PREFIX}-cache-write", daemon=True
-                    )
-                    self._thread.start()
+                queued = self._thread is not None or self._start()
+                if queued:
+                    self._queue.append((digest, payload, written))
+                    self._queued_bytes += size
+                    self._most_queued = max(self._most_queued, self._queued_bytes)
+                    self._lock.notify()
         if not queued:
             written(self._write(digest, payload))
+
+    def _start(self) -> bool:
+        """Start the writing thread (the lock held: it waits for the entry); False when
+        the process cannot start one, so that the caller writes the entry itself rather
+        than leave it queued with no thread to write it."""
+        thread = threading.Thread(
+            target=self._run, name=f"{THREAD_PREFIX}-cache-write", daemon=True
+        )
+        try:
+            thread.start()
+        except RuntimeError as err:  # out of threads (or memory for a stack)
+            if not self._refused:
+                self._refused = True
+                log.warning("chunk cache: no thread to write entries on (%s); writing inline", err)
+            return False
+        self._thread = thread
+        return True
 
     def drain(self) -> None:
         """Wait until every queued entry is written and the thread has ended."""
