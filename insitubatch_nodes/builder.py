@@ -439,6 +439,7 @@ def build_loader(
         canonical_partitions=canonical_partitions,
     )
     permute.check_full_batch(batch_size, drop_last, split)
+    caching = cache_spec(cache, opened)
     chosen = choose_loader_settings(
         anchors,
         opened.layouts,
@@ -452,6 +453,7 @@ def build_loader(
         shuffle="block" if evaluation else shuffle,
         shuffle_window=shuffle_window,
         world_size=world_size,
+        cache_writes=caching is not None and not caching.read_only,
     )
     memory = chosen.plan
     reading = opened.read_context(
@@ -461,7 +463,8 @@ def build_loader(
         zarr_pipeline=zarr_pipeline,
         block_memory_bytes=memory.blocks_alive_bytes,
         inflight_bytes=memory.inflight_bytes,
-        cache=cache_spec(cache, opened),
+        cache=caching,
+        cache_queue_bytes=memory.cache_queue_bytes,
         unit_length=grid.unit_length,
     )
     blocks = AsyncFetchNode(

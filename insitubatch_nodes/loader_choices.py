@@ -112,7 +112,13 @@ class LoaderChoices:
         return (
             f"memory_budget={self.memory_budget} ({self.memory_from}): shuffle window "
             f"{plan.window_bytes}, batches {plan.batch_bytes}, reads in flight up to "
-            f"{plan.inflight_bytes}, read-ahead up to {plan.read_ahead_bytes} bytes; "
+            f"{plan.inflight_bytes}, read-ahead up to {plan.read_ahead_bytes}"
+            + (
+                f", cache writes queued up to {plan.cache_queue_bytes}"
+                if plan.cache_queue_bytes
+                else ""
+            )
+            + " bytes; "
             f"decode_threads={self.decode_threads} ({self.threads_from}); "
             f"block_chunks={self.block_chunks} ({self.block_from}); shuffle={self.shuffle}"
             + (
@@ -147,6 +153,7 @@ def choose_loader_settings(
     shuffle: str = DEFAULT_SHUFFLE,
     shuffle_window: int | None = None,
     world_size: int = 1,
+    cache_writes: bool = False,
 ) -> LoaderChoices:
     """The budget, decode threads, block size and memory plan of a loader: the user's
     settings where given, else the defaults (see the module).
@@ -169,6 +176,8 @@ def choose_loader_settings(
             for the default (`core.memory_bound.shuffle_window_bytes`); it sets P.
         world_size: the ranks sharing the split (a rank's pool never holds more units
             than its share).
+        cache_writes: whether a chunk cache is written (its queue's share of the
+            read-ahead, `core.memory_bound.plan_memory`; never a block's or the pool's).
 
     Raises:
         ValueError: a setting is out of range, or a given budget is too small for the
@@ -199,6 +208,7 @@ def choose_loader_settings(
             window_samples=None
             if pool is None
             else pool_window_samples(anchors, pool, rank_units, block_samples, batch_size),
+            cache_writes=cache_writes,
         )
 
     if check_shuffle(shuffle) == "pool":

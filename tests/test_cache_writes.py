@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from insitubatch_nodes.io.cache_writes import QueuedWrites
 
 
@@ -88,3 +90,56 @@ def test_an_entry_that_fails_to_write_does_not_stop_the_rest() -> None:
     queued.drain()
     assert [digest[:1] for digest, _, _ in write.writes] == [b"a", b"c"]
     assert not queued.pending and _cache_threads() == []
+
+
+def test_the_queue_never_holds_more_than_its_bound_not_even_one_large_entry() -> None:
+    gate = threading.Event()
+    write = Recorder(gate)
+    queued = QueuedWrites(write, max_bytes=100)
+    told: list[int] = []
+    callers = []
+    for i, size in enumerate([150, 60, 30, 20, 90]):  # 150: more than the bound alone
+        caller = threading.Thread(
+            target=queued.submit, args=(bytes([i]) * 32, b"x" * size, told.append)
+        )
+        caller.start()
+        callers.append(caller)
+        caller.join(0.05)  # queued ones return at once; the others wait at the gate
+    gate.set()
+    for caller in callers:
+        caller.join(10)
+    queued.drain()
+    assert len(write.writes) == 5
+    assert 0 < queued.most_queued_bytes <= 100  # the queue's own high-water mark
+    assert queued.queued_bytes == 0
+
+
+def test_a_queue_of_no_bytes_writes_every_entry_on_its_callers_thread() -> None:
+    write = Recorder()
+    queued = QueuedWrites(write, max_bytes=0)
+    queued.submit(b"a" * 32, b"x", lambda written: None)
+    queued.drain()
+    assert [name for _, _, name in write.writes] == [threading.current_thread().name]
+    assert queued.most_queued_bytes == 0 and _cache_threads() == []
+
+
+def test_an_entry_whose_thread_cannot_start_is_written_by_its_caller(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    write = Recorder()
+    queued = QueuedWrites(write)
+    told: list[int] = []
+
+    def refused(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")  # what a process out of threads gets
+
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    queued.submit(b"a" * 32, b"x", told.append)
+    monkeypatch.undo()
+    assert [name for _, _, name in write.writes] == [threading.current_thread().name]
+    assert queued.queued_bytes == 0 and not queued.pending
+    queued.submit(b"b" * 32, b"y", told.append)  # a later entry has its thread again
+    queued.drain()
+    assert [digest[:1] for digest, _, _ in write.writes] == [b"a", b"b"]
+    assert write.writes[1][2] == "insitubatch-cache-write" and told == [2, 2]
+    assert _cache_threads() == []

@@ -3,10 +3,13 @@ test server, real cache folders, several real processes sharing one."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import itertools
 import json
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,12 +23,17 @@ import zarr
 from conftest import as_numpy, batch_key, our_threads, write_store
 from s3_server import S3Server
 
-from insitubatch_nodes import CacheSpec, build_loader, open_icechunk
+from insitubatch_nodes import AsyncFetchNode, CacheSpec, build_loader, open_icechunk
 from insitubatch_nodes.cli import main
 from insitubatch_nodes.io.cache_entry import HEADER, HEADER_NBYTES
 from insitubatch_nodes.io.cache_segment import TRAILER_NBYTES, Segment
+from insitubatch_nodes.io.cache_writes import QueuedWrites
+from insitubatch_nodes.io.cached_chunks import CachedChunks
 from insitubatch_nodes.io.chunk_cache import LAYOUT, ChunkCache, entry_digest
+from insitubatch_nodes.io.fetch_stats import FetchStats
+from insitubatch_nodes.io.object_versions import NoVersions
 from insitubatch_nodes.io.segment_writer import PENDING_SUFFIX, SegmentWriter, folder_bytes
+from insitubatch_nodes.loader import graph_nodes
 
 HERE = Path(__file__).parent
 STORE = {"t2m": ((48, 3, 4), (2, 3, 4), "float32"), "u10": ((48, 2), (4, 2), "int16")}
@@ -444,6 +452,102 @@ def test_a_remote_stores_entries_are_written_off_the_decode_threads_and_sealed_e
     _all_verify(folder)
     loader.close()
     assert [t for t in our_threads() if t.name.endswith("cache-write")] == []
+
+
+def test_the_write_queue_holds_the_share_of_the_memory_budget_the_plan_gives_it(
+    memory_url: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    url, _ = memory_url(STORE)
+    made: list[QueuedWrites] = []
+    init = QueuedWrites.__init__
+
+    def noted(self: QueuedWrites, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(QueuedWrites, "__init__", noted)
+    budget = 1 << 20
+    reference, _ = _epochs(_loader(url, memory_budget=budget), 1)
+    with caplog.at_level(logging.INFO, logger="insitubatch_nodes.builder"):
+        loader = _loader(url, CacheSpec(tmp_path / "cache", 10**8), memory_budget=budget)
+    summary = next(r.getMessage() for r in caplog.records if "memory_budget=" in r.getMessage())
+    found = re.search(r"cache writes queued up to (\d+)", summary)
+    assert found is not None, summary
+    share = int(found.group(1))
+    assert 0 < share <= budget // 16
+    keys, stats = _epochs(loader, 1)
+    assert keys == reference  # the same blocks and pool: the share is the read-ahead's
+    assert stats[0]["cache_bytes_written"] > 0
+    (queued,) = made
+    assert queued.max_bytes == share and 0 < queued.most_queued_bytes <= share
+    loader.close()
+
+
+def test_closing_a_loader_seals_its_queued_entries_and_leaves_no_writing_thread(
+    memory_url: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    url, _ = memory_url(STORE)
+    folder = tmp_path / "cache"
+    loader = _loader(url, CacheSpec(folder, 10**8))
+    iterator = iter(loader)
+    next(iterator)  # mid-epoch
+    (fetch,) = [node for node in graph_nodes(loader) if isinstance(node, AsyncFetchNode)]
+    assert fetch.context.cache is not None
+    gate = threading.Event()
+    append = SegmentWriter.append
+
+    def held(self: SegmentWriter, digest: bytes, payload: Any) -> int:
+        gate.wait(5)
+        return append(self, digest, payload)
+
+    monkeypatch.setattr(SegmentWriter, "append", held)
+    digest = entry_digest("queued as the loader closes")
+    fetch.context.cache.admit_later(digest, b"stored bytes", lambda written: None)
+    closing = threading.Thread(target=loader.close)
+    closing.start()
+    gate.set()  # the entry is written while (or after) the loader closes
+    closing.join(10)
+    assert not closing.is_alive()
+    assert [t for t in our_threads() if t.name.endswith("cache-write")] == []
+    assert digest in _entries(folder) and _pending(folder) == []
+    _all_verify(folder)
+
+
+def test_the_event_loop_runs_on_while_an_epochs_end_waits_for_queued_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    order: list[str] = []
+    gate = threading.Event()  # opened by a coroutine of the loop that seals
+    append = SegmentWriter.append
+
+    def held(self: SegmentWriter, digest: bytes, payload: Any) -> int:
+        gate.wait(5)  # bounded: a seal that blocks the loop would otherwise hang here
+        order.append("entry written")
+        return append(self, digest, payload)
+
+    monkeypatch.setattr(SegmentWriter, "append", held)
+    folder = tmp_path / "cache"
+    cache = ChunkCache(CacheSpec(folder, 10**6))
+    cached = CachedChunks(cache, lambda: NoVersions("test"), FetchStats(), decode_threads=2)
+    digest = entry_digest("an entry")
+
+    async def end_of_epoch() -> None:
+        await cached.partition({}, 0)  # a block begins
+        cache.admit_later(digest, b"stored bytes", lambda written: None)
+
+        async def meanwhile() -> None:
+            order.append("loop ran")
+            gate.set()
+
+        await asyncio.gather(cached.finished(), meanwhile())  # the block's end: sealed
+
+    asyncio.run(end_of_epoch())
+    assert order == ["loop ran", "entry written"]
+    assert _pending(folder) == [] and _entries(folder) == {digest}  # sealed, holding it
+    _all_verify(folder)
 
 
 def test_cache_entries_verify_their_key_length_and_checksum(tmp_path: Path) -> None:

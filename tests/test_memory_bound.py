@@ -15,6 +15,8 @@ from insitubatch_nodes import AsyncFetchNode, build_loader
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.memory_bound import (
     BLOCKS_PER_BUDGET,
+    CACHE_QUEUE_BYTES,
+    CACHE_QUEUE_SHARE,
     MIN_BLOCK_CHUNKS,
     MIN_BLOCK_SAMPLES,
     default_block_chunks,
@@ -50,6 +52,38 @@ def test_the_parts_add_up_to_the_budget(
     assert plan.read_ahead_bytes >= plan.block_bytes
     parts = plan.window_bytes + plan.batch_bytes + plan.inflight_bytes + plan.read_ahead_bytes
     assert parts == budget
+
+
+@given(st.integers(1, 64), st.integers(1, 80), st.integers(1, 16), st.integers(0, 1 << 28))
+def test_the_cache_write_queue_takes_its_share_from_the_read_ahead_beyond_one_block(
+    batch_size: int, block_samples: int, max_inflight: int, budget: int
+) -> None:
+    settings: dict[str, Any] = dict(
+        batch_size=batch_size, block_samples=block_samples, max_inflight=max_inflight
+    )
+    try:
+        without = plan_memory(budget, LAYOUTS, **settings)
+    except ValueError as refused:
+        with pytest.raises(ValueError) as also:  # the cache never makes a budget fit...
+            plan_memory(budget, LAYOUTS, **settings, cache_writes=True)
+        assert str(also.value) == str(refused)
+        return
+    plan = plan_memory(budget, LAYOUTS, **settings, cache_writes=True)  # ...nor refuses one
+    assert without.cache_queue_bytes == 0
+    assert plan.cache_queue_bytes == min(
+        CACHE_QUEUE_BYTES, budget // CACHE_QUEUE_SHARE, without.read_ahead_bytes - plan.block_bytes
+    )
+    assert plan.read_ahead_bytes == without.read_ahead_bytes - plan.cache_queue_bytes
+    assert plan.read_ahead_bytes >= plan.block_bytes
+    fixed = (plan.window_bytes, plan.batch_bytes, plan.inflight_bytes, plan.block_bytes)
+    assert fixed == (
+        without.window_bytes,
+        without.batch_bytes,
+        without.inflight_bytes,
+        without.block_bytes,
+    )
+    parts = plan.window_bytes + plan.batch_bytes + plan.inflight_bytes + plan.read_ahead_bytes
+    assert parts + plan.cache_queue_bytes == budget
 
 
 def test_a_budget_below_one_block_is_refused_with_what_it_needs(memory_url: Any) -> None:

@@ -6,7 +6,12 @@ newest block, so at most `batch_size + 2 * block_samples` samples; pool shuffle:
 pool's P units, freed unit by unit, plus the newest block whose units wait to enter and a
 batch's worth for short units, `pool_window_samples`), the batch being gathered, the stored
 bytes of chunk reads in flight, and the blocks read ahead. The first three are fixed by
-the settings; read-ahead gets what is left, and at least one block must fit.
+the settings; read-ahead gets what is left, and at least one block must fit. With a
+writable chunk cache, the stored bytes waiting for the cache's writing thread
+(`io.cache_writes`) take a share of the read-ahead beyond that one block
+(`CACHE_QUEUE_SHARE`, at most `CACHE_QUEUE_BYTES`): never more, so a cache neither makes
+a budget too small nor changes a block or a pool (the batches); a budget with no room
+beyond one block gets no queue, and the cache is written by the decode threads.
 `plan_loader_memory` makes that plan for a loader, the block size included, before any
 node that the settings go to exists.
 
@@ -39,6 +44,8 @@ MIN_BLOCK_CHUNKS = 8
 MIN_BLOCK_SAMPLES = 64  # per-block work (plan, reads, wake-ups) spread over this many
 BLOCKS_PER_BUDGET = 8  # a default block takes at most this fraction of the budget
 INFLIGHT_SHARE = 8  # self-tuning reads in flight hold at most this fraction of the budget
+CACHE_QUEUE_SHARE = 16  # the cache's queued writes hold at most this fraction of the budget
+CACHE_QUEUE_BYTES = 32 << 20  # and never more than this (bytes): enough to even out a burst
 # bytes: the pool shuffle's default window (a pure constant, so the order is the host's
 # never; a smaller budget the user gives takes half of it instead)
 SHUFFLE_WINDOW_BYTES = 1 << 30
@@ -114,6 +121,8 @@ class MemoryPlan:
         inflight_bytes: chunk reads in flight.
         block_bytes: one block.
         read_ahead_bytes: what is left: the blocks read ahead, at most.
+        cache_queue_bytes: stored chunks queued for the chunk cache's writing thread, at
+            most (0 without a writable cache).
     """
 
     window_bytes: int
@@ -121,6 +130,7 @@ class MemoryPlan:
     inflight_bytes: int
     block_bytes: int
     read_ahead_bytes: int
+    cache_queue_bytes: int = 0
 
     @property
     def blocks_alive_bytes(self) -> int:
@@ -150,6 +160,7 @@ def plan_memory(
     max_inflight: int | None,
     batches_held: int = 1,
     window_samples: int | None = None,
+    cache_writes: bool = False,
 ) -> MemoryPlan:
     """Split `memory_budget` (bytes); a budget too small for one block read ahead is an
     error that says what the fixed parts need.
@@ -166,6 +177,8 @@ def plan_memory(
             ring: the device node's prefetch depth plus one).
         window_samples: rows the shuffle window holds at most (the pool shuffle's,
             `pool_window_samples`), or None for the block shuffle's.
+        cache_writes: whether a chunk cache is written: its queue then takes a share of
+            the read-ahead beyond one block (see the module).
     """
     per_sample = sample_nbytes(layouts)
     largest_chunk = max(
@@ -192,7 +205,10 @@ def plan_memory(
             f"all); raise memory_budget, or lower block_chunks, batch_size, max_inflight or "
             f"shuffle_window"
         )
-    return MemoryPlan(window, batch, inflight, block, read_ahead)
+    queue = 0
+    if cache_writes:
+        queue = min(CACHE_QUEUE_BYTES, memory_budget // CACHE_QUEUE_SHARE, read_ahead - block)
+    return MemoryPlan(window, batch, inflight, block, read_ahead - queue, queue)
 
 
 def block_sizing_budget(memory_budget: int | None) -> int:

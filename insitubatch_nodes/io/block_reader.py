@@ -29,7 +29,7 @@ from zarr.abc.store import Store
 
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.inflight_target import InflightTarget
-from insitubatch_nodes.core.memory_bound import DEFAULT_MEMORY_BUDGET
+from insitubatch_nodes.core.memory_bound import CACHE_QUEUE_BYTES, DEFAULT_MEMORY_BUDGET
 from insitubatch_nodes.core.read_plan import ReadPlan
 from insitubatch_nodes.core.settings import as_bool, as_int, as_optional_int
 from insitubatch_nodes.host_resources import HostResources
@@ -112,6 +112,7 @@ class ReadContext:
         block_memory_bytes: int = DEFAULT_MEMORY_BUDGET,
         inflight_bytes: int | None = None,
         cache: CacheSpec | None = None,
+        cache_queue_bytes: int = CACHE_QUEUE_BYTES,
         unit_length: int | None = None,
     ) -> ReadContext:
         """A context with fresh shared parts, its settings checked.
@@ -135,6 +136,9 @@ class ReadContext:
                 that short; None for chunk-sized slots.
             inflight_bytes: stored bytes of reads under way at once, at most (the memory
                 budget's share for them), or None for no bound but the reads'.
+            cache: the chunk cache's folder and size, or None for no cache.
+            cache_queue_bytes: stored bytes waiting for the cache's writing thread, at
+                most (the memory budget's share for them, `MemoryPlan.cache_queue_bytes`).
         """
         decode_threads = as_optional_int("decode_threads", decode_threads, minimum=1)
         return cls(
@@ -159,7 +163,9 @@ class ReadContext:
                 as_int("block_memory_bytes", block_memory_bytes, minimum=0),
                 unit_length=unit_length,
             ),
-            cache=None if cache is None else ChunkCache(cache),
+            cache=None
+            if cache is None
+            else ChunkCache(cache, as_int("cache_queue_bytes", cache_queue_bytes, minimum=0)),
         )
 
     @property

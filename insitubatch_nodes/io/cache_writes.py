@@ -12,13 +12,14 @@ the read path.
 The bytes queued are the store's own buffers (`bytes`, or an array over them), kept
 alive until written, never copied; a caller whose buffer is reused after the sink
 returns (a scratch) must write synchronously instead (`ChunkCache.admit`). The queue
-holds at most `QUEUED_BYTES` (or one larger entry alone); past that the caller writes the
-entry itself, so memory stays bounded (by this much beside the loader's memory budget,
-which counts a reply only until it is decoded) and a writer that cannot keep up slows the
-reads as the synchronous path would, never drops an entry. The thread starts when entries are
-queued and ends when the queue has stayed empty for `LINGER_S` (not one thread per
-entry: starting one costs about as much as a small entry's write), so an idle cache
-holds no thread; `drain` ends it at once, once the queue is written.
+holds at most `max_bytes`, a loader's share of its memory budget for it
+(`core.memory_bound.MemoryPlan.cache_queue_bytes`: the budget counts a reply in flight
+only until it is decoded, and this share from then until it is written); an entry that
+would pass it, even alone, is written by its caller, so a writer that cannot keep up
+slows the reads as the synchronous path would, never drops an entry. The thread starts
+when entries are queued and ends when the queue has stayed empty for `LINGER_S` (not one
+thread per entry: starting one costs about as much as a small entry's write), so an idle
+cache holds no thread; `drain` ends it at once, once the queue is written.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ import logging
 import threading
 from collections.abc import Callable
 
+from insitubatch_nodes.core.memory_bound import CACHE_QUEUE_BYTES
 from insitubatch_nodes.io.event_loop import THREAD_PREFIX
 
 log = logging.getLogger(__name__)
 
-QUEUED_BYTES = 32 << 20  # the most payload bytes waiting to be written at once
 LINGER_S = 0.1  # how long the thread waits for more entries before it ends
 
 Write = Callable[[bytes, "bytes | memoryview"], int]  # (digest, payload) -> bytes written
@@ -45,12 +46,15 @@ class QueuedWrites:
     Args:
         write: writes one entry synchronously; returns the bytes it took (0 when not
             written: full, there already, or a failing disk). Must not raise.
-        max_bytes: the most payload bytes queued at once.
+        max_bytes: the most payload bytes queued at once (0: every entry is written by
+            its caller).
     """
 
-    def __init__(self, write: Write, max_bytes: int = QUEUED_BYTES) -> None:
+    def __init__(self, write: Write, max_bytes: int = CACHE_QUEUE_BYTES) -> None:
         self._write = write
         self._max_bytes = max_bytes
+        self._most_queued = 0
+        self._refused = False  # a thread could not be started (warned once)
         self._lock = threading.Condition(threading.Lock())
         self._queue: collections.deque[tuple[bytes, bytes | memoryview, Written]] = (
             collections.deque()
@@ -58,6 +62,23 @@ class QueuedWrites:
         self._queued_bytes = 0
         self._thread: threading.Thread | None = None
         self._draining = 0  # threads in `drain`: the writing thread ends once the queue is empty
+
+    @property
+    def max_bytes(self) -> int:
+        """The most payload bytes queued at once."""
+        return self._max_bytes
+
+    @property
+    def queued_bytes(self) -> int:
+        """Payload bytes queued or being written now."""
+        with self._lock:
+            return self._queued_bytes
+
+    @property
+    def most_queued_bytes(self) -> int:
+        """The most payload bytes that were queued at once, so far: at most `max_bytes`."""
+        with self._lock:
+            return self._most_queued
 
     @property
     def pending(self) -> bool:
@@ -78,20 +99,34 @@ class QueuedWrites:
         """
         size = memoryview(payload).nbytes
         with self._lock:
-            if self._queued_bytes and self._queued_bytes + size > self._max_bytes:
+            if self._queued_bytes + size > self._max_bytes:
                 queued = False
             else:
-                self._queue.append((digest, payload, written))
-                self._queued_bytes += size
-                queued = True
-                self._lock.notify()
-                if self._thread is None:
-                    self._thread = threading.Thread(
-                        target=self._run, name=f"{THREAD_PREFIX}-cache-write", daemon=True
-                    )
-                    self._thread.start()
+                queued = self._thread is not None or self._start()
+                if queued:
+                    self._queue.append((digest, payload, written))
+                    self._queued_bytes += size
+                    self._most_queued = max(self._most_queued, self._queued_bytes)
+                    self._lock.notify()
         if not queued:
             written(self._write(digest, payload))
+
+    def _start(self) -> bool:
+        """Start the writing thread (the lock held: it waits for the entry); False when
+        the process cannot start one, so that the caller writes the entry itself rather
+        than leave it queued with no thread to write it."""
+        thread = threading.Thread(
+            target=self._run, name=f"{THREAD_PREFIX}-cache-write", daemon=True
+        )
+        try:
+            thread.start()
+        except RuntimeError as err:  # out of threads (or memory for a stack)
+            if not self._refused:
+                self._refused = True
+                log.warning("chunk cache: no thread to write entries on (%s); writing inline", err)
+            return False
+        self._thread = thread
+        return True
 
     def drain(self) -> None:
         """Wait until every queued entry is written and the thread has ended."""

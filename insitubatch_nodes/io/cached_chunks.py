@@ -10,7 +10,7 @@ the cache's own thread unless the buffer is about to be reused. Meanwhile
 straight from the mapped segment; a hit found damaged is read from the store after all.
 When the fetcher's last block in flight is done (`finished`), the entries queued
 meanwhile are written and the segment sealed if due (`ChunkCache.due`): at the latest at
-the end of each epoch.
+the end of each epoch; the wait is a decode thread's, never the event loop's.
 
 A hit holds no read slot: it never feeds the in-flight target's latency estimate
 (`core.inflight_target`), which must describe the store, and is counted apart
@@ -21,6 +21,7 @@ traffic. Hit or miss, the sink gets the same bytes, so batches never depend on t
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import threading
 from collections.abc import Callable, Mapping
@@ -180,13 +181,16 @@ class CachedChunks:
             )
         return damaged
 
-    def finished(self) -> None:
+    async def finished(self) -> None:
         """One block's fetch (begun by `partition`) is over; seal the segment written if
-        due."""
+        due, in a decode thread: at an epoch's end the seal waits for the entries still
+        queued (tens of ms), and the loop's other reads must not wait with it."""
         self._fetching -= 1
         idle = self._fetching == 0
         if self._cache.due(idle=idle):
-            self._cache.seal(wait=idle)  # at an epoch's end, with every entry it admitted
+            # at an epoch's end, with every entry it admitted
+            seal = functools.partial(self._cache.seal, wait=idle)
+            await asyncio.get_running_loop().run_in_executor(None, seal)
 
     def admitting(self, sink: ChunkSink, digests: Digests, borrowed: bool) -> ChunkSink:
         """`sink`, then each chunk it took whose digest is in `digests` admitted to the cache:

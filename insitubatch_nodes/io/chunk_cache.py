@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from insitubatch_nodes.core.memory_bound import CACHE_QUEUE_BYTES
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.io.cache_entry import DIGEST_NBYTES, HEADER_NBYTES
 from insitubatch_nodes.io.cache_segment import SUFFIX, Segment
@@ -124,9 +125,11 @@ class ChunkCache:
 
     Args:
         spec: the folder, the budget and whether to write.
+        queue_bytes: the most stored bytes queued for the writing thread at once (the
+            loader's memory plan gives the share, `MemoryPlan.cache_queue_bytes`).
     """
 
-    def __init__(self, spec: CacheSpec) -> None:
+    def __init__(self, spec: CacheSpec, queue_bytes: int = CACHE_QUEUE_BYTES) -> None:
         self.spec = spec
         self.root = spec.folder / LAYOUT
         self._index: dict[bytes, tuple[Segment, int, int]] = {}
@@ -142,7 +145,7 @@ class ChunkCache:
             self._writer = SegmentWriter(budget)
             # the thread's writes refer to the writer and the index, not to the cache,
             # which the finalizer below must see collected
-            self._queued = QueuedWrites(_admitting(self._writer, self._index))
+            self._queued = QueuedWrites(_admitting(self._writer, self._index), queue_bytes)
             weakref.finalize(self, _seal_and_close, self._queued, self._writer, budget)
         self.refresh(force=True)
 
@@ -165,6 +168,8 @@ class ChunkCache:
 
     def seal(self, wait: bool = True) -> None:
         """Seal this process's pending segment (if it holds entries) and serve it mapped.
+        Blocks (on the queue's writes, the index's write, the folder's lock): call it off
+        the event loop.
 
         Args:
             wait: first wait for the entries `admit_later` queued to be written, so that the
@@ -175,7 +180,9 @@ class ChunkCache:
         if self._writer is not None:
             sealed = self._writer.seal()
             if sealed is not None:
-                self._map(sealed)
+                with self._refreshing:  # a `refresh` meanwhile may list it: mapped once
+                    if sealed.name not in self._mapped:
+                        self._map(sealed)
 
     def refresh(self, force: bool = False) -> None:
         """Map the segments sealed since the last look (by any process), at most once per

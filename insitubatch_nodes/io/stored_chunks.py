@@ -194,7 +194,7 @@ class ChunkFetcher:
                 if damaged:  # entries that failed their check: read from the store after all
                     await self._fetch_from_store(damaged, admitting)
             finally:
-                self._cached.finished()
+                await self._cached.finished()
         except BaseExceptionGroup as failures:
             raise first_failure(failures) from None  # the error itself, not a wrapper
 

@@ -180,7 +180,8 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         self._stop()
 
     def _stop(self) -> None:
-        """Cancel what is read ahead and stop the loop; the block memory stays."""
+        """Cancel what is read ahead and stop the loop; the block memory stays, and what the
+        chunk cache queued is written and sealed."""
         self._interrupted = False
         if self._pending or self._held is not None or self._next_start is not None:
             self._source_ahead = True
@@ -192,6 +193,10 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         if self._finalizer is not None:
             self._finalizer()  # runs EventLoopThread.close once
             self._finalizer = None
+        if self.context.cache is not None:
+            # the decode threads are joined: what they queued is written and sealed, and
+            # the cache's writing thread ends with the loop's (the next run reuses them)
+            self.context.cache.seal()
         self._runtime = None
         self._reader = None
 
