@@ -143,3 +143,33 @@ def test_an_entry_whose_thread_cannot_start_is_written_by_its_caller(
     assert [digest[:1] for digest, _, _ in write.writes] == [b"a", b"b"]
     assert write.writes[1][2] == "insitubatch-cache-write" and told == [2, 2]
     assert _cache_threads() == []
+
+
+def test_the_bound_counts_the_whole_reply_a_queued_entry_keeps_alive() -> None:
+    """A sharded store's inner chunks are views of one merged read (`shard_reader`): a
+    queued view keeps the whole reply alive, gaps between chunks included, so the bound
+    counts that reply's bytes once, however many of its views are queued, until the last
+    is written."""
+    gate = threading.Event()
+    write = Recorder(gate)
+    queued = QueuedWrites(write, max_bytes=100)
+    told: list[int] = []
+    merged = memoryview(b"m" * 90)  # one reply of three chunks
+    for i, (lo, hi) in enumerate([(0, 30), (30, 60), (60, 90)]):
+        queued.submit(bytes([i]) * 32, merged[lo:hi], told.append)  # queued: 90 bytes held
+    assert queued.queued_bytes == 90
+    sparse = memoryview(b"s" * 1000)  # a reply of one wanted chunk and a wide gap
+    caller = threading.Thread(
+        target=queued.submit, args=(b"z" * 32, sparse[:10], told.append), name="caller"
+    )
+    caller.start()  # its 10 bytes keep 1000 alive: past the bound, written by its caller
+    try:
+        caller.join(0.2)
+        assert caller.is_alive()  # held at the gate: not queued
+    finally:
+        gate.set()
+    caller.join(10)
+    queued.drain()
+    names = {digest[:1]: name for digest, _, name in write.writes}
+    assert names[b"z"] == "caller" and len(write.writes) == 4
+    assert queued.most_queued_bytes == 90 and queued.queued_bytes == 0

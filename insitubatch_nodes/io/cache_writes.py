@@ -14,7 +14,10 @@ alive until written, never copied; a caller whose buffer is reused after the sin
 returns (a scratch) must write synchronously instead (`ChunkCache.admit`). The queue
 holds at most `max_bytes`, a loader's share of its memory budget for it
 (`core.memory_bound.MemoryPlan.cache_queue_bytes`: the budget counts a reply in flight
-only until it is decoded, and this share from then until it is written); an entry that
+only until it is decoded, and this share from then until it is written). It counts the
+replies the entries keep alive, not the entries: a sharded store's inner chunks are views
+of one merged read (`shard_reader`), gaps between them included, so a reply is counted
+whole, once however many of its views are queued, until its last is written. An entry that
 would pass it, even alone, is written by its caller, so a writer that cannot keep up
 slows the reads as the synchronous path would, never drops an entry. The thread starts
 when entries are queued and ends when the queue has stayed empty for `LINGER_S` (not one
@@ -60,6 +63,7 @@ class QueuedWrites:
             collections.deque()
         )
         self._queued_bytes = 0
+        self._replies: dict[int, list[int]] = {}  # id(reply) -> [entries queued, its bytes]
         self._thread: threading.Thread | None = None
         self._draining = 0  # threads in `drain`: the writing thread ends once the queue is empty
 
@@ -70,13 +74,13 @@ class QueuedWrites:
 
     @property
     def queued_bytes(self) -> int:
-        """Payload bytes queued or being written now."""
+        """Bytes of the replies that entries queued or being written keep alive now."""
         with self._lock:
             return self._queued_bytes
 
     @property
     def most_queued_bytes(self) -> int:
-        """The most payload bytes that were queued at once, so far: at most `max_bytes`."""
+        """The most bytes `queued_bytes` counted at once, so far: at most `max_bytes`."""
         with self._lock:
             return self._most_queued
 
@@ -97,14 +101,20 @@ class QueuedWrites:
             payload: the chunk's stored bytes; must not change until written.
             written: told the bytes the entry took once written (0 when it was not).
         """
-        size = memoryview(payload).nbytes
+        reply, reply_bytes = _reply_of(payload)
         with self._lock:
+            held = self._replies.get(reply)
+            size = 0 if held else reply_bytes  # a reply already queued is counted already
             if self._queued_bytes + size > self._max_bytes:
                 queued = False
             else:
                 queued = self._thread is not None or self._start()
                 if queued:
                     self._queue.append((digest, payload, written))
+                    if held:
+                        held[0] += 1
+                    else:
+                        self._replies[reply] = [1, reply_bytes]
                     self._queued_bytes += size
                     self._most_queued = max(self._most_queued, self._queued_bytes)
                     self._lock.notify()
@@ -155,5 +165,18 @@ class QueuedWrites:
             except Exception:  # `write` does not raise; a bug must not leave entries stuck
                 log.exception("chunk cache: writing a queued entry failed")
             finally:
+                reply, _ = _reply_of(payload)
                 with self._lock:
-                    self._queued_bytes -= memoryview(payload).nbytes
+                    held = self._replies[reply]
+                    held[0] -= 1
+                    if not held[0]:  # its last entry written: the reply may go
+                        del self._replies[reply]
+                        self._queued_bytes -= held[1]
+                del payload
+
+
+def _reply_of(payload: bytes | memoryview) -> tuple[int, int]:
+    """The identity and the bytes of the buffer `payload` is a view of (itself when it is
+    no view): what queuing it keeps alive. The identity is unique while it is queued."""
+    reply = memoryview(payload).obj
+    return id(reply), memoryview(reply).nbytes
