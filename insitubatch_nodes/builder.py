@@ -404,6 +404,7 @@ def build_loader(
     follow = rank is None and world_size is None and not grouped
     rank, world_size = resolve_rank(rank, world_size)
     revisits = as_int("revisits", revisits, minimum=1)
+    pool_ramp = as_int("pool_ramp", pool_ramp, minimum=0)  # checked whatever the order
     if spec is not None and variables is None:
         variables = spec.variables()
     opened = ZarrSource.open(

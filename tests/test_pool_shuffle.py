@@ -270,6 +270,18 @@ def test_a_state_of_another_ramp_is_refused_by_name(memory_url: Any) -> None:
         next(iter(loader))
 
 
+@pytest.mark.parametrize("order", [{}, {"shuffle": "block"}, {"evaluation": True}])
+@pytest.mark.parametrize("ramp", [-1, True, 1.5])
+def test_a_bad_pool_ramp_is_refused_whatever_the_order(
+    memory_url: Any, order: dict[str, Any], ramp: Any
+) -> None:
+    """A ramp the pool would refuse is refused by every loader, not only where the pool
+    runs: a typo in a config should not pass silently until the shuffle is switched."""
+    url, _ = memory_url()
+    with pytest.raises((ValueError, TypeError), match="pool_ramp"):
+        build_loader(url, split="all", batch_size=5, device="cpu", pool_ramp=ramp, **order)
+
+
 def test_the_first_batch_reads_its_own_units_only(memory_url: Any) -> None:
     """With a pool of 20 units of 2 samples and batches of 3, version 1 read 20 units
     before the first batch; the ramp enters 2 (its 3 samples), and before batch b as many
