@@ -3,9 +3,8 @@
 It reproduces `core.pool_order.pool_epoch_order` incrementally: blocks arrive in the
 rank's unit order; their units enter the pool at batch starts, as `enters_pool` says (up
 to P of them, fewer while the pool ramps up, so that the first batch waits only for its
-own units); each
-batch is `pool_take`'s draw over what each pool unit has left, each unit giving its
-samples in its own seeded permutation. The node waits for a unit that is not read yet
+own units); each batch is `pool_take`'s draw over what each pool unit has left, each unit
+giving its samples in its own seeded permutation. The node waits for a unit that is not read yet
 (read-ahead makes that rare), so the order never depends on IO timing. A unit that has
 given its last sample leaves the pool and its block memory goes back unit by unit
 (`BlockMemory.release_unit`), once the batch that drew its last samples is gathered
