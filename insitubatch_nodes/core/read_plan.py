@@ -13,8 +13,8 @@ chunk is read once per *piece* instead: the rows the block needs of it inside on
 cell, kept alone (`ChunkRead.rows`), so a chunk straddling two units is read for each and
 a unit's rows lie in pieces of its own.
 
-`rows[variable]` maps (anchor, offset) to a buffer row, so the gather is one vectorised
-take per variable and block.
+`rows[variable]` maps (anchor, offset) to a buffer row, so the gather is vectorised:
+one take per variable and run of blocks sharing an array (`nodes.gather`).
 """
 
 from __future__ import annotations

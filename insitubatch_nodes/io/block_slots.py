@@ -11,9 +11,10 @@ do not align with (`core.unit_grid`), a segment is one piece (a chunk's rows ins
 unit cell) and a slot holds the longest piece, `unit_grid.slot_rows`.
 
 A block's rows are then scattered over the backing array. `BlockMemory.rows` translates
-the plan's buffer rows into backing rows with one vectorised search, so the gather stays
-one take per (field, block); decoding shifts each chunk's target rows once
-(`BlockMemory.region`), which is Python work per chunk, not per sample.
+the plan's buffer rows into backing rows with one vectorised search (the gather does it
+once per block), and since blocks share the backing array, the gather takes a batch's
+rows of one field from tens of blocks in one take; decoding shifts each chunk's target
+rows once (`BlockMemory.region`), which is Python work per chunk, not per sample.
 
 Each leased slot is a small token whose deletion gives the slot back. The
 block's `BlockMemory` holds the tokens grouped by unit (a unit's group: the slots its

@@ -1,11 +1,13 @@
-"""GatherNode: turns a batch draw into contiguous arrays, one vectorised take per block."""
+"""GatherNode: turns a batch draw into contiguous arrays, one vectorised take per field and
+run of blocks sharing an array."""
 
 from __future__ import annotations
 
 import functools
 import math
 import time
-from collections.abc import Callable, Mapping
+import weakref
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 import numpy as np
@@ -37,9 +39,12 @@ class GatherNode(BaseNode[Batch]):
     (batch,)})`, or with a sample spec `{"group/variable": (batch, steps, *sample_shape),
     ...}` (the sample index is then the anchor's).
 
-    Work is one `np.take` per (field, resident block in the batch), through the plan's
-    (anchor, offset) -> buffer row map: it scales with the blocks a batch touches, never
-    with its samples. `mode="clip"`: the rows come from a
+    Work is one fancy index per block the batch draws from, into the block's index table
+    (its plan's (anchor, offset) -> row map, translated once per block into the rows of
+    its arrays), and one `np.take` per field and run of neighbouring blocks whose rows lie
+    in one array (the backing array block slots share: one run for a pool batch): it
+    never scales with the batch's samples, nor with its blocks times its fields (see
+    `gather`). `mode="clip"`: the rows come from a
     permutation of the block, always in range, and numpy's default `mode="raise"` copies
     through a temporary buffer (about 3x slower here). Blocks decoded on a device
     (`FetchedBlock.device`) hold tensors there: the batch is gathered there too
@@ -85,6 +90,9 @@ class GatherNode(BaseNode[Batch]):
         self.source = source
         self.staging = StagingRing(pinned_batches, page_locked) if pin_memory else None
         self._buffers = ReusedBuffers(max_idle_bytes=0)
+        self._tables: weakref.WeakKeyDictionary[FetchedBlock, np.ndarray] = (
+            weakref.WeakKeyDictionary()
+        )  # each live block's index table (`gather`)
         self._gather_s = 0.0  # this epoch's time in the gather
         self._uniform_mixing = None if uniform_mixing is None else functools.cache(uniform_mixing)
         self.mixing = MixingTally()  # this epoch's batches
@@ -120,9 +128,9 @@ class GatherNode(BaseNode[Batch]):
             return Batch(gather_tensors(draw), device=device)
         shapes = batch_shapes(draw)
         if self.staging is None:
-            return Batch(gather(draw, self._recycled(shapes)))
+            return Batch(gather(draw, self._recycled(shapes), self._tables))
         staged = self.staging.stage(shapes)
-        return Batch(gather(draw, staged.arrays), staged=staged)
+        return Batch(gather(draw, staged.arrays, self._tables), staged=staged)
 
     def stage_counters(self) -> dict[str, Any]:
         """This epoch's gather time so far (what `Loader.stats()` reports as `gather_s`;
@@ -214,40 +222,133 @@ def batch_shapes(draw: BatchDraw) -> Shapes:
     return shapes
 
 
-def gather(draw: BatchDraw, out: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def gather(
+    draw: BatchDraw,
+    out: Mapping[str, np.ndarray],
+    tables: MutableMapping[FetchedBlock, np.ndarray] | None = None,
+) -> dict[str, np.ndarray]:
     """The draw's batch, written into `out` (arrays of `batch_shapes(draw)`), with its
     `sample_index`.
+
+    A pool batch draws from tens of blocks, and the per-block work (a fancy index into
+    the plan's row table, a search for the rows' slots, a take per field) was most of the
+    gather's Python time on the producer thread, where it holds the GIL against the
+    training loop. So each block's rows are translated once, into its index table
+    (`_index_table`, kept in `tables` while the block lives); a batch takes one row of it
+    per sample (one fancy index per block), and copies each field with one `np.take` per
+    run of neighbouring blocks whose rows lie in the same array: blocks leased from block
+    slots share their variable's backing array (`io.block_slots`), so a pool batch takes
+    one per field. The runs keep the batch's order: the bytes are those of a take per
+    block.
 
     Args:
         draw: the batch's rows, by block.
         out: the arrays to write the batch into.
+        tables: each block's index table, kept between calls (a
+            `weakref.WeakKeyDictionary`, so that a table goes with its block), or None to
+            make them for this batch only.
     """
     first_block = draw.parts[0][0]
     plan = first_block.plan
-    fields = _fields(plan)
-    crop = () if plan.patches is None else plan.patches.size
+    layout = _TableLayout(_fields(plan), () if plan.patches is None else plan.patches.size)
+    if tables is None:
+        tables = {}
+    picked = [_table(block, layout, tables)[rows] for block, rows in draw.parts]
+    index = picked[0] if len(picked) == 1 else np.concatenate(picked)  # (batch, columns)
     batch = {**out, SAMPLE_INDEX_KEY: np.empty(draw.size, dtype=np.int64)}
+    runs: dict[str, list[tuple[Any, int, int]]] = {}
+    for key, variable, columns, take_columns in layout.fields:
+        if variable not in runs:
+            runs[variable] = _shared_array_runs(draw, variable)
+        for array, start, stop in runs[variable]:
+            target = batch[key][start:stop]
+            if layout.crop:
+                rows, origins = index[start:stop, columns], index[start:stop, layout.origins]
+                target[...] = crop_rows(array, rows, origins, layout.crop).reshape(target.shape)
+            else:
+                rows = index[start:stop, take_columns]  # (n,), or (n, steps) with steps
+                np.take(array, rows, axis=0, out=target, mode="clip")
+    batch[SAMPLE_INDEX_KEY][...] = index[:, layout.sample_index]
+    if layout.crop:
+        batch[PATCH_ORIGIN_KEY][...] = index[:, layout.origins]
+    return batch
+
+
+class _TableLayout:
+    """Which columns of a block's index table hold what (`_index_table`): each field's
+    array rows (`fields`: key, variable, its columns, and them as a take indexes them:
+    one column without a steps axis), the sample id, the crop origin."""
+
+    def __init__(
+        self, fields: list[tuple[str, str, np.ndarray | None]], crop: tuple[int, ...]
+    ) -> None:
+        self.fields: list[tuple[str, str, slice, slice | int]] = []
+        width = 0
+        for key, variable, columns in fields:
+            steps = 1 if columns is None else columns.size
+            at = slice(width, width + steps)
+            self.fields.append((key, variable, at, width if columns is None else at))
+            width += steps
+        self.sample_index = width
+        self.origins = slice(width + 1, width + 1 + len(crop))
+        self.crop = crop
+        self.width = width + 1 + len(crop)
+
+
+def _index_table(block: FetchedBlock) -> np.ndarray:
+    """(samples, columns) int64, a row per sample of the block: the rows of the block's
+    arrays holding each field's steps (`_fields` order, one column per step, one for a
+    field without steps), then the sample id, then with patches the crop origin.
+
+    Made once per block, in a few vectorised passes over its plan: a batch then takes its
+    samples' rows of it with one fancy index, however many fields and slots they span.
+
+    Args:
+        block: a fetched block on the host.
+    """
+    plan = block.plan
+    crop = () if plan.patches is None else plan.patches.size
+    fields = _fields(plan)
+    layout = _TableLayout(fields, crop)
+    table = np.empty((plan.num_samples, layout.width), dtype=np.int64)
+    mapped: dict[str, np.ndarray] = {}
+    for (_, variable, columns), (_, _, at, _) in zip(fields, layout.fields, strict=True):
+        if variable not in mapped:
+            mapped[variable] = block.rows(variable, plan.rows[variable])
+        rows = mapped[variable]
+        table[:, at] = rows[:, :1] if columns is None else rows[:, columns]
+    table[:, layout.sample_index] = plan.sample_index
+    if crop:
+        assert plan.origins is not None
+        table[:, layout.origins] = plan.origins
+    return table
+
+
+def _table(
+    block: FetchedBlock, layout: _TableLayout, tables: MutableMapping[FetchedBlock, np.ndarray]
+) -> np.ndarray:
+    """The block's index table, made at its first batch."""
+    table = tables.get(block)
+    if table is None:
+        table = tables[block] = _index_table(block)
+    assert table.shape[1] == layout.width, "every block of a batch has the same fields"
+    return table
+
+
+def _shared_array_runs(draw: BatchDraw, variable: str) -> list[tuple[Any, int, int]]:
+    """The draw's parts as runs of neighbouring parts whose rows of `variable` lie in one
+    array (`block.arrays[variable]` the same object): `(array, first batch row, stop)`."""
+    runs: list[tuple[Any, int, int]] = []
     start = 0
     for block, rows in draw.parts:
+        array = block.arrays[variable]
         stop = start + rows.size
-        for key, variable, columns in fields:
-            array = block.arrays[variable]
-            buffer_rows = _field_rows(block, variable, rows, columns)
-            target = batch[key][start:stop]
-            if crop:
-                assert block.plan.origins is not None
-                target[...] = crop_rows(array, buffer_rows, block.plan.origins[rows], crop).reshape(
-                    target.shape
-                )
-            else:
-                flat = target.reshape(-1, *array.shape[1:])
-                np.take(array, buffer_rows.reshape(-1), axis=0, out=flat, mode="clip")
-        np.take(block.plan.sample_index, rows, out=batch[SAMPLE_INDEX_KEY][start:stop], mode="clip")
-        if crop:
-            assert block.plan.origins is not None
-            batch[PATCH_ORIGIN_KEY][start:stop] = block.plan.origins[rows]
+        if runs and runs[-1][0] is array:
+            runs[-1] = (array, runs[-1][1], stop)
+        else:
+            runs.append((array, start, stop))
         start = stop
-    return batch
+    return runs
 
 
 def crop_index(

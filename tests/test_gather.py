@@ -1,0 +1,220 @@
+"""The host gather: one take per field and run of blocks sharing an array gives the batch a
+take per sample would, on draws over shared backing arrays (block slots) and blocks with
+buffers of their own, with sample specs, fine grids, revisits and patches."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from insitubatch_nodes.core.anchors import AnchorSet
+from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
+from insitubatch_nodes.core.partition import assign_epoch
+from insitubatch_nodes.core.patches import PatchSpec
+from insitubatch_nodes.core.read_plan import plan_block
+from insitubatch_nodes.core.sample_spec import SampleSpec, VariableGroup
+from insitubatch_nodes.io.block_slots import BlockMemory, BlockSlots
+from insitubatch_nodes.items import PATCH_ORIGIN_KEY, SAMPLE_INDEX_KEY, BatchDraw, FetchedBlock
+from insitubatch_nodes.nodes.gather import batch_shapes, gather
+
+
+@st.composite
+def _anchor_sets(draw: st.DrawFn) -> AnchorSet:
+    """Variables on one grid (some with a levels axis before it), on their chunks' unit
+    grid or a fine one, visited once or more, with or without a spec and patches."""
+    n = draw(st.integers(2, 60))
+    grid = tuple(draw(st.lists(st.integers(1, 6), max_size=2)))
+    layouts = {}
+    for i in range(draw(st.integers(1, 3))):
+        levels = (draw(st.integers(1, 3)),) if grid and draw(st.booleans()) else ()
+        shape = (n, *levels, *grid)
+        chunks = (draw(st.integers(1, 9)), *(draw(st.integers(1, s)) for s in shape[1:]))
+        dtype = draw(st.sampled_from(["float32", "int16", "float64"]))
+        layouts[f"v{i}"] = VariableLayout(shape, chunks, dtype)
+    finest = min(layout.sample_chunk for layout in layouts.values())
+    geometry = SampleGeometry.from_layouts(layouts, finest if draw(st.booleans()) else None)
+    length = geometry.unit_length
+    revisits = draw(st.sampled_from([k for k in range(1, 4) if length % k == 0]))
+    geometry = geometry.visits(revisits)
+    spec = None
+    if draw(st.booleans()):
+        names = list(layouts)
+        groups = {}
+        for group in ("a", "b")[: draw(st.integers(1, 2))]:
+            chosen = draw(st.lists(st.sampled_from(names), min_size=1, unique=True))
+            offsets = draw(st.lists(st.integers(-3, 3), min_size=1, max_size=3, unique=True))
+            groups[group] = VariableGroup(tuple(chosen), tuple(offsets))  # any order
+        spec = SampleSpec(groups)
+    patches = None
+    if grid and draw(st.booleans()):
+        size = tuple(draw(st.integers(1, g)) for g in grid)
+        patches = PatchSpec(size, draw(st.sampled_from(["random", "tiles"])))
+    return AnchorSet.for_split(geometry, np.arange(geometry.num_units), spec, patches)
+
+
+def _blocks(
+    anchors: AnchorSet, block_units: int, slot_samples: int | None, seed: int
+) -> list[FetchedBlock]:
+    """The epoch's blocks of `block_units` units, in slots for `slot_samples` samples
+    (shared backing arrays; blocks beyond them get buffers of their own) or, with None,
+    each in buffers of its own; every array filled with random values."""
+    geometry = anchors.geometry
+    layouts = geometry.variables
+    assignment = assign_epoch(anchors, anchors.units, seed=seed, epoch=0, rank=0, world_size=1)
+    units = assignment.units
+    slots = None
+    if slot_samples is not None:
+        sample_bytes = sum(
+            int(np.prod(layout.sample_shape)) * np.dtype(layout.dtype).itemsize
+            for layout in layouts.values()
+        )
+        slots = BlockSlots(layouts, slot_samples * sample_bytes, geometry.unit_length)
+    blocks = []
+    for index, first in enumerate(range(0, units.size, block_units)):
+        plan = plan_block(
+            anchors, units[first : first + block_units], assignment=assignment, block_index=index
+        )
+        if not plan.num_samples:
+            continue
+        if slots is None:
+            blocks.append(FetchedBlock(plan, BlockMemory.own(plan, layouts).arrays))
+        else:
+            memory = slots.lease(plan)
+            blocks.append(FetchedBlock(plan, memory.arrays, None, memory))
+    rng = np.random.default_rng(seed)
+    filled: set[int] = set()
+    for block in blocks:
+        for array in block.arrays.values():
+            if id(array) not in filled:
+                filled.add(id(array))
+                array[...] = rng.integers(-30_000, 30_000, array.shape).astype(array.dtype)
+    return blocks
+
+
+def _reference(draw: BatchDraw) -> dict[str, np.ndarray]:
+    """The batch a sample at a time: each step's row of the block's buffer in the plan's
+    layout (`FetchedBlock.buffer`), cropped at the sample's origin."""
+    first = draw.parts[0][0].plan
+    if first.spec is None:
+        fields = [(name, name, (0,), False) for name in first.reads]
+    else:
+        fields = [(key, v, offsets, True) for key, _, v, offsets in first.spec.fields()]
+    batch: dict[str, list[Any]] = {key: [] for key, *_ in fields}
+    batch[SAMPLE_INDEX_KEY] = []
+    batch[PATCH_ORIGIN_KEY] = []
+    for block, rows in draw.parts:
+        plan = block.plan
+        buffers = {variable: block.buffer(variable) for variable in plan.reads}
+        for i in rows.tolist():
+            crop: tuple[Any, ...] = ()
+            if plan.patches is not None:
+                assert plan.origins is not None
+                origin = plan.origins[i].tolist()
+                size = plan.patches.size
+                crop = tuple(slice(o, o + s) for o, s in zip(origin, size, strict=True))
+                batch[PATCH_ORIGIN_KEY].append(origin)
+            for key, variable, offsets, stepped in fields:
+                steps = []
+                for offset in offsets:
+                    row = plan.rows[variable][i, plan.offsets[variable].index(offset)]
+                    steps.append(buffers[variable][row][(..., *crop)])
+                batch[key].append(np.stack(steps) if stepped else steps[0])
+            batch[SAMPLE_INDEX_KEY].append(int(plan.sample_index[i]))
+    if first.patches is None:
+        del batch[PATCH_ORIGIN_KEY]
+    return {key: np.array(values) for key, values in batch.items()}
+
+
+def _gathered(draw: BatchDraw, tables: Any) -> dict[str, np.ndarray]:
+    out = {}
+    for key, (shape, dtype) in batch_shapes(draw).items():
+        out[key] = np.empty(shape, dtype=dtype)
+        out[key].view(np.uint8)[...] = 0xA5  # any byte the gather leaves is seen
+    return gather(draw, out, tables)
+
+
+def _assert_same(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
+    assert set(got) == set(want)
+    for key, array in want.items():
+        assert (got[key].dtype, got[key].shape) == (array.dtype, array.shape), key
+        assert got[key].tobytes() == array.tobytes(), key
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    anchors=_anchor_sets(),
+    block_units=st.integers(1, 3),
+    slot_samples=st.one_of(st.none(), st.integers(0, 120)),
+    seed=st.integers(0, 2**16),
+    parts=st.lists(
+        st.lists(st.tuples(st.integers(0, 1_000), st.integers(1, 6)), min_size=1, max_size=12),
+        min_size=1,
+        max_size=3,
+    ),
+)
+def test_the_gather_is_the_batch_a_sample_at_a_time(
+    anchors: AnchorSet,
+    block_units: int,
+    slot_samples: int | None,
+    seed: int,
+    parts: list[list[tuple[int, int]]],
+) -> None:
+    """Draws of random rows from random blocks, neighbours often sharing a backing array:
+    each batch is the reference's, byte for byte, with index tables made for the batch or
+    kept across batches (the gather node's way)."""
+    assume(anchors.anchors.size > 0)
+    blocks = _blocks(anchors, block_units, slot_samples, seed)
+    assume(blocks)
+    rng = np.random.default_rng(seed)
+    tables: weakref.WeakKeyDictionary[FetchedBlock, np.ndarray] = weakref.WeakKeyDictionary()
+    for batch_parts in parts:  # batches in a row, the later ones reusing the tables
+        chosen = [blocks[b % len(blocks)] for b, _ in batch_parts]
+        counts = [count for _, count in batch_parts]
+        draw = BatchDraw(
+            tuple(
+                (block, rng.integers(0, block.plan.num_samples, count))
+                for block, count in zip(chosen, counts, strict=True)
+            )
+        )
+        want = _reference(draw)
+        _assert_same(_gathered(draw, tables), want)
+        _assert_same(_gathered(draw, None), want)
+
+
+def test_neighbours_in_one_backing_array_take_together_and_others_apart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two blocks in slots, then one with buffers of its own, then a slotted one again: the
+    slotted neighbours are one take, the own block breaks the run (three takes for the
+    one field), and the batch is the reference's."""
+    layout = VariableLayout((24, 3), (4, 3), "float32")
+    geometry = SampleGeometry.from_layouts({"v": layout})
+    anchors = AnchorSet.for_split(geometry, np.arange(geometry.num_units))
+    slotted = _blocks(anchors, 1, 24, seed=1)
+    own = _blocks(anchors, 1, None, seed=2)
+    assert slotted[0].arrays["v"] is slotted[1].arrays["v"] is slotted[3].arrays["v"]
+    draw = BatchDraw(
+        (
+            (slotted[0], np.array([3, 0])),
+            (slotted[1], np.array([1])),
+            (own[2], np.array([2, 2])),
+            (slotted[3], np.array([0])),
+        )
+    )
+    taken: list[int] = []
+    take = np.take
+
+    def counted(array: Any, rows: Any, *args: Any, **kwargs: Any) -> Any:
+        taken.append(len(rows))
+        return take(array, rows, *args, **kwargs)
+
+    monkeypatch.setattr(np, "take", counted)
+    got = _gathered(draw, None)
+    monkeypatch.undo()
+    assert taken == [3, 2, 1]
+    _assert_same(got, _reference(draw))
