@@ -14,7 +14,8 @@ generator keyed on (seed, epoch, rank, b), so no earlier draw needs replaying to
 batch b. Each unit gives its samples in its own seeded permutation, keyed on (seed,
 epoch, unit): which samples a unit gives depends only on how many it gave before. A unit
 that has given all its samples leaves the pool. Inside a batch, samples are grouped by
-unit in pool order (pool order is entry order), so the gather stays one take per block.
+unit in pool order (pool order is entry order), so the gather takes each run of blocks
+sharing an array at once.
 
 A rank that pads to the common per-rank count (`drop_last=False`) repeats, once its own
 samples are out, the permutation of the last unit to enter, cycled from its start: no
