@@ -22,6 +22,8 @@ documented padding (ranks yield equal counts; a rank short of samples repeats so
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -118,6 +120,13 @@ def main() -> None:
         # Left to interpreter exit, gloo's threads can abort the process ("terminate
         # called without an active exception"): end the group here, on every rank.
         dist.destroy_process_group()
+    # Even so, one run in CI aborted a rank that way after its work was done: gloo's
+    # worker threads can still hold work objects that reference Python tensors, and the
+    # interpreter's finalization frees them without the GIL (pytorch/pytorch#190489).
+    # Everything is written and checked by now, so leave without finalizing.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
