@@ -11,14 +11,14 @@ from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 import numpy as np
-import torch
 from torchdata.nodes import BaseNode
 
+from insitubatch_nodes.core.batch_fields import batch_fields, batch_shape, crop_index
 from insitubatch_nodes.core.quality import MixingTally, UniformMixing
-from insitubatch_nodes.core.read_plan import ReadPlan
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.device.copy_ahead import CUDA_PREFETCH, staging_slots
 from insitubatch_nodes.device.staging_ring import StagingRing, page_locked
+from insitubatch_nodes.device.tensor_gather import gather_tensors
 from insitubatch_nodes.items import (
     PATCH_ORIGIN_KEY,
     SAMPLE_INDEX_KEY,
@@ -153,27 +153,6 @@ class GatherNode(BaseNode[Batch]):
         return named_state(self, {self.SOURCE_KEY: self.source.state_dict()})
 
 
-def _fields(plan: ReadPlan) -> list[tuple[str, str, np.ndarray | None]]:
-    """`(batch key, variable, offset columns)`; columns `None` means no steps axis."""
-    if plan.spec is None:
-        return [(name, name, None) for name in plan.reads]
-    fields = []
-    for key, _, variable, offsets in plan.spec.fields():
-        have = plan.offsets[variable]
-        fields.append((key, variable, np.array([have.index(o) for o in offsets])))
-    return fields
-
-
-def _batch_shape(
-    size: int, block_shape: tuple[int, ...], columns: np.ndarray | None, crop: tuple[int, ...]
-) -> tuple[int, ...]:
-    """(batch, [steps,] *sample_shape), the cropped axes at the patch's size."""
-    sample_shape = tuple(block_shape[1:])
-    sample_shape = (*sample_shape[: len(sample_shape) - len(crop)], *crop)
-    steps = () if columns is None else (columns.size,)
-    return (size, *steps, *sample_shape)
-
-
 def draw_samples_and_units(draw: BatchDraw) -> tuple[np.ndarray, np.ndarray]:
     """The draw's sample ids in batch order, and the unit each lies in: one search per
     block, vectorised.
@@ -193,16 +172,6 @@ def draw_samples_and_units(draw: BatchDraw) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(samples), np.concatenate(units)
 
 
-def _field_rows(
-    block: FetchedBlock, variable: str, rows: np.ndarray, columns: np.ndarray | None
-) -> np.ndarray:
-    """The rows of the block's array holding the drawn samples' steps: (n, steps), one
-    column without a spec."""
-    table = block.plan.rows[variable]
-    picked = table[rows, :1] if columns is None else table[rows[:, None], columns[None, :]]
-    return block.rows(variable, picked)
-
-
 def batch_shapes(draw: BatchDraw) -> Shapes:
     """The `(shape, dtype)` of every array of the draw's host batch but `sample_index`
     (one int64 array that stays on the host, so it is not staged with the rest).
@@ -214,9 +183,9 @@ def batch_shapes(draw: BatchDraw) -> Shapes:
     plan = first_block.plan
     crop = () if plan.patches is None else plan.patches.size
     shapes: Shapes = {}
-    for key, variable, columns in _fields(plan):
+    for key, variable, columns in batch_fields(plan):
         array = first_block.arrays[variable]
-        shapes[key] = (_batch_shape(draw.size, array.shape, columns, crop), array.dtype)
+        shapes[key] = (batch_shape(draw.size, array.shape, columns, crop), array.dtype)
     if crop:
         shapes[PATCH_ORIGIN_KEY] = ((draw.size, len(crop)), np.dtype(np.int64))
     return shapes
@@ -250,7 +219,7 @@ def gather(
     """
     first_block = draw.parts[0][0]
     plan = first_block.plan
-    layout = _TableLayout(_fields(plan), () if plan.patches is None else plan.patches.size)
+    layout = _TableLayout(batch_fields(plan), () if plan.patches is None else plan.patches.size)
     if tables is None:
         tables = {}
     picked = [_table(block, layout, tables)[rows] for block, rows in draw.parts]
@@ -297,7 +266,7 @@ class _TableLayout:
 
 def _index_table(block: FetchedBlock) -> np.ndarray:
     """(samples, columns) int64, a row per sample of the block: the rows of the block's
-    arrays holding each field's steps (`_fields` order, one column per step, one for a
+    arrays holding each field's steps (`batch_fields` order, one column per step, one for a
     field without steps), then the sample id, then with patches the crop origin.
 
     Made once per block, in a few vectorised passes over its plan: a batch then takes its
@@ -308,7 +277,7 @@ def _index_table(block: FetchedBlock) -> np.ndarray:
     """
     plan = block.plan
     crop = () if plan.patches is None else plan.patches.size
-    fields = _fields(plan)
+    fields = batch_fields(plan)
     layout = _TableLayout(fields, crop)
     table = np.empty((plan.num_samples, layout.width), dtype=np.int64)
     mapped: dict[str, np.ndarray] = {}
@@ -351,33 +320,6 @@ def _shared_array_runs(draw: BatchDraw, variable: str) -> list[tuple[Any, int, i
     return runs
 
 
-def crop_index(
-    rows: Any, origins: Any, size: tuple[int, ...], ndim: int, arange: Callable[[int], Any]
-) -> tuple[tuple[Any, ...], int]:
-    """The one fancy index that takes `array[rows[i, j], ..., o_i : o_i + size]` for all
-    i, j from an `ndim`-dimensional block, built from numpy arrays or from tensors (with
-    `arange` of the same kind, on the same device); and how many axes lie between the
-    sample axis and the cropped ones (they come out after the cropped axes).
-
-    Args:
-        rows: (n, steps) block rows of the samples' steps.
-        origins: (n, len(size)) each sample's crop origin.
-        size: the crop's length along each cropped (last) axis.
-        ndim: the block's dimensions.
-        arange: `np.arange`, or `torch.arange` on the block's device.
-    """
-    n, steps = rows.shape
-    k = len(size)
-    middle = ndim - 1 - k
-    index: list[Any] = [rows.reshape(n, steps, *([1] * k))]
-    index += [slice(None)] * middle
-    for axis, length in enumerate(size):
-        shape = [n, 1] + [1] * k
-        shape[2 + axis] = length
-        index.append((origins[:, axis, None] + arange(length)[None, :]).reshape(shape))
-    return tuple(index), middle
-
-
 def crop_rows(
     array: np.ndarray, rows: np.ndarray, origins: np.ndarray, size: tuple[int, ...]
 ) -> np.ndarray:
@@ -396,106 +338,3 @@ def crop_rows(
         k = len(size)
         taken = np.moveaxis(taken, list(range(2 + k, 2 + k + middle)), list(range(2, 2 + middle)))
     return taken
-
-
-def crop_tensor_rows(
-    tensor: torch.Tensor, rows: torch.Tensor, origins: torch.Tensor, size: tuple[int, ...]
-) -> torch.Tensor:
-    """`crop_rows` for a tensor, with `rows` and `origins` already on its device (torch
-    orders the axes of such an index as numpy does).
-
-    Args:
-        tensor: the block buffer.
-        rows: (n, steps) block rows of the samples' steps.
-        origins: (n, len(size)) each sample's crop origin.
-        size: the crop's length along each cropped (last) axis.
-    """
-    index, middle = crop_index(
-        rows, origins, size, tensor.ndim, functools.partial(torch.arange, device=tensor.device)
-    )
-    taken = tensor[index]
-    if middle:
-        k = len(size)
-        taken = torch.movedim(taken, list(range(2 + k, 2 + k + middle)), list(range(2, 2 + middle)))
-    return taken
-
-
-def _upload(
-    indices: list[dict[str, np.ndarray]], device: torch.device
-) -> list[dict[str, torch.Tensor]]:
-    """Index arrays of a batch's blocks on `device`, in one copy for the whole batch (from
-    pinned memory on CUDA, so the copy is queued on the stream instead of waiting for the
-    work queued before it): a pool batch draws from tens of blocks, and a copy per block
-    was most of the gather's host time."""
-    host = torch.from_numpy(
-        np.concatenate([np.ravel(i).astype(np.int64) for part in indices for i in part.values()])
-    )
-    if device.type == "cuda":
-        host = host.pin_memory()
-    flat = host.to(device, non_blocking=True)
-    out = []
-    start = 0
-    for part in indices:
-        views = {}
-        for key, index in part.items():
-            views[key] = flat[start : start + index.size].view(index.shape)
-            start += index.size
-        out.append(views)
-    return out
-
-
-def gather_tensors(draw: BatchDraw) -> dict[str, Any]:
-    """`gather` for blocks of tensors, on their device (`FetchedBlock.device`), queued on
-    the caller's current stream: one `index_select` per (field, block) through one upload
-    of the batch's row indices, or with patches one fancy index per (field, block). Only
-    `sample_index` (and `patch_origin`) stay host arrays.
-
-    Args:
-        draw: the batch's rows, by block.
-    """
-    first_block = draw.parts[0][0]
-    plan = first_block.plan
-    fields = _fields(plan)
-    crop = () if plan.patches is None else plan.patches.size
-    size = draw.size
-    out: dict[str, Any] = {}
-    for key, variable, columns in fields:
-        sample = first_block.arrays[variable]
-        out[key] = sample.new_empty(_batch_shape(size, tuple(sample.shape), columns, crop))
-    sample_index = np.empty(size, dtype=np.int64)
-    origins = np.empty((size, len(crop)), dtype=np.int64) if crop else None
-    wanted = []
-    for block, rows in draw.parts:
-        wanted.append(
-            {key: _field_rows(block, variable, rows, columns) for key, variable, columns in fields}
-        )
-        if crop:
-            assert block.plan.origins is not None
-            wanted[-1][PATCH_ORIGIN_KEY] = block.plan.origins[rows]
-    assert first_block.device is not None  # every block of a batch lives on one device
-    start = 0
-    for (block, rows), uploaded in zip(
-        draw.parts, _upload(wanted, first_block.device), strict=True
-    ):
-        assert block.device is not None
-        stop = start + rows.size
-        for key, variable, _ in fields:
-            tensor = block.arrays[variable]
-            target = out[key][start:stop]
-            if crop:
-                taken = crop_tensor_rows(tensor, uploaded[key], uploaded[PATCH_ORIGIN_KEY], crop)
-                target.copy_(taken.reshape(target.shape))
-            else:
-                flat = target.view(-1, *tensor.shape[1:])
-                torch.index_select(tensor, 0, uploaded[key].view(-1), out=flat)
-            if block.device.type == "cuda":  # allocated on the decode stream: keep it
-                tensor.record_stream(torch.cuda.current_stream(block.device))  # until read
-        if origins is not None:
-            assert block.plan.origins is not None
-            origins[start:stop] = block.plan.origins[rows]
-        np.take(block.plan.sample_index, rows, out=sample_index[start:stop], mode="clip")
-        start = stop
-    out[SAMPLE_INDEX_KEY] = sample_index
-    if origins is not None:
-        out[PATCH_ORIGIN_KEY] = origins
-    return out

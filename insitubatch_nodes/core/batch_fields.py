@@ -1,0 +1,71 @@
+"""What a batch holds, field by field, and the one fancy index that crops patches: the index
+math both gathers share, the host's (`nodes.gather`) and the device's
+(`device.tensor_gather`), so the two cannot disagree on a batch's shape."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from insitubatch_nodes.core.read_plan import ReadPlan
+
+
+def batch_fields(plan: ReadPlan) -> list[tuple[str, str, np.ndarray | None]]:
+    """`(batch key, variable, offset columns)`; columns `None` means no steps axis.
+
+    Args:
+        plan: the read plan of any block of the batch (all share the spec).
+    """
+    if plan.spec is None:
+        return [(name, name, None) for name in plan.reads]
+    fields = []
+    for key, _, variable, offsets in plan.spec.fields():
+        have = plan.offsets[variable]
+        fields.append((key, variable, np.array([have.index(o) for o in offsets])))
+    return fields
+
+
+def batch_shape(
+    size: int, block_shape: tuple[int, ...], columns: np.ndarray | None, crop: tuple[int, ...]
+) -> tuple[int, ...]:
+    """(batch, [steps,] *sample_shape), the cropped axes at the patch's size.
+
+    Args:
+        size: samples in the batch.
+        block_shape: the block array's shape (rows first).
+        columns: the field's offset columns, or None for no steps axis.
+        crop: the patch's size along the cropped (last) axes, or () for none.
+    """
+    sample_shape = tuple(block_shape[1:])
+    sample_shape = (*sample_shape[: len(sample_shape) - len(crop)], *crop)
+    steps = () if columns is None else (columns.size,)
+    return (size, *steps, *sample_shape)
+
+
+def crop_index(
+    rows: Any, origins: Any, size: tuple[int, ...], ndim: int, arange: Callable[[int], Any]
+) -> tuple[tuple[Any, ...], int]:
+    """The one fancy index that takes `array[rows[i, j], ..., o_i : o_i + size]` for all
+    i, j from an `ndim`-dimensional block, built from numpy arrays or from tensors (with
+    `arange` of the same kind, on the same device); and how many axes lie between the
+    sample axis and the cropped ones (they come out after the cropped axes).
+
+    Args:
+        rows: (n, steps) block rows of the samples' steps.
+        origins: (n, len(size)) each sample's crop origin.
+        size: the crop's length along each cropped (last) axis.
+        ndim: the block's dimensions.
+        arange: `np.arange`, or `torch.arange` on the block's device.
+    """
+    n, steps = rows.shape
+    k = len(size)
+    middle = ndim - 1 - k
+    index: list[Any] = [rows.reshape(n, steps, *([1] * k))]
+    index += [slice(None)] * middle
+    for axis, length in enumerate(size):
+        shape = [n, 1] + [1] * k
+        shape[2 + axis] = length
+        index.append((origins[:, axis, None] + arange(length)[None, :]).reshape(shape))
+    return tuple(index), middle
