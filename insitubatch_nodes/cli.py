@@ -23,6 +23,7 @@ from insitubatch_nodes.io.stored_sizes import DEFAULT_SAMPLED_CHUNKS
 from insitubatch_nodes.report_text import format_report
 from insitubatch_nodes.split_command import parsed_splits, split_manifest, split_text
 from insitubatch_nodes.stats_pass import compute_stats
+from insitubatch_nodes.store_options import add_store_options, storage_options_from
 from insitubatch_nodes.store_report import inspect_store
 
 
@@ -153,7 +154,7 @@ def _add_inspect(commands: Any) -> None:
         help="bytes, or with a unit (512MiB, 8GiB, 2GB); default build_loader's: half of "
         "this rank's share of the memory available on this host",
     )
-    _add_store_options(inspect)
+    add_store_options(inspect)
     inspect.add_argument("--manifest", type=Path, default=None, help="split manifest JSON")
     inspect.add_argument(
         "--device", choices=("cpu", "cuda"), default=None, help="plan for (default: this host's)"
@@ -189,18 +190,6 @@ def _add_inspect(commands: Any) -> None:
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
-def _add_store_options(command: argparse.ArgumentParser) -> None:
-    command.add_argument(
-        "--storage-options",
-        default=None,
-        help="obstore client options (credentials, endpoint, region): JSON text or the path "
-        "of a JSON file",
-    )
-    command.add_argument(
-        "--anonymous", action="store_true", help="unsigned requests (public s3/gs/az buckets)"
-    )
-
-
 def _add_bench(commands: Any) -> None:
     bench = commands.add_parser(
         "bench",
@@ -217,7 +206,7 @@ def _add_bench(commands: Any) -> None:
     bench.add_argument(
         "--device", choices=("cpu", "cuda"), default=None, help="default: build_loader's"
     )
-    _add_store_options(bench)
+    add_store_options(bench)
     bench.add_argument(
         "--png",
         type=Path,
@@ -240,7 +229,7 @@ def _add_cache(commands: Any) -> None:
     cache.add_argument("--max-bytes", required=True, help="the cache's budget, e.g. 200G")
     cache.add_argument("--variables", nargs="+", default=None, help="default: the loader's")
     cache.add_argument("--manifest", type=Path, default=None, help="split manifest JSON")
-    _add_store_options(cache)
+    add_store_options(cache)
 
 
 def _cache(args: argparse.Namespace) -> int:
@@ -290,7 +279,7 @@ def _add_split(commands: Any) -> None:
     split.add_argument(
         "--out", type=Path, default=None, help="manifest file (default: ./STORE.splits.json)"
     )
-    _add_store_options(split)
+    add_store_options(split)
 
 
 def _split(args: argparse.Namespace) -> int:
@@ -325,61 +314,6 @@ def _split(args: argparse.Namespace) -> int:
     print(split_text(manifest))
     print(f"-> {out}")
     return 0
-
-
-# Schemes whose requests are signed, so that `--anonymous` (obstore's `skip_signature`)
-# means something; a local path or plain HTTP has nothing to skip.
-_SIGNED_SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "azure")
-
-
-_JSON_KINDS = {
-    list: "an array",
-    str: "a string",
-    int: "a number",
-    float: "a number",
-    bool: "true or false",
-    type(None): "null",
-}
-
-
-def storage_options_from(text: str | None, anonymous: bool, url: str) -> dict[str, Any] | None:
-    """The `storage_options` a command was given: JSON text (an object, so starting with
-    "{") or the path of a file holding it, plus `skip_signature` for `--anonymous` on a store
-    whose requests are signed.
-
-    Args:
-        text: the `--storage-options` value, or None.
-        anonymous: whether `--anonymous` was given.
-        url: the store's URL, whose scheme says whether requests are signed.
-    """
-    options: dict[str, Any] | None = None
-    if text is not None:
-        source = "--storage-options"
-        if not text.lstrip().startswith(("{", "[")):  # JSON text, else a file
-            path = Path(text).expanduser()
-            if not path.is_file():
-                raise ValueError(
-                    "--storage-options is neither JSON text (starting with '{') nor the path "
-                    'of a JSON file; give e.g. \'{"region": "us-west-2"}\' or a file holding it'
-                )
-            source = f"--storage-options file {str(path)!r}"
-            text = path.read_text(encoding="utf-8")
-        try:
-            parsed = json.loads(text)
-        except json.JSONDecodeError as err:  # its message quotes no text, only where
-            raise ValueError(
-                f"{source} is not valid JSON ({err.msg} at line {err.lineno}, column "
-                f'{err.colno}); give an object such as \'{{"region": "us-west-2"}}\''
-            ) from None
-        if not isinstance(parsed, dict):
-            raise ValueError(
-                f"{source} must be a JSON object of obstore client options, got "
-                f"{_JSON_KINDS.get(type(parsed), 'something else')}"
-            )
-        options = parsed
-    if anonymous and urlsplit(url).scheme.lower() in _SIGNED_SCHEMES:
-        options = {**(options or {}), "skip_signature": True}
-    return options
 
 
 def _refused(command: str, err: Exception, options: dict[str, Any] | None, url: str) -> int:
