@@ -26,7 +26,7 @@ from insitubatch_nodes.core.geometry import AxisPick, SampleGeometry, VariableLa
 from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.read_plan import ChunkRead, ReadPlan, chunk_regions, plan_block
-from insitubatch_nodes.device import device_block_reader
+from insitubatch_nodes.device import device_decoder
 from insitubatch_nodes.device.device_block_reader import DeviceBlockReader
 from insitubatch_nodes.device.gpu_codecs import load_nvcomp
 from insitubatch_nodes.io.block_reader import ReadContext
@@ -183,7 +183,7 @@ def test_the_device_scratch_arena_is_reused_round_by_round(
     through the same arena, and the block is still exactly the picked levels."""
     values = _write(tmp_path, None)
     chunk_nbytes = int(np.prod(CHUNKS)) * 4
-    monkeypatch.setattr(device_block_reader, "DEVICE_SCRATCH_BYTES", chunk_nbytes)
+    monkeypatch.setattr(device_decoder, "DEVICE_SCRATCH_BYTES", chunk_nbytes)
     plan, block, _ = _block(tmp_path, "device")
     rows = plan.rows["t"][:, 0]
     got = block["t"].numpy()

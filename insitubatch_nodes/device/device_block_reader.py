@@ -5,14 +5,13 @@ a block's stored chunk bytes are fetched as the CPU reader fetches them (`stored
 plain file reads, gets, shard ranges; the same retries and length checks). The thread that
 fetched a chunk copies it once, into page-locked memory of its own (torch's caching host
 allocator), so the decode call, which runs one at a time, has no host copy left to make:
-it copies each chunk to the device and decodes them all in one batched nvCOMP call, whole
-chunks straight into the block buffer; uncompressed chunks are copied as they are. The
-host holds compressed bytes only, never decoded data. Arrays the GPU cannot decode are
-read by the CPU `ChunkReader` and copied to the device, and the log says so once per
-array.
+it copies each chunk to the device and decodes them all in one batched nvCOMP call
+(`device_decoder`). The host holds compressed bytes only, never decoded data. Arrays the
+GPU cannot decode are read by the CPU `ChunkReader` and copied to the device, and the log
+says so once per array.
 
 Decode runs in the decode pool, one call at a time per reader (nvCOMP's codec objects are
-shared), on the reader's own CUDA stream, which is synchronised before the blocks are
+shared), on the decoder's own CUDA stream, which is synchronised before the blocks are
 handed on: a block's tensors are complete when its future is, and the page-locked bytes
 are free again. Blocks whose bytes arrive while a call runs are decoded together in the
 next call (`grouped_calls`): nvCOMP is several times faster per chunk with more chunks
@@ -22,102 +21,25 @@ per call.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
-from insitubatch_nodes.core.read_plan import ChunkRead, Keep, ReadPlan, chunk_regions
-from insitubatch_nodes.device.batch_layout import ALIGNMENT
+from insitubatch_nodes.core.read_plan import ChunkRead, ReadPlan
+from insitubatch_nodes.device.device_decoder import BlockBytes, DeviceDecoder, FetchedChunk
 from insitubatch_nodes.device.gpu_codecs import DeviceCodec, device_codec, load_nvcomp
 from insitubatch_nodes.device.grouped_calls import GroupedCalls
-from insitubatch_nodes.device.nvcomp_scratch import use_torch_scratch
 from insitubatch_nodes.io.block_reader import ReadContext
 from insitubatch_nodes.io.block_slots import BlockMemory
-from insitubatch_nodes.io.chunk_codec import ChunkDecoder
-from insitubatch_nodes.io.chunk_errors import (
-    ChunkBytesError,
-    ChunkReadError,
-    chunk_read_error,
-    size_mismatch,
-)
 from insitubatch_nodes.io.chunk_reader import ChunkReader
-from insitubatch_nodes.io.redact import scrubbed
 from insitubatch_nodes.io.shard_reader import Loaded
 from insitubatch_nodes.io.stored_chunks import ChunkFetcher, StoredArray, stored_array
-from insitubatch_nodes.io.verified_decode import strip_crc32c
-from insitubatch_nodes.io.zstd_frames import frame_at
 
 log = logging.getLogger(__name__)
-DEVICE_SCRATCH_BYTES = 64 << 20  # device scratch for partly kept chunks, per round
-# Where each chunk's scratch starts in a round's arena: a multiple of this, so a chunk of
-# any dtype can be viewed there whatever the byte sizes of the chunks before it.
-SCRATCH_ALIGN = 256
 _told: set[tuple[str, str]] = set()  # (store, variable) fallbacks already logged
-
-
-@dataclass(frozen=True)
-class _Payload:
-    name: str
-    read: ChunkRead
-    held: torch.Tensor | None  # the stored bytes (uint8, page-locked on CUDA); None: never
-    # written, the fill value
-
-    @property
-    def data(self) -> memoryview:
-        """The stored bytes, as the host checks and decodes them."""
-        assert self.held is not None
-        return memoryview(self.held.numpy())
-
-
-@dataclass(frozen=True)
-class BlockBytes:
-    """A block read but not yet decoded: its chunks' stored bytes, and the arrays the CPU
-    decoded for it (those the GPU cannot decode)."""
-
-    buffer_rows: Mapping[str, int]  # each array's rows: samples, and any window's halo
-    payloads: list[_Payload]
-    host_arrays: Mapping[str, np.ndarray]
-
-
-@dataclass(frozen=True)
-class _Part:
-    """A chunk only part of which is kept (an edge chunk, some rows, picked positions):
-    decoded into scratch first, then `chunk[keep]` is copied to `region`."""
-
-    index: int  # among the decode call's chunks
-    decoder: ChunkDecoder
-    region: torch.Tensor
-    keep: Keep
-
-
-def _scratch_nbytes(part: _Part) -> int:
-    """Bytes of a round's arena that `part`'s chunk takes: its own, to the next alignment."""
-    return -(-part.decoder.chunk_nbytes // SCRATCH_ALIGN) * SCRATCH_ALIGN
-
-
-def _rounds(parts: list[_Part]) -> list[list[_Part]]:
-    """`parts` in rounds of at most `DEVICE_SCRATCH_BYTES` of chunks (one chunk at least)."""
-    rounds: list[list[_Part]] = []
-    held = 0
-    for part in parts:
-        nbytes = _scratch_nbytes(part)
-        if not rounds or held + nbytes > DEVICE_SCRATCH_BYTES:
-            rounds.append([])
-            held = 0
-        rounds[-1].append(part)
-        held += nbytes
-    return rounds
-
-
-def torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
-    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
 
 
 class DeviceBlockReader:
@@ -146,9 +68,7 @@ class DeviceBlockReader:
         self._grouped: GroupedCalls[BlockBytes, dict[str, torch.Tensor]] = GroupedCalls(
             self.decode_blocks
         )
-        self._arena: torch.Tensor | None = None  # device scratch for partly kept chunks
-        self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
-        self._nvcomp_codecs: dict[str, Any] = {}
+        self._decoder: DeviceDecoder | None = None  # made with the codecs, once opened
 
     async def _ready(self) -> dict[str, DeviceCodec]:
         if self._opening is None:
@@ -176,12 +96,11 @@ class DeviceBlockReader:
                         fallback[name] = self._layouts[name]
                 if fallback:
                     self._cpu_reader = ChunkReader(self._context, fallback, self._fetcher)
+                self._decoder = DeviceDecoder(
+                    codecs, self._stored, self._layouts, self._device, self._where, self._stats
+                )
                 self._codecs = codecs
         return self._codecs
-
-    def _error(self, payload: _Payload, err: BaseException) -> ChunkReadError:
-        key = self._stored[payload.name].key(payload.read.coords)
-        return chunk_read_error(payload.name, payload.read.coords, key, self._where, err)
 
     async def read_block(
         self, plan: ReadPlan, memory: BlockMemory | None
@@ -216,11 +135,11 @@ class DeviceBlockReader:
 
     async def _fetch(
         self, reads: Mapping[str, tuple[ChunkRead, ...]], epoch: int
-    ) -> list[_Payload]:
+    ) -> list[FetchedChunk]:
         """The stored bytes of `reads` (of a block of `epoch`), fetched as the CPU reader
         fetches them."""
-        payloads: list[_Payload] = []
-        pinned = self._stream is not None
+        payloads: list[FetchedChunk] = []
+        pinned = self._device.type == "cuda"  # the decoder copies from them on its stream
 
         def collect(array: StoredArray, items: Loaded) -> None:
             # copied now (the fetch may reuse the memory after this call), by the fetching
@@ -231,7 +150,7 @@ class DeviceBlockReader:
                     source = np.frombuffer(data, dtype=np.uint8)
                     held = torch.empty(source.size, dtype=torch.uint8, pin_memory=pinned)
                     held.numpy()[:] = source
-                payloads.append(_Payload(array.name, read, held))
+                payloads.append(FetchedChunk(array.name, read, held))
 
         assert self._fetcher is not None
         await self._fetcher.fetch({self._stored[n]: r for n, r in reads.items()}, collect, epoch)
@@ -240,219 +159,12 @@ class DeviceBlockReader:
     def decode_blocks(
         self, blocks: Sequence[BlockBytes]
     ) -> list[dict[str, torch.Tensor] | Exception]:
-        """Decode blocks in one call; each block's arrays, or the error of that block alone
-        (when the call fails, every block is decoded again on its own to find out whose
-        fault it was). Not thread-safe: `read_block` makes one call at a time."""
-        try:
-            return list(self._decode_together(blocks))
-        except Exception as err:
-            if len(blocks) == 1:
-                return [err]
-        outcomes: list[dict[str, torch.Tensor] | Exception] = []
-        for block in blocks:
-            try:
-                outcomes.extend(self._decode_together([block]))
-            except Exception as err:
-                outcomes.append(err)
-        return outcomes
+        """Decode blocks in one call (`DeviceDecoder.decode_blocks`): each block's arrays,
+        or the error of that block alone. Not thread-safe: `read_block` makes one call at a
+        time.
 
-    def _decode_together(self, blocks: Sequence[BlockBytes]) -> list[dict[str, torch.Tensor]]:
-        started = time.perf_counter_ns()
-        on_stream = (
-            torch.cuda.stream(self._stream)
-            if self._stream is not None
-            else contextlib.nullcontext()
-        )
-        with on_stream:
-            try:
-                outs = self._decode_on_stream(blocks)
-            finally:
-                if self._stream is not None:  # the blocks are complete when their futures
-                    self._stream.synchronize()  # are; after a failure, the bytes are free
-                elapsed = time.perf_counter_ns() - started
-                self._stats.add(device_decode_calls=1, device_decode_ns=elapsed)
-        for block, out in zip(blocks, outs, strict=True):
-            self._stats.add(chunks_read=len(block.payloads))
-            names = {p.name for p in block.payloads}
-            self._stats.add(bytes_decoded=sum(out[name].nbytes for name in names))
-        return outs
-
-    def _decode_on_stream(self, blocks: Sequence[BlockBytes]) -> list[dict[str, torch.Tensor]]:
-        outs = [self._block_tensors(block) for block in blocks]
-        targets = [
-            (payload, out)
-            for block, out in zip(blocks, outs, strict=True)
-            for payload in block.payloads
-        ]
-        on_device = []
-        for payload, out in targets:
-            if payload.held is None:
-                continue
-            stream = self._device_stream(payload)
-            if stream is None:
-                self._decode_on_host(payload, out)
-            else:
-                on_device.append((payload, out, stream))
-        offsets = []
-        total = 0
-        for _, _, stream in on_device:
-            offsets.append(total)
-            total += -(-len(stream) // ALIGNMENT) * ALIGNMENT
-        device_bytes = torch.empty(max(total, 1), dtype=torch.uint8, device=self._device)
-        chunks = []
-        for (payload, _, stream), offset in zip(on_device, offsets, strict=True):
-            assert payload.held is not None  # a stream starts where its stored bytes do
-            chunk = device_bytes[offset : offset + len(stream)]
-            chunk.copy_(payload.held[: len(stream)], non_blocking=True)
-            chunks.append(chunk)
-        present = [(payload, out) for payload, out, _ in on_device]
-        self._decode_chunks(present, chunks)
-        for payload, out in targets:
-            if payload.held is None:
-                target, _ = chunk_regions(self._layouts[payload.name], payload.read)
-                out[payload.name][target] = self._codec(payload.name).decoder.fill_value
-        return outs
-
-    def _device_stream(self, payload: _Payload) -> memoryview | None:
-        """The chunk's stream, checked on the host, if the device may decode it; `None`
-        if the host must. nvCOMP decodes only well-formed input, reports no sizes and checks
-        no checksums, so it gets a stream only when the host has checked its crc32c and
-        its length (uncompressed) or that it is one well-formed zstd frame declaring the
-        chunk's size with no content checksum. Anything else valid (several frames, no
-        declared size, a checksum in the frame) is decoded by libzstd on the host, which
-        checks it all; anything invalid is a `CorruptChunkError`."""
-        decoder = self._codec(payload.name).decoder
-        try:
-            stream = strip_crc32c(payload.data) if decoder.checksum else memoryview(payload.data)
-            expected = decoder.chunk_nbytes
-            if decoder.compressor is None:
-                if len(stream) != expected:
-                    raise size_mismatch(expected, len(stream), "is")
-                return stream
-            frame = frame_at(stream)
-            one_frame = frame.end == len(stream)
-            if one_frame and frame.content_size not in (None, expected):
-                raise size_mismatch(expected, frame.content_size, "declares")
-            if one_frame and frame.content_size == expected and not frame.has_checksum:
-                return stream
-        except ChunkBytesError as err:
-            raise self._error(payload, err) from scrubbed(err)
-        return None
-
-    def _decode_on_host(self, payload: _Payload, out: dict[str, torch.Tensor]) -> None:
-        """Decode one chunk on the host (verified there) and copy its part to the device."""
-        decoder = self._codec(payload.name).decoder
-        target, keep = chunk_regions(self._layouts[payload.name], payload.read)
-        region = out[payload.name][target]
-        part = np.empty(tuple(region.shape), dtype=decoder.dtype)
-        try:
-            decoder.decode_into(payload.data, part, keep)
-        except ChunkBytesError as err:
-            raise self._error(payload, err) from scrubbed(err)
-        region.copy_(torch.from_numpy(part))
-        self._stats.add(host_decoded_chunks=1)
-
-    def _block_tensors(self, block: BlockBytes) -> dict[str, torch.Tensor]:
-        """The block's arrays on the device, the CPU-decoded ones already copied in."""
-        out = {
-            name: torch.empty(
-                (rows, *self._layouts[name].sample_shape),
-                dtype=torch_dtype(np.dtype(self._layouts[name].dtype)),
-                device=self._device,
-            )
-            for name, rows in block.buffer_rows.items()
-        }
-        for name, array in block.host_arrays.items():
-            out[name].copy_(torch.from_numpy(array))
-        return out
-
-    def _codec(self, name: str) -> DeviceCodec:
-        assert self._codecs is not None
-        return self._codecs[name]
-
-    def _decode_chunks(
-        self,
-        payloads: list[tuple[_Payload, dict[str, torch.Tensor]]],
-        chunks: list[torch.Tensor],
-    ) -> None:
-        """Whole chunks decode straight into the block buffer; chunks only part of which
-        is kept decode into a scratch arena of at most `DEVICE_SCRATCH_BYTES` (or one
-        chunk) per round, their part copied over after each round: device memory beyond
-        the block stays bounded however many such chunks a call holds."""
-        by_algorithm: dict[str | None, list[int]] = {}
-        for i, (payload, _) in enumerate(payloads):
-            by_algorithm.setdefault(self._codec(payload.name).algorithm, []).append(i)
-        for algorithm, indices in by_algorithm.items():
-            whole: list[tuple[int, torch.Tensor]] = []
-            parts: list[_Part] = []
-            for i in indices:
-                payload, out = payloads[i]
-                decoder = self._codec(payload.name).decoder
-                target, keep = chunk_regions(self._layouts[payload.name], payload.read)
-                region = out[payload.name][target]
-                if tuple(region.shape) == decoder.chunk_shape and region.is_contiguous():
-                    whole.append((i, region.view(-1).view(torch.uint8)))
-                else:
-                    parts.append(_Part(i, decoder, region, keep))
-            self._decode_into(algorithm, [chunks[i] for i, _ in whole], [t for _, t in whole])
-            for round_parts in _rounds(parts):
-                sizes = [_scratch_nbytes(p) for p in round_parts]
-                arena = self._scratch_arena(sum(sizes))
-                targets = [
-                    slot[: p.decoder.chunk_nbytes]
-                    for p, slot in zip(round_parts, arena.split(sizes), strict=True)
-                ]
-                self._decode_into(algorithm, [chunks[p.index] for p in round_parts], targets)
-                for part, target in zip(round_parts, targets, strict=True):
-                    chunk = target.view(torch_dtype(part.decoder.dtype))
-                    chunk = chunk.view(part.decoder.chunk_shape)
-                    part.region.copy_(chunk[self._torch_index(part.keep)])
-
-    def _decode_into(
-        self, algorithm: str | None, chunks: list[torch.Tensor], into: list[torch.Tensor]
-    ) -> None:
-        """Decode (or, uncompressed, copy: sizes checked by `_device_stream`) on the stream."""
-        if not chunks:
-            return
-        if algorithm is None:
-            for chunk, target in zip(chunks, into, strict=True):
-                target.copy_(chunk)
-        else:
-            self._nvcomp_decode(algorithm, chunks, into)
-
-    def _scratch_arena(self, nbytes: int) -> torch.Tensor:
-        """Device bytes for one round of partly kept chunks, reused: the rounds run in
-        order on the reader's stream, so a round's copies are done before the next decode
-        writes the arena."""
-        if self._arena is None or self._arena.numel() < nbytes:
-            self._arena = None
-            self._arena = torch.empty(nbytes, dtype=torch.uint8, device=self._device)
-        return self._arena[:nbytes]
-
-    def _torch_index(self, keep: Keep) -> tuple[slice | torch.Tensor, ...]:
-        return tuple(
-            k if isinstance(k, slice) else torch.as_tensor(k, device=self._device) for k in keep
-        )
-
-    def _nvcomp_decode(
-        self, algorithm: str, chunks: list[torch.Tensor], into: list[torch.Tensor]
-    ) -> None:
-        """One batched decode on the reader's stream, into buffers we own (the caller
-        synchronises the stream before any of them is read or freed)."""
-        nvcomp = load_nvcomp()
-        assert nvcomp is not None and self._stream is not None
-        codec = self._nvcomp_codecs.get(algorithm)
-        if codec is None:
-            use_torch_scratch(nvcomp)  # before the codec, which may take scratch as it starts
-            codec = nvcomp.Codec(
-                algorithm=algorithm,
-                bitstream_kind=nvcomp.BitstreamKind.RAW,
-                device_id=self._device.index or 0,
-                cuda_stream=self._stream.cuda_stream,
-            )
-            self._nvcomp_codecs[algorithm] = codec
-        stream = self._stream.cuda_stream
-        sources = nvcomp.as_arrays(chunks, cuda_stream=stream)
-        targets = nvcomp.as_arrays(into, cuda_stream=stream)
-        codec.decode(sources, out=targets)
-        self._stream.synchronize()  # nvCOMP's batch objects must outlive the decode
+        Args:
+            blocks: blocks from `read_bytes`, in order.
+        """
+        assert self._decoder is not None  # read_bytes opened the arrays
+        return self._decoder.decode_blocks(blocks)
