@@ -18,6 +18,9 @@ from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.inflight_target import CEILING
 from insitubatch_nodes.core.memory_bound import MemoryPlan, least_fitting
+from insitubatch_nodes.core.partition import assign_epoch
+from insitubatch_nodes.core.pool_order import POOL_RAMP
+from insitubatch_nodes.core.pool_ramp import PoolRamp, pool_ramp
 from insitubatch_nodes.core.quality import uniform_distinct_units
 from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.device.copy_ahead import default_prefetch, staging_slots
@@ -63,6 +66,11 @@ class LoaderDefaults:
         mixing: distinct units per batch a pool of P units gives, at most about (a uniform
             shuffle of P units' samples), and what a uniform shuffle of the split gives,
             exactly (`core.quality.uniform_distinct_units`), before any read; or None.
+        pool_ramp: how fast the pool fills at an epoch's start (`build_loader`'s default,
+            `core.pool_order.POOL_RAMP`).
+        ramp: what that ramp costs an epoch's first batches (`core.pool_ramp`): the
+            batches drawn from a pool still filling, their mixing, and what the first
+            batch waits for; or None without a pool.
         spec_span: the steps a sample's windows reach before and after its anchor, when
             planned for windows (`spec`), else None.
         pool_without_windows: P for the same settings with samples of one step, when
@@ -94,6 +102,8 @@ class LoaderDefaults:
     pool_size: int | None = None
     pool_from: str | None = None
     mixing: tuple[float, float] | None = None
+    pool_ramp: int = POOL_RAMP
+    ramp: PoolRamp | None = None
     spec_span: tuple[int, int] | None = None
     pool_without_windows: int | None = None
     revisits: int = 1
@@ -119,6 +129,21 @@ def _planned(
         ).plan
     except ValueError:
         return None
+
+
+def _first_batches(anchors: AnchorSet, pool_size: int, batch_size: int) -> PoolRamp:
+    """How `build_loader`'s default pool (seed 0, its default ramp, no `drop_last`) starts
+    the first epoch of a rank holding the whole split. Every epoch ramps the same way;
+    other seeds and epochs draw other samples, so their numbers differ a little."""
+    assignment = assign_epoch(anchors, anchors.units, seed=0, epoch=0, rank=0, world_size=1)
+    return pool_ramp(
+        anchors,
+        assignment,
+        pool_size=pool_size,
+        batch_size=batch_size,
+        drop_last=False,
+        ramp=POOL_RAMP,
+    )
 
 
 def budget_that_fits(
@@ -201,6 +226,7 @@ def loader_defaults(
     pool_size: int | None = None
     pool_from: str | None = None
     mixing: tuple[float, float] | None = None
+    ramp: PoolRamp | None = None
     pool_without_windows: int | None = None
     pool_without_revisits: int | None = None
     budget = host.memory_budget() if memory_budget is None else memory_budget
@@ -238,6 +264,7 @@ def loader_defaults(
                 uniform_distinct_units(sizes[:pool_size], batch_size),
                 uniform_distinct_units(sizes, batch_size),
             )
+            ramp = _first_batches(anchors, pool_size, batch_size)
         if spec is not None and pool_size is not None:
             try:
                 plain = split_anchors(opened, split, None, geometry=grid)
@@ -280,6 +307,7 @@ def loader_defaults(
         pool_size=pool_size,
         pool_from=pool_from,
         mixing=mixing,
+        ramp=ramp,
         spec_span=None if spec is None else spec.span,
         pool_without_windows=pool_without_windows,
         revisits=revisits,

@@ -234,7 +234,44 @@ def _pool_rows(loader: LoaderDefaults) -> list[tuple[str, str]]:
                 f"uniform shuffle of the split: {uniform:.1f} ({pool / uniform:.2f}x)",
             )
         )
+    if loader.ramp is not None:
+        rows.append(("  ramp", _ramp_text(loader)))
     return rows
+
+
+def _ramp_text(loader: LoaderDefaults) -> str:
+    """What the pool's ramp buys (a first batch that waits for less) and costs (batches
+    that draw from fewer units), so the trade-off of `pool_ramp` is visible before a run."""
+    ramp = loader.ramp
+    assert ramp is not None
+    first = _units_read(loader, ramp.first_units, ramp.first_samples)
+    wait = f"the first batch waits for {first} to be read"
+    if ramp.batches == 0:
+        return f"pool_ramp={loader.pool_ramp}: {wait}; no batch draws from a pool still filling"
+    if not ramp.followed_all:
+        drawn = f"at least each epoch's first {ramp.batches} batches draw from a pool still "
+        drawn += "filling, about"
+        mixed = f"{ramp.distinct_units:.1f} distinct units per batch over those"
+    elif ramp.batches == 1:
+        drawn = "each epoch's first batch draws from a pool still filling, with about"
+        mixed = f"{ramp.distinct_units:.1f} distinct units"
+    else:
+        drawn = f"each epoch's first {ramp.batches} batches draw from a pool still filling, about"
+        mixed = f"{ramp.distinct_units:.1f} distinct units per batch over them"
+    filled = _units_read(loader, ramp.filled_units, ramp.filled_samples)
+    return (
+        f"pool_ramp={loader.pool_ramp}: {drawn} {mixed}; {wait}, where filling the pool "
+        f"first (pool_ramp=0) would wait for {filled}"
+    )
+
+
+def _units_read(loader: LoaderDefaults, units: int, samples: int) -> str:
+    """Units to be read, with their samples and the blocks they are read in."""
+    text = f"{units} unit{'s' if units != 1 else ''} ({samples} samples"
+    if loader.block_chunks is not None:
+        blocks = -(-units // loader.block_chunks)
+        text += f", {blocks} block{'s' if blocks != 1 else ''}"
+    return text + ")"
 
 
 def _plan_bytes(nbytes: int) -> str:

@@ -17,12 +17,17 @@ import numcodecs
 import numpy as np
 import pytest
 import zarr
+from pool_cursors import distinct_units, filling_batches, first_wait
 from s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server
 
 from insitubatch_nodes import AsyncFetchNode, ReadPlanNode, ZarrSource, build_loader, make_manifest
+from insitubatch_nodes.builder import split_anchors
 from insitubatch_nodes.byte_sizes import nbytes_text, parse_nbytes, size_argument
 from insitubatch_nodes.cf_time import cf_reference, decode_cf_times
 from insitubatch_nodes.cli import main
+from insitubatch_nodes.core import pool_ramp
+from insitubatch_nodes.core.partition import assign_epoch
+from insitubatch_nodes.core.pool_order import POOL_RAMP
 from insitubatch_nodes.core.quality import uniform_distinct_units
 from insitubatch_nodes.host_resources import HostResources
 from insitubatch_nodes.loader import graph_nodes
@@ -575,6 +580,54 @@ def test_the_pool_and_its_mixing_are_predicted_before_any_read(
     text = inspect(capsys, str(era5), "--device", "cpu", "--split", "all")[1]
     assert f"pool of {pool.pool_size} units" in text
     assert "distinct units per batch of 32" in text
+
+
+def test_the_pools_ramp_is_predicted_as_the_loader_draws_it(
+    era5: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """At a batch of 4 the 48 units of the store enter the pool over an epoch's first
+    batches (ramp batches' samples more per batch): inspect says how many batches draw
+    from a pool still filling, how many units they mix and what the first batch waits
+    for, as the pure order has it and the loader's own batches then show."""
+    args = [str(era5), "--device", "cpu", "--split", "all", "--batch-size", "4"]
+    report = inspect_json(capsys, *args)["loader"]
+    ramp, pool_size = report["ramp"], report["pool_size"]
+    assert report["pool_ramp"] == POOL_RAMP
+    anchors = split_anchors(ZarrSource.open(str(era5)), "all", None)
+    a = assign_epoch(anchors, anchors.units, seed=0, epoch=0, rank=0, world_size=1)
+    assert ramp["batches"] == filling_batches(anchors, a, pool_size, 4, POOL_RAMP) > 1
+    assert ramp["followed_all"]
+    sizes = anchors.unit_sizes(a.units)
+    waited = first_wait(anchors, a, pool_size, 4, POOL_RAMP)
+    assert (ramp["first_units"], ramp["first_samples"]) == (waited, int(sizes[:waited].sum()))
+    filled = first_wait(anchors, a, pool_size, 4, 0)
+    assert (ramp["filled_units"], ramp["filled_samples"]) == (filled, int(sizes[:filled].sum()))
+    assert ramp["first_units"] < ramp["filled_units"]
+    built = build_loader(
+        str(era5), split="all", device="cpu", batch_size=4, host=HostResources(**report["host"])
+    )
+    first = [batch["sample_index"].numpy() for batch in built][: ramp["batches"]]
+    assert ramp["distinct_units"] == pytest.approx(np.mean(distinct_units(anchors, a, first)))
+    assert ramp["distinct_units"] < report["mixing"][0]  # a pool still filling mixes less
+    text = inspect(capsys, *args)[1]
+    assert (
+        f"pool_ramp={POOL_RAMP}: each epoch's first {ramp['batches']} batches draw from a pool "
+        f"still filling, about {ramp['distinct_units']:.1f} distinct units per batch over them; "
+        f"the first batch waits for {waited} units ({ramp['first_samples']} samples, 1 block) "
+        f"to be read, where filling the pool first (pool_ramp=0) would wait for {filled} units"
+    ) in " ".join(text.split())
+
+
+def test_a_ramp_too_long_to_follow_is_printed_as_at_least_what_was_followed(
+    era5: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = [str(era5), "--device", "cpu", "--split", "all", "--batch-size", "4"]
+    whole = inspect_json(capsys, *args)["loader"]["ramp"]
+    monkeypatch.setattr(pool_ramp, "FOLLOWED_UNITS", 30)
+    cut = inspect_json(capsys, *args)["loader"]["ramp"]
+    assert not cut["followed_all"] and 0 < cut["batches"] < whole["batches"]
+    text = " ".join(inspect(capsys, *args)[1].split())
+    assert f"at least each epoch's first {cut['batches']} batches draw from a pool" in text
 
 
 def test_windows_and_leads_are_planned_with_the_chunks_they_reach(
