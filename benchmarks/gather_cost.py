@@ -8,11 +8,13 @@ shape (`--samples` samples from `--units` one-unit blocks leased from one `Block
 and with it what the gather costs per batch apart from its bytes, and counts the numpy functions
 and array methods it calls per batch (subscripts, such as a fancy index, are not calls
 and are not counted). A gatherer that keeps per-block state is warmed on the same
-blocks first, as the pool's blocks are drawn from by many batches.
+blocks first, as the pool's blocks are drawn from by many batches. `--interleave` gives
+the draw an order of its own, as the pool's order version 3 does (`BatchDraw.order`).
 
     python -m benchmarks.gather_cost
     python -m benchmarks.gather_cost --units 25 --samples 32 --repeats 2000
     python -m benchmarks.gather_cost --grid 1 1
+    python -m benchmarks.gather_cost --interleave
 """
 
 from __future__ import annotations
@@ -38,7 +40,12 @@ from insitubatch_nodes.synthetic import ERA5_GRID, ERA5_VARIABLES
 
 
 def pool_draw(
-    units: int, samples: int, steps_per_chunk: int, grid: tuple[int, ...], seed: int
+    units: int,
+    samples: int,
+    steps_per_chunk: int,
+    grid: tuple[int, ...],
+    seed: int,
+    interleave: bool = False,
 ) -> BatchDraw:
     """A draw of `samples` rows from `units` one-unit blocks in one set of block slots,
     each block's rows at random within its unit, as the pool's draw lays them out.
@@ -49,6 +56,7 @@ def pool_draw(
         steps_per_chunk: rows of a unit (one chunk).
         grid: each sample's shape.
         seed: seeds the rows and the blocks' contents.
+        interleave: give the draw a random order of its rows (`BatchDraw.order`).
     """
     rng = np.random.default_rng(seed)
     layout = VariableLayout((units * steps_per_chunk, *grid), (steps_per_chunk, *grid), "float32")
@@ -72,7 +80,7 @@ def pool_draw(
         (block, rng.choice(block.plan.num_samples, int(count), replace=False))
         for block, count in zip(blocks, counts.tolist(), strict=True)
     )
-    return BatchDraw(parts)
+    return BatchDraw(parts, order=rng.permutation(samples) if interleave else None)
 
 
 def numpy_calls(call: Callable[[], Any]) -> int:
@@ -103,9 +111,12 @@ def main() -> None:
     parser.add_argument("--grid", type=int, nargs="+", default=list(ERA5_GRID))
     parser.add_argument("--repeats", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--interleave", action="store_true")
     args = parser.parse_args()
     grid = tuple(args.grid)
-    draw = pool_draw(args.units, args.samples, args.steps_per_chunk, grid, args.seed)
+    draw = pool_draw(
+        args.units, args.samples, args.steps_per_chunk, grid, args.seed, args.interleave
+    )
     out = {key: np.empty(shape, dtype=dtype) for key, (shape, dtype) in batch_shapes(draw).items()}
     gatherer = make_gatherer()
 
@@ -120,7 +131,8 @@ def main() -> None:
         times.append(time.perf_counter() - started)
     calls = numpy_calls(once)
     print(
-        f"gather of {args.samples} samples from {args.units} blocks x {len(ERA5_VARIABLES)} "
+        f"gather of {args.samples} samples{' interleaved' if args.interleave else ''} from "
+        f"{args.units} blocks x {len(ERA5_VARIABLES)} "
         f"variables {grid} float32: median {statistics.median(times) * 1e6:.1f} us, "
         f"p10 {np.percentile(times, 10) * 1e6:.1f} us, p90 {np.percentile(times, 90) * 1e6:.1f} "
         f"us, {calls} numpy calls per batch"

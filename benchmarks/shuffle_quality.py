@@ -4,10 +4,13 @@ ERA5-shaped steps (4 x float32 (121, 240)), batch 32, the default block size and
 the pool with revisits (its units are visits of a chunk; distinct units still count the
 store's chunks of `steps_per_chunk` steps, against a uniform shuffle over them).
 
-The pool runs at its default ramp and without one (`pool_ramp=0`, the pool filled to P
-before the first batch): the ramp's price is paid in an epoch's first batches, which the
-`first 10` column scores alone; a store of fewer units than P (the benchmarks' 1,920 steps
-at 24 per chunk) pays it over more of its epoch.
+The pool runs at its defaults (order version 3: the ramp, batches interleaved), with its
+batches grouped by unit (`pool_interleave=False`, version 2), and without a ramp either
+(`pool_ramp=0`, the pool filled to P before the first batch, version 1): the ramp's price
+is paid in an epoch's first batches, which the `first 10` column scores alone; a store of
+fewer units than P (the benchmarks' 1,920 steps at 24 per chunk) pays it over more of its
+epoch. The interleave changes only the order within batches: the gap between neighbouring
+samples, which a micro-batch (a contiguous slice of a batch) sees.
 
 Run: `python benchmarks/shuffle_quality.py`.
 """
@@ -73,8 +76,11 @@ def report(steps_per_chunk: int, recipe: bool = False, steps: int = STEPS) -> No
         f"pool (P={pool})": pool_epoch_order(
             anchors, a, pool_size=pool, batch_size=BATCH, drop_last=True
         ),
-        f"pool (P={pool}) ramp 0": pool_epoch_order(
-            anchors, a, pool_size=pool, batch_size=BATCH, drop_last=True, ramp=0
+        f"pool (P={pool}) v2": pool_epoch_order(
+            anchors, a, pool_size=pool, batch_size=BATCH, drop_last=True, interleave=False
+        ),
+        f"pool (P={pool}) v1": pool_epoch_order(
+            anchors, a, pool_size=pool, batch_size=BATCH, drop_last=True, ramp=0, interleave=False
         ),
     }
     for revisits in (r for r in REVISITS if steps_per_chunk % r == 0):
@@ -91,8 +97,8 @@ def report(steps_per_chunk: int, recipe: bool = False, steps: int = STEPS) -> No
         d = distinct_units_per_batch(batches, steps_per_chunk)
         early = distinct_units_per_batch(batches[:FIRST], steps_per_chunk)
         t = mean_time_distance(batches)
-        # a batch is a set to the step; the loader hands its samples out grouped by unit
-        # (one take per block), which the gap between neighbours counts against it
+        # a batch is a set to the step; version 2 hands its samples out grouped by unit,
+        # which the gap between neighbours counts against it (version 3 interleaves them)
         as_sets = np.concatenate(
             [np.random.default_rng(i).permutation(b) for i, b in enumerate(batches)]
         )

@@ -187,6 +187,7 @@ def build_loader(
     shuffle: str = DEFAULT_SHUFFLE,
     shuffle_window: int | None = None,
     pool_ramp: int = POOL_RAMP,
+    pool_interleave: bool = True,
     revisits: int = 1,
     block_chunks: int | None = None,
     max_inflight: int | None = None,
@@ -262,8 +263,13 @@ def build_loader(
             default block holds anyway), not for P units, and until the pool is full,
             reads run at three times the draw rate; larger values mix the first batches
             better and wait longer for them; 0 fills the pool before the first batch (the
-            order of releases before the ramp, whose states resume only with 0). In the
-            state.
+            order of releases before the ramp, whose states resume only with 0 and
+            `pool_interleave=False`). In the state.
+        pool_interleave: yield each pool batch's samples in a seeded permutation (the
+            default), so that a contiguous slice of a batch (a micro-batch for gradient
+            accumulation, a DataParallel replica's share) is as mixed as the whole batch;
+            False keeps them grouped by unit, the order of releases before it, whose states
+            resume only with False. In the state.
         revisits: visits per unit and epoch: each unit is read `revisits` times, each
             visit keeping only its equal run of the unit's steps (a chunk decoded whole,
             the rest dropped), so the pool's memory holds `revisits` times as many of the
@@ -405,6 +411,7 @@ def build_loader(
     rank, world_size = resolve_rank(rank, world_size)
     revisits = as_int("revisits", revisits, minimum=1)
     pool_ramp = as_int("pool_ramp", pool_ramp, minimum=0)  # checked whatever the order
+    pool_interleave = as_bool("pool_interleave", pool_interleave)  # so is this
     if spec is not None and variables is None:
         variables = spec.variables()
     opened = ZarrSource.open(
@@ -486,6 +493,7 @@ def build_loader(
             batch_size=batch_size,
             drop_last=drop_last,
             pool_ramp=pool_ramp,
+            pool_interleave=pool_interleave,
         )
     # Host batches bound for a GPU are written page-locked by whichever node writes them last.
     pin = target.type == "cuda" and decode_on is None

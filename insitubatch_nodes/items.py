@@ -87,17 +87,24 @@ class FetchedBlock:
 
 @dataclass(frozen=True, eq=False)
 class BatchDraw:
-    """Which rows of which resident blocks form the next batch, in batch order.
+    """Which rows of which resident blocks form the next batch, and in what order.
+
+    The order is carried as one permutation rather than by splitting the parts into runs
+    of one sample each: an interleaved pool batch (`core.pool_order.batch_interleave`)
+    would be a part per sample, and the gather's Python work would scale with samples.
 
     Args:
         parts: each block the batch draws from, with the block rows it takes.
         holds: what must stay alive until the batch is gathered: the slot leases of the
             units that gave their last samples to it (`BlockMemory.unit_lease`), which the
             pool shuffle no longer holds; the gather never reads it.
+        order: batch row i is row `order[i]` of the parts' rows concatenated (a
+            permutation of `size` rows); None: the parts' rows in order.
     """
 
     parts: tuple[tuple[FetchedBlock, np.ndarray], ...]
     holds: tuple[object, ...] = ()
+    order: np.ndarray | None = None
 
     @property
     def size(self) -> int:

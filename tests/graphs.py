@@ -30,6 +30,7 @@ from insitubatch_nodes.core.pool_order import POOL_RAMP
 from insitubatch_nodes.core.read_plan import ReadPlan
 from insitubatch_nodes.io.block_reader import ReadContext
 from insitubatch_nodes.items import BatchDraw, FetchedBlock, UnitTicket
+from insitubatch_nodes.nodes.gather import draw_samples_and_units
 
 STAGES = ["permute", "plan", "fetch", "shuffle", "gather", "device"]
 
@@ -59,10 +60,11 @@ def build_stage(
     block_memory_bytes: int = DEFAULT_MEMORY_BUDGET,
     pool_size: int | None = None,
     pool_ramp: int = POOL_RAMP,
+    pool_interleave: bool = True,
     unit_length: int | None = None,
 ) -> BaseNode[Any]:
     """The default graph up to `stage`; with `pool_size`, its shuffle is the pool's (filling
-    as `pool_ramp` says); with
+    as `pool_ramp` says, interleaving batches as `pool_interleave` does); with
     `unit_length`, its units are that long (any length: a fine grid, revisits)."""
     source = ZarrSource.open(url)
     if unit_length is None:
@@ -106,6 +108,7 @@ def build_stage(
                     batch_size=batch_size,
                     drop_last=drop_last,
                     pool_ramp=pool_ramp,
+                    pool_interleave=pool_interleave,
                 )
             ),
         ),
@@ -132,10 +135,5 @@ def fingerprint(item: Any) -> Any:
             tuple((k, item.buffer(k).tobytes()) for k in sorted(item.arrays)),
         )
     if isinstance(item, BatchDraw):
-        return (
-            "draw",
-            tuple(
-                int(i) for block, rows in item.parts for i in block.plan.sample_index[rows].tolist()
-            ),
-        )
+        return ("draw", tuple(draw_samples_and_units(item)[0].tolist()))
     return batch_key(item)

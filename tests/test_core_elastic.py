@@ -76,6 +76,7 @@ def draw(
     b: int,
     batches: int | None,
     ramp: int = POOL_RAMP,
+    interleave: bool = True,
 ) -> tuple[list[np.ndarray], list[list[tuple[int, int]]], list[RankCut]]:
     """Every rank's samples up to the cut, its (unit, given) rest and its cut."""
     yielded, rests, cuts = [], [], []
@@ -91,6 +92,7 @@ def draw(
             pool_size=pool,
             batch_size=b,
             ramp=ramp,
+            interleave=interleave,
             batches=batches,
         )
         yielded.append(order)
@@ -141,6 +143,7 @@ def resized_segment(
     st.integers(1, 12),
     st.booleans(),
     st.integers(0, 3),
+    st.booleans(),
     st.data(),
 )
 def test_samples_before_and_after_resizes_are_the_split_once(
@@ -151,9 +154,11 @@ def test_samples_before_and_after_resizes_are_the_split_once(
     b: int,
     drop: bool,
     ramp: int,
+    interleave: bool,
     data: st.DataObject,
 ) -> None:
-    """Every segment's pool ramps up afresh (`ramp`; 0: none), the re-dealt rests' too."""
+    """Every segment's pool ramps up afresh (`ramp`; 0: none), the re-dealt rests' too,
+    with batches interleaved (version 3) or not (version 2)."""
     split = np.arange(geometry.num_units)
     first = worlds[0]
     partitions = first + extra_partitions
@@ -167,7 +172,7 @@ def test_samples_before_and_after_resizes_are_the_split_once(
     for next_world in [*worlds[1:], None]:
         batches = -(-seg.target // b)
         cut = None if next_world is None else data.draw(st.integers(0, batches))
-        yielded, rests, cuts = draw(geometry, seg, pool, b, cut, ramp)
+        yielded, rests, cuts = draw(geometry, seg, pool, b, cut, ramp, interleave)
         real_left = sum(seg.counts(geometry))
         drawn = sum(y.size for y in yielded)
         assert all(y.size == yielded[0].size for y in yielded)  # ranks step together

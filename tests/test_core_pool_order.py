@@ -1,6 +1,8 @@
 """The chunk-pool shuffle's order: a pure function of (seed, epoch, rank, pool size, ramp),
 every sample once per epoch per rank, ranks stepping together, batches mixed over the
-pool, a first batch that waits only for its own units, and no ramp being version 1's order."""
+pool, a first batch that waits only for its own units, batches interleaved within (version
+3) over version 2's draws, and no interleave being version 2's order (and with no ramp,
+version 1's)."""
 
 from __future__ import annotations
 
@@ -17,11 +19,13 @@ from insitubatch_nodes.core.draw_order import rank_epoch_order
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.pool_order import (
+    batch_interleave,
     pool_draw,
     pool_epoch_order,
     pool_take,
     pool_units,
 )
+from insitubatch_nodes.core.quality import gap_score
 
 
 @given(
@@ -32,6 +36,7 @@ from insitubatch_nodes.core.pool_order import (
     st.booleans(),
     st.integers(0, 3),
     st.integers(0, 3),
+    st.booleans(),
 )
 def test_pool_order_covers_each_rank_once_and_ranks_step_together(
     geometry: SampleGeometry,
@@ -41,6 +46,7 @@ def test_pool_order_covers_each_rank_once_and_ranks_step_together(
     drop_last: bool,
     epoch: int,
     ramp: int,
+    interleave: bool,
 ) -> None:
     split = np.arange(geometry.num_units)
     if split.size < world_size:
@@ -52,6 +58,7 @@ def test_pool_order_covers_each_rank_once_and_ranks_step_together(
     target = assignments[0].samples_per_rank(batch_size, drop_last)
     orders = []
     kw = {"pool_size": pool_size, "batch_size": batch_size, "drop_last": drop_last}
+    kw |= {"interleave": interleave}
     for a in assignments:
         order = pool_epoch_order(geometry, a, ramp=ramp, **kw)
         assert order.size == target
@@ -157,17 +164,97 @@ def test_the_first_batch_waits_for_its_own_units_only() -> None:
     assert all(u < 78 for u in units[:full]) and all(u == 78 for u in units[full:])
 
 
-def test_without_a_ramp_the_order_is_version_1s() -> None:
-    """Digests of what version 1 (pool filled to P before the first batch) drew for three
-    ranks: its states resume exactly in a loader with `pool_ramp=0`."""
+def _digests(**kw: int | bool) -> list[str]:
+    """Digests of what three ranks draw in one epoch of a small store."""
     geometry = SampleGeometry.from_layouts({"a": VariableLayout((1003,), (7,), "float32")})
     split = np.arange(geometry.num_units)
     digests = []
     for rank in range(3):
         a = assign_epoch(geometry, split, seed=3, epoch=1, rank=rank, world_size=3)
-        order = pool_epoch_order(geometry, a, pool_size=9, batch_size=10, drop_last=False, ramp=0)
+        order = pool_epoch_order(geometry, a, pool_size=9, batch_size=10, drop_last=False, **kw)
         digests.append(hashlib.sha256(order.astype("<i8").tobytes()).hexdigest()[:16])
-    assert digests == ["1c17972e5d9344cf", "739ca8b094142d39", "43c90072f9b51bef"]
+    return digests
+
+
+def test_without_a_ramp_nor_interleave_the_order_is_version_1s() -> None:
+    """What version 1 (pool filled to P before the first batch) drew for three ranks: its
+    states resume exactly in a loader with `pool_ramp=0, pool_interleave=False`."""
+    want = ["1c17972e5d9344cf", "739ca8b094142d39", "43c90072f9b51bef"]
+    assert _digests(ramp=0, interleave=False) == want
+
+
+def test_without_interleave_the_order_is_version_2s() -> None:
+    """What version 2 (the ramp, batches grouped by unit) drew for three ranks: its states
+    resume exactly in a loader with `pool_interleave=False`; the default order is another."""
+    want = ["5c6ce3ed57c12a19", "79686dcdee881e9c", "b2dd6e908a3d253d"]
+    assert _digests(interleave=False) == want
+    assert not set(_digests()) & set(want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    geometries(max_samples=150),
+    st.integers(1, 3),
+    st.integers(1, 12),
+    st.integers(1, 20),
+    st.booleans(),
+    st.integers(0, 2),
+    st.integers(0, 2),
+    st.data(),
+)
+def test_each_batch_is_version_2s_batch_interleaved(
+    geometry: SampleGeometry,
+    world_size: int,
+    pool_size: int,
+    batch_size: int,
+    drop_last: bool,
+    ramp: int,
+    epoch: int,
+    data: st.DataObject,
+) -> None:
+    """Version 3 draws version 2's batches (the same samples, the same pool cursor after
+    any batch) and yields batch b's samples permuted by `batch_interleave` of b alone;
+    a re-dealt rest (units entering part-drawn) too."""
+    split = np.arange(geometry.num_units)
+    if split.size < world_size:
+        return
+    rank = data.draw(st.integers(0, world_size - 1))
+    a = assign_epoch(geometry, split, seed=4, epoch=epoch, rank=rank, world_size=world_size)
+    sizes = geometry.unit_sizes(a.units)
+    starts = np.array([data.draw(st.integers(0, int(s))) for s in sizes], dtype=np.int64)
+    real = int(sizes.sum() - starts.sum())
+    target = data.draw(st.integers(max(real, 1), real + batch_size)) if sizes.any() else 0
+    if target == 0 or (target > real and int(sizes[-1]) == 0):
+        return  # nothing to draw, or padding from an empty last unit
+    kw = {"seed": 4, "epoch": epoch, "rank": rank, "units": a.units, "starts": starts}
+    kw |= {"target": target, "pool_size": pool_size, "batch_size": batch_size, "ramp": ramp}
+    grouped, grouped_cursor = pool_draw(geometry, interleave=False, **kw)
+    mixed, mixed_cursor = pool_draw(geometry, **kw)
+    assert grouped_cursor == mixed_cursor
+    assert grouped.size == mixed.size == target
+    for b, start in enumerate(range(0, target, batch_size)):
+        want = grouped[start : start + batch_size]
+        order = batch_interleave(4, epoch, rank, b, want.size)
+        assert np.array_equal(mixed[start : start + batch_size], want[order])
+    cut = data.draw(st.integers(0, -(-target // batch_size)))
+    _, cursor = pool_draw(geometry, batches=cut, **kw)
+    _, grouped_at_cut = pool_draw(geometry, batches=cut, interleave=False, **kw)
+    assert cursor == grouped_at_cut
+
+
+def test_interleaved_batches_mix_any_slice_of_them_as_well_as_the_whole() -> None:
+    """An ERA5-like year (8,760 hourly steps, 24 per chunk, batch 32, P from a 1 GiB
+    window of 11 MB units): grouped by unit, neighbouring samples of a batch are often the
+    same unit's, and the gap between them scores well below a uniform shuffle's;
+    interleaved, as well as a uniform shuffle (`core.quality.gap_score`)."""
+    geometry = SampleGeometry.from_layouts({"a": VariableLayout((8760,), (24,), "float32")})
+    a = assign_epoch(geometry, np.arange(geometry.num_units), seed=0, epoch=0, rank=0, world_size=1)
+    pool_size = pool_units(1 << 30, 4 * 24 * 121 * 240 * 4, 24, 32)
+    kw = {"pool_size": pool_size, "batch_size": 32, "drop_last": True}
+    grouped = pool_epoch_order(geometry, a, interleave=False, **kw)
+    mixed = pool_epoch_order(geometry, a, **kw)
+    assert np.array_equal(np.sort(grouped.reshape(-1, 32)), np.sort(mixed.reshape(-1, 32)))
+    assert gap_score(mixed) >= 0.95 > gap_score(grouped)
 
 
 def test_pool_take_draws_what_is_asked_within_what_each_unit_has() -> None:

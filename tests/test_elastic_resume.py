@@ -122,6 +122,7 @@ def pure_rest_order(loader: Any, batch: int, drop_last: bool) -> list[int]:
         pool_size=pool.pool_size,
         batch_size=batch,
         ramp=pool.pool_ramp,
+        interleave=pool.pool_interleave,
     )
     return order.tolist()
 
@@ -215,6 +216,7 @@ def test_a_block_shuffle_state_is_refused_on_another_world_size(memory_url: Any)
     st.integers(40, 3000),
     st.booleans(),
     st.integers(0, 2),
+    st.booleans(),
     st.data(),
 )
 def test_resize_property(
@@ -228,15 +230,17 @@ def test_resize_property(
     window: int,
     drop_last: bool,
     pool_ramp: int,
+    pool_interleave: bool,
     data: st.DataObject,
 ) -> None:
     """Over store geometries, world sizes, batch sizes, pool sizes (a window of a few
-    units' bytes up to all of them), ramps (the rest's pool ramps up afresh), drop_last
-    and cuts."""
+    units' bytes up to all of them), ramps (the rest's pool ramps up afresh), batches
+    interleaved or not, drop_last and cuts."""
     url, _ = memory_url(
         {"a": ((samples, 3), (chunk_a, 3), "float32"), "b": ((samples,), (chunk_b,), "int16")}
     )
     settings_ = {"drop_last": drop_last, "shuffle_window": window, "pool_ramp": pool_ramp}
+    settings_ |= {"pool_interleave": pool_interleave}
     try:
         batches = len(loaders(url, old, batch, **settings_)[0])
         loaders(url, new, batch, **settings_)

@@ -1,6 +1,8 @@
 """The host gather: one take per field and run of blocks sharing an array gives the batch a
 take per sample would, on draws over shared backing arrays (block slots) and blocks with
-buffers of their own, with sample specs, fine grids, revisits and patches."""
+buffers of their own, with sample specs, fine grids, revisits and patches; a draw in its
+own order (an interleaved pool batch) too, with one take per distinct array, and the
+device gather (on CPU tensors) gives the same batches."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -18,9 +21,10 @@ from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.read_plan import plan_block
 from insitubatch_nodes.core.sample_spec import SampleSpec, VariableGroup
+from insitubatch_nodes.device.tensor_gather import gather_tensors
 from insitubatch_nodes.io.block_slots import BlockMemory, BlockSlots
 from insitubatch_nodes.items import PATCH_ORIGIN_KEY, SAMPLE_INDEX_KEY, BatchDraw, FetchedBlock
-from insitubatch_nodes.nodes.gather import batch_shapes, gather
+from insitubatch_nodes.nodes.gather import batch_shapes, draw_samples_and_units, gather
 
 
 @st.composite
@@ -98,7 +102,7 @@ def _blocks(
 
 def _reference(draw: BatchDraw) -> dict[str, np.ndarray]:
     """The batch a sample at a time: each step's row of the block's buffer in the plan's
-    layout (`FetchedBlock.buffer`), cropped at the sample's origin."""
+    layout (`FetchedBlock.buffer`), cropped at the sample's origin, in the draw's order."""
     first = draw.parts[0][0].plan
     if first.spec is None:
         fields = [(name, name, (0,), False) for name in first.reads]
@@ -127,7 +131,8 @@ def _reference(draw: BatchDraw) -> dict[str, np.ndarray]:
             batch[SAMPLE_INDEX_KEY].append(int(plan.sample_index[i]))
     if first.patches is None:
         del batch[PATCH_ORIGIN_KEY]
-    return {key: np.array(values) for key, values in batch.items()}
+    order = slice(None) if draw.order is None else draw.order
+    return {key: np.array(values)[order] for key, values in batch.items()}
 
 
 def _gathered(draw: BatchDraw, tables: Any) -> dict[str, np.ndarray]:
@@ -156,6 +161,7 @@ def _assert_same(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> Non
         min_size=1,
         max_size=3,
     ),
+    ordered=st.booleans(),
 )
 def test_the_gather_is_the_batch_a_sample_at_a_time(
     anchors: AnchorSet,
@@ -163,10 +169,12 @@ def test_the_gather_is_the_batch_a_sample_at_a_time(
     slot_samples: int | None,
     seed: int,
     parts: list[list[tuple[int, int]]],
+    ordered: bool,
 ) -> None:
-    """Draws of random rows from random blocks, neighbours often sharing a backing array:
-    each batch is the reference's, byte for byte, with index tables made for the batch or
-    kept across batches (the gather node's way)."""
+    """Draws of random rows from random blocks, neighbours often sharing a backing array,
+    in the parts' order or a random one of their own: each batch is the reference's, byte
+    for byte, with index tables made for the batch or kept across batches (the gather
+    node's way), and so are its sample ids as the mixing tally counts them."""
     assume(anchors.anchors.size > 0)
     blocks = _blocks(anchors, block_units, slot_samples, seed)
     assume(blocks)
@@ -179,11 +187,13 @@ def test_the_gather_is_the_batch_a_sample_at_a_time(
             tuple(
                 (block, rng.integers(0, block.plan.num_samples, count))
                 for block, count in zip(chosen, counts, strict=True)
-            )
+            ),
+            order=rng.permutation(sum(counts)) if ordered else None,
         )
         want = _reference(draw)
         _assert_same(_gathered(draw, tables), want)
         _assert_same(_gathered(draw, None), want)
+        assert np.array_equal(draw_samples_and_units(draw)[0], want[SAMPLE_INDEX_KEY])
 
 
 def test_neighbours_in_one_backing_array_take_together_and_others_apart(
@@ -218,3 +228,90 @@ def test_neighbours_in_one_backing_array_take_together_and_others_apart(
     monkeypatch.undo()
     assert taken == [3, 2, 1]
     _assert_same(got, _reference(draw))
+
+
+def _counted_takes(monkeypatch: pytest.MonkeyPatch, draw: BatchDraw) -> tuple[Any, list[int]]:
+    """The draw's host batch, and the rows of each `np.take` that made it."""
+    taken: list[int] = []
+    take = np.take
+
+    def counted(array: Any, rows: Any, *args: Any, **kwargs: Any) -> Any:
+        taken.append(len(rows))
+        return take(array, rows, *args, **kwargs)
+
+    monkeypatch.setattr(np, "take", counted)
+    got = _gathered(draw, None)
+    monkeypatch.undo()
+    return got, taken
+
+
+def test_an_interleaved_draw_takes_once_per_distinct_array(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The draw of the test above, interleaved: the slotted blocks' rows are no longer
+    neighbours in the batch, yet their shared array is taken once (its rows scattered
+    where they land) and the own block's once; a draw wholly in slots is one take. The
+    bytes are a take per sample's in the draw's order."""
+    layout = VariableLayout((24, 3), (4, 3), "float32")
+    geometry = SampleGeometry.from_layouts({"v": layout})
+    anchors = AnchorSet.for_split(geometry, np.arange(geometry.num_units))
+    slotted = _blocks(anchors, 1, 24, seed=1)
+    own = _blocks(anchors, 1, None, seed=2)
+    parts = (
+        (slotted[0], np.array([3, 0])),
+        (slotted[1], np.array([1])),
+        (own[2], np.array([2, 2])),
+        (slotted[3], np.array([0])),
+    )
+    order = np.array([5, 2, 0, 3, 1, 4])  # the own block's rows apart, slotted between
+    draw = BatchDraw(parts, order=order)
+    got, taken = _counted_takes(monkeypatch, draw)
+    assert sorted(taken) == [2, 4]
+    _assert_same(got, _reference(draw))
+    unordered = _reference(BatchDraw(parts))
+    assert all(np.array_equal(_reference(draw)[k], v[order]) for k, v in unordered.items())
+    in_slots = BatchDraw(parts[:2] + parts[3:], order=np.array([3, 0, 2, 1]))
+    got, taken = _counted_takes(monkeypatch, in_slots)
+    assert taken == [4]
+    _assert_same(got, _reference(in_slots))
+
+
+def _on_tensors(block: FetchedBlock) -> FetchedBlock:
+    """The block as the device reader hands it over, its arrays CPU tensors."""
+    arrays = {k: torch.from_numpy(v) for k, v in block.arrays.items()}
+    return FetchedBlock(block.plan, arrays, torch.device("cpu"), block.memory)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    anchors=_anchor_sets(),
+    block_units=st.integers(1, 3),
+    slot_samples=st.one_of(st.none(), st.integers(0, 120)),
+    seed=st.integers(0, 2**16),
+    counts=st.lists(st.tuples(st.integers(0, 1_000), st.integers(1, 6)), min_size=1, max_size=8),
+    ordered=st.booleans(),
+)
+def test_the_device_gather_is_the_host_batch_in_the_draws_order(
+    anchors: AnchorSet,
+    block_units: int,
+    slot_samples: int | None,
+    seed: int,
+    counts: list[tuple[int, int]],
+    ordered: bool,
+) -> None:
+    """`gather_tensors` on blocks of CPU tensors gives the reference batch, in the draw's
+    order when it has one, `sample_index` and `patch_origin` as host arrays."""
+    assume(anchors.anchors.size > 0)
+    blocks = _blocks(anchors, block_units, slot_samples, seed)
+    assume(blocks)
+    rng = np.random.default_rng(seed)
+    parts = tuple(
+        (blocks[b % len(blocks)], rng.integers(0, blocks[b % len(blocks)].plan.num_samples, n))
+        for b, n in counts
+    )
+    order = rng.permutation(sum(n for _, n in counts)) if ordered else None
+    want = _reference(BatchDraw(parts, order=order))
+    on_device = BatchDraw(tuple((_on_tensors(b), rows) for b, rows in parts), order=order)
+    got = gather_tensors(on_device)
+    assert isinstance(got[SAMPLE_INDEX_KEY], np.ndarray)
+    _assert_same({k: np.asarray(v) for k, v in got.items()}, want)

@@ -1,7 +1,9 @@
-"""The pool shuffle node: it yields `core.pool_order.pool_epoch_order` (ramping up or not),
-resumes exactly at every cut (through JSON), gives block memory back unit by unit, refuses
-states of the block shuffle (and the block shuffle its states) by name, and resumes
-version 1's states without a ramp (refusing them, naming `pool_ramp=0`, with one)."""
+"""The pool shuffle node: it yields `core.pool_order.pool_epoch_order` (ramping up or not,
+interleaving batches or not), resumes exactly at every cut (through JSON), gives block
+memory back unit by unit, refuses states of the block shuffle (and the block shuffle its
+states) by name, resumes version 2's states without the interleave and version 1's
+without a ramp either (refusing them, naming the settings, in a loader with them), and
+refuses version 3's states in a loader without the interleave."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from resume_check import check_every_cut
 
 from insitubatch_nodes import AnchorSet, Loader, SampleSpec, ZarrSource, build_loader, window
 from insitubatch_nodes.core.partition import assign_epoch
-from insitubatch_nodes.core.pool_order import pool_epoch_order
+from insitubatch_nodes.core.pool_order import POOL_ORDER_VERSION, pool_epoch_order
 from insitubatch_nodes.host_resources import HostResources
 from insitubatch_nodes.loader import graph_nodes
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
@@ -42,6 +44,7 @@ def _indices(loader: Loader[Any]) -> list[np.ndarray]:
     chunk_b=st.integers(1, 7),
     pool_size=st.integers(1, 8),
     pool_ramp=st.integers(0, 3),
+    pool_interleave=st.booleans(),
     batch_size=st.integers(1, 12),
     block_chunks=st.integers(1, 4),
     world_size=st.integers(1, 3),
@@ -56,6 +59,7 @@ def test_the_node_yields_the_pure_order_and_resumes_at_any_cut(
     chunk_b: int,
     pool_size: int,
     pool_ramp: int,
+    pool_interleave: bool,
     batch_size: int,
     block_chunks: int,
     world_size: int,
@@ -84,6 +88,7 @@ def test_the_node_yields_the_pure_order_and_resumes_at_any_cut(
             spec=spec,
             pool_size=pool_size,
             pool_ramp=pool_ramp,
+            pool_interleave=pool_interleave,
         )
 
     try:
@@ -105,6 +110,7 @@ def test_the_node_yields_the_pure_order_and_resumes_at_any_cut(
             batch_size=batch_size,
             drop_last=drop_last,
             ramp=pool_ramp,
+            interleave=pool_interleave,
         )
         assert np.array_equal(np.concatenate(batches), want)
         assert all(b.size == batch_size for b in batches[:-1])
@@ -133,6 +139,7 @@ def test_the_node_yields_the_pure_order_and_resumes_at_any_cut(
         (1, False, 3, 20, 1),
     ],
 )
+@pytest.mark.parametrize("pool_interleave", [True, False])
 def test_every_cut_resumes_through_a_checkpoint(
     memory_url: Any,
     world_size: int,
@@ -140,6 +147,7 @@ def test_every_cut_resumes_through_a_checkpoint(
     batch_size: int,
     pool_size: int,
     pool_ramp: int,
+    pool_interleave: bool,
 ) -> None:
     url, _ = memory_url()
     for rank in range(world_size):
@@ -153,6 +161,7 @@ def test_every_cut_resumes_through_a_checkpoint(
                 drop_last=drop_last,
                 pool_size=pool_size,
                 pool_ramp=pool_ramp,
+                pool_interleave=pool_interleave,
             )
         )
 
@@ -168,6 +177,8 @@ def test_the_state_is_small_and_plain(memory_url: Any) -> None:
     assert len(state["resident"]) <= 4 + 5  # O(P) pairs of ints
     assert all(type(v) is int for pair in state["resident"] for v in pair)
     assert state[CONFIG_KEY]["order"] == "pool" and state[CONFIG_KEY]["pool_size"] == 4
+    assert state[CONFIG_KEY]["pool_interleave"] is True
+    assert state[CONFIG_KEY][ORDER_VERSION_KEY] == POOL_ORDER_VERSION == 3
 
 
 def test_units_give_their_memory_back_as_they_drain(memory_url: Any) -> None:
@@ -224,38 +235,90 @@ def _pool_part(state: dict[str, Any]) -> dict[str, Any]:
     return part
 
 
-def test_a_version_1_state_resumes_without_a_ramp_and_is_refused_with_one(
-    memory_url: Any,
-) -> None:
-    """A state saved before the ramp says version 1 and has no `pool_ramp`: a loader with
-    `pool_ramp=0` draws that order and resumes it exactly; the default loader would draw
-    other batches, and names the setting instead."""
+def _older_state(
+    memory_url: Any, version: int, **settings: Any
+) -> tuple[Loader[Any], dict[str, Any], list[np.ndarray]]:
+    """A maker of loaders of `settings`, a state saved by one after 3 batches and rewritten
+    as version `version` wrote it (no `pool_interleave`, and for version 1 no `pool_ramp`),
+    and the batches that followed the cut."""
     url, _ = memory_url()
 
-    def make(pool_ramp: int) -> Loader[Any]:
-        return build_loader(
-            url, split="all", batch_size=5, max_inflight=2, device="cpu", pool_ramp=pool_ramp
-        )
+    def make(**more: Any) -> Loader[Any]:
+        return build_loader(url, split="all", batch_size=5, max_inflight=2, device="cpu", **more)
 
-    saver = make(0)
+    saver = make(**settings)
     iterator = iter(saver)
     for _ in range(3):
         next(iterator)
     state = torch_roundtrip(saver.state_dict())
     rest = [np.asarray(b["sample_index"]).copy() for b in iterator]
     config = _pool_part(state)[CONFIG_KEY]
-    assert config.pop("pool_ramp") == 0 and config[ORDER_VERSION_KEY] == 2
-    config[ORDER_VERSION_KEY] = 1  # what version 1 wrote
+    assert config.pop("pool_interleave") is False and config[ORDER_VERSION_KEY] == 2
+    if version == 1:
+        assert config.pop("pool_ramp") == 0
+    config[ORDER_VERSION_KEY] = version  # what that version wrote
     state.pop("digest", None)
-    resumed = make(0)
+    return make, state, rest
+
+
+def test_a_version_1_state_resumes_without_a_ramp_nor_interleave_and_is_refused_else(
+    memory_url: Any,
+) -> None:
+    """A state saved before the ramp says version 1 and has no `pool_ramp`: a loader with
+    `pool_ramp=0, pool_interleave=False` draws that order and resumes it exactly; the
+    default loader, or one with a ramp, would draw other batches, and names the settings
+    instead."""
+    make, state, rest = _older_state(memory_url, 1, pool_ramp=0, pool_interleave=False)
+    resumed = make(pool_ramp=0, pool_interleave=False)
     resumed.load_state_dict(state)
     got = _indices(resumed)
     assert len(got) == len(rest)
     assert all(np.array_equal(x, y) for x, y in zip(got, rest, strict=True))
-    default = build_loader(url, split="all", batch_size=5, max_inflight=2, device="cpu")
+    default = make()
     default.load_state_dict(state)
-    with pytest.raises(ValueError, match=r"version 1 of the 'pool'.*with pool_ramp=0 to resume"):
+    both = r"version 1 of the 'pool'.*with pool_interleave=False, pool_ramp=0 to resume"
+    with pytest.raises(ValueError, match=both):
         next(iter(default))
+    ramped = make(pool_interleave=False)
+    ramped.load_state_dict(state)
+    with pytest.raises(ValueError, match=r"version 1 of the 'pool'.*with pool_ramp=0 to resume"):
+        next(iter(ramped))
+
+
+def test_a_version_2_state_resumes_without_the_interleave_and_is_refused_with_it(
+    memory_url: Any,
+) -> None:
+    """A state saved before the interleave says version 2 and has no `pool_interleave`: a
+    loader with `pool_interleave=False` draws that order and resumes it exactly; the
+    default loader would draw other batches, and names the setting instead."""
+    make, state, rest = _older_state(memory_url, 2, pool_interleave=False)
+    resumed = make(pool_interleave=False)
+    resumed.load_state_dict(state)
+    got = _indices(resumed)
+    assert len(got) == len(rest)
+    assert all(np.array_equal(x, y) for x, y in zip(got, rest, strict=True))
+    default = make()
+    default.load_state_dict(state)
+    with pytest.raises(
+        ValueError, match=r"version 2 of the 'pool'.*with pool_interleave=False to resume"
+    ):
+        next(iter(default))
+
+
+def test_a_version_3_state_is_refused_without_the_interleave(memory_url: Any) -> None:
+    url, _ = memory_url()
+    saver = build_loader(url, split="all", batch_size=5, max_inflight=2, device="cpu")
+    iterator = iter(saver)
+    next(iterator)
+    state = torch_roundtrip(saver.state_dict())
+    grouped = build_loader(
+        url, split="all", batch_size=5, max_inflight=2, device="cpu", pool_interleave=False
+    )
+    grouped.load_state_dict(state)
+    with pytest.raises(
+        ValueError, match=r"version 3 of the 'pool'.*with pool_interleave=True to resume"
+    ):
+        next(iter(grouped))
 
 
 def test_a_state_of_another_ramp_is_refused_by_name(memory_url: Any) -> None:
@@ -280,6 +343,18 @@ def test_a_bad_pool_ramp_is_refused_whatever_the_order(
     url, _ = memory_url()
     with pytest.raises((ValueError, TypeError), match="pool_ramp"):
         build_loader(url, split="all", batch_size=5, device="cpu", pool_ramp=ramp, **order)
+
+
+@pytest.mark.parametrize("order", [{}, {"shuffle": "block"}, {"evaluation": True}])
+@pytest.mark.parametrize("interleave", [1, "yes", None])
+def test_a_bad_pool_interleave_is_refused_whatever_the_order(
+    memory_url: Any, order: dict[str, Any], interleave: Any
+) -> None:
+    url, _ = memory_url()
+    with pytest.raises((ValueError, TypeError), match="pool_interleave"):
+        build_loader(
+            url, split="all", batch_size=5, device="cpu", pool_interleave=interleave, **order
+        )
 
 
 def test_the_first_batch_reads_its_own_units_only(memory_url: Any) -> None:

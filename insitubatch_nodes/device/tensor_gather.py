@@ -72,8 +72,10 @@ def _upload(
 def gather_tensors(draw: BatchDraw) -> dict[str, Any]:
     """`gather` for blocks of tensors, on their device (`FetchedBlock.device`), queued on
     the caller's current stream: one `index_select` per (field, block) through one upload
-    of the batch's row indices, or with patches one fancy index per (field, block). Only
-    `sample_index` (and `patch_origin`) stay host arrays.
+    of the batch's row indices, or with patches one fancy index per (field, block). A
+    draw that says its order (`BatchDraw.order`) is gathered so, then put in that order
+    with one `index_select` per field (a copy on the device, rather than a take per
+    sample). Only `sample_index` (and `patch_origin`) stay host arrays, in batch order.
 
     Args:
         draw: the batch's rows, by block.
@@ -87,6 +89,11 @@ def gather_tensors(draw: BatchDraw) -> dict[str, Any]:
     for key, variable, columns in fields:
         sample = first_block.arrays[variable]
         out[key] = sample.new_empty(batch_shape(size, tuple(sample.shape), columns, crop))
+    grouped = (
+        out
+        if draw.order is None
+        else {key: value.new_empty(value.shape) for key, value in out.items()}
+    )
     sample_index = np.empty(size, dtype=np.int64)
     origins = np.empty((size, len(crop)), dtype=np.int64) if crop else None
     wanted = []
@@ -98,15 +105,16 @@ def gather_tensors(draw: BatchDraw) -> dict[str, Any]:
             assert block.plan.origins is not None
             wanted[-1][PATCH_ORIGIN_KEY] = block.plan.origins[rows]
     assert first_block.device is not None  # every block of a batch lives on one device
+    if draw.order is not None:
+        wanted.append({"order": draw.order})
+    uploads = _upload(wanted, first_block.device)
     start = 0
-    for (block, rows), uploaded in zip(
-        draw.parts, _upload(wanted, first_block.device), strict=True
-    ):
+    for (block, rows), uploaded in zip(draw.parts, uploads[: len(draw.parts)], strict=True):
         assert block.device is not None
         stop = start + rows.size
         for key, variable, _ in fields:
             tensor = block.arrays[variable]
-            target = out[key][start:stop]
+            target = grouped[key][start:stop]
             if crop:
                 taken = crop_tensor_rows(tensor, uploaded[key], uploaded[PATCH_ORIGIN_KEY], crop)
                 target.copy_(taken.reshape(target.shape))
@@ -120,6 +128,12 @@ def gather_tensors(draw: BatchDraw) -> dict[str, Any]:
             origins[start:stop] = block.plan.origins[rows]
         np.take(block.plan.sample_index, rows, out=sample_index[start:stop], mode="clip")
         start = stop
+    if draw.order is not None:
+        order = uploads[-1]["order"]
+        for key in out:
+            torch.index_select(grouped[key], 0, order, out=out[key])
+        sample_index = sample_index[draw.order]
+        origins = None if origins is None else origins[draw.order]
     out[SAMPLE_INDEX_KEY] = sample_index
     if origins is not None:
         out[PATCH_ORIGIN_KEY] = origins

@@ -1,5 +1,5 @@
 """GatherNode: turns a batch draw into contiguous arrays, one vectorised take per field and
-run of blocks sharing an array."""
+run of blocks sharing an array (per array, in a draw that says its order)."""
 
 from __future__ import annotations
 
@@ -169,7 +169,9 @@ def draw_samples_and_units(draw: BatchDraw) -> tuple[np.ndarray, np.ndarray]:
         else:
             at = np.searchsorted(plan.unit_starts, rows, side="right") - 1
             units.append(plan.units[at])
-    return np.concatenate(samples), np.concatenate(units)
+    if draw.order is None:
+        return np.concatenate(samples), np.concatenate(units)
+    return np.concatenate(samples)[draw.order], np.concatenate(units)[draw.order]
 
 
 def batch_shapes(draw: BatchDraw) -> Shapes:
@@ -210,6 +212,13 @@ def gather(
     one per field. The runs keep the batch's order: the bytes are those of a take per
     block.
 
+    A draw that says its order (`BatchDraw.order`, an interleaved pool batch) permutes the
+    index table's rows, so one array's rows are no longer a run of the batch: each array
+    the batch draws from is then taken once, its rows scattered into the batch rows they
+    land on (`_array_groups`): still one take per field when every part shares one backing
+    array, and work that scales with the distinct arrays, not the samples, when not. The
+    bytes are those of a take per sample in that order.
+
     Args:
         draw: the batch's rows, by block.
         out: the arrays to write the batch into.
@@ -224,19 +233,23 @@ def gather(
         tables = {}
     picked = [_table(block, layout, tables)[rows] for block, rows in draw.parts]
     index = picked[0] if len(picked) == 1 else np.concatenate(picked)  # (batch, columns)
+    if draw.order is not None:
+        index = index[draw.order]
     batch = {**out, SAMPLE_INDEX_KEY: np.empty(draw.size, dtype=np.int64)}
-    runs: dict[str, list[tuple[Any, int, int]]] = {}
+    groups: dict[str, list[tuple[Any, slice | np.ndarray]]] = {}
     for key, variable, columns, take_columns in layout.fields:
-        if variable not in runs:
-            runs[variable] = _shared_array_runs(draw, variable)
-        for array, start, stop in runs[variable]:
-            target = batch[key][start:stop]
+        if variable not in groups:
+            groups[variable] = _array_groups(draw, variable)
+        for array, at in groups[variable]:
             if layout.crop:
-                rows, origins = index[start:stop, columns], index[start:stop, layout.origins]
-                target[...] = crop_rows(array, rows, origins, layout.crop).reshape(target.shape)
-            else:
-                rows = index[start:stop, take_columns]  # (n,), or (n, steps) with steps
-                np.take(array, rows, axis=0, out=target, mode="clip")
+                rows, origins = index[at, columns], index[at, layout.origins]
+                taken = crop_rows(array, rows, origins, layout.crop)
+                batch[key][at] = taken.reshape(len(rows), *batch[key].shape[1:])
+            elif isinstance(at, slice):
+                rows = index[at, take_columns]  # (n,), or (n, steps) with steps
+                np.take(array, rows, axis=0, out=batch[key][at], mode="clip")
+            else:  # one array's rows, scattered over the batch by the draw's order
+                batch[key][at] = np.take(array, index[at, take_columns], axis=0, mode="clip")
     batch[SAMPLE_INDEX_KEY][...] = index[:, layout.sample_index]
     if layout.crop:
         batch[PATCH_ORIGIN_KEY][...] = index[:, layout.origins]
@@ -304,20 +317,37 @@ def _table(
     return table
 
 
-def _shared_array_runs(draw: BatchDraw, variable: str) -> list[tuple[Any, int, int]]:
-    """The draw's parts as runs of neighbouring parts whose rows of `variable` lie in one
-    array (`block.arrays[variable]` the same object): `(array, first batch row, stop)`."""
-    runs: list[tuple[Any, int, int]] = []
+def _array_groups(draw: BatchDraw, variable: str) -> list[tuple[Any, slice | np.ndarray]]:
+    """Each array holding the draw's rows of `variable`, with the batch rows that come
+    from it: in parts' order, runs of neighbouring parts whose rows lie in one array
+    (`block.arrays[variable]` the same object), as slices; in a draw's own order
+    (`BatchDraw.order`), the whole batch when one array holds every row, else each
+    distinct array once with the batch rows it lands on (one vectorised pass, not a
+    step per sample)."""
+    runs: list[tuple[Any, slice]] = []
     start = 0
     for block, rows in draw.parts:
         array = block.arrays[variable]
         stop = start + rows.size
         if runs and runs[-1][0] is array:
-            runs[-1] = (array, runs[-1][1], stop)
+            runs[-1] = (array, slice(runs[-1][1].start, stop))
         else:
-            runs.append((array, start, stop))
+            runs.append((array, slice(start, stop)))
         start = stop
-    return runs
+    if draw.order is None or len(runs) == 1:
+        return runs
+    numbers: dict[int, int] = {}  # id of each distinct array -> its number
+    arrays: list[Any] = []
+    which = np.empty(start, dtype=np.int64)  # the array of each row, in parts' order
+    for array, at in runs:
+        number = numbers.setdefault(id(array), len(arrays))
+        if number == len(arrays):
+            arrays.append(array)
+        which[at] = number
+    if len(arrays) == 1:
+        return [(arrays[0], slice(0, start))]
+    landed = which[draw.order]
+    return [(array, np.flatnonzero(landed == i)) for i, array in enumerate(arrays)]
 
 
 def crop_rows(

@@ -4,10 +4,11 @@ It reproduces `core.pool_order.pool_epoch_order` incrementally: blocks arrive in
 rank's unit order; their units enter the pool at batch starts, as `enters_pool` says (up
 to P of them, fewer while the pool ramps up, so that the first batch waits only for its
 own units); each batch is `pool_take`'s draw over what each pool unit has left, each unit
-giving its samples in its own seeded permutation. The node waits for a unit that is not read yet
-(read-ahead makes that rare), so the order never depends on IO timing. A unit that has
-given its last sample leaves the pool and its block memory goes back unit by unit
-(`BlockMemory.release_unit`), once the batch that drew its last samples is gathered
+giving its samples in its own seeded permutation, and the batch yields them in
+`batch_interleave`'s order (carried as `BatchDraw.order`). The node waits for a unit that
+is not read yet (read-ahead makes that rare), so the order never depends on IO timing. A
+unit that has given its last sample leaves the pool and its block memory goes back unit by
+unit (`BlockMemory.release_unit`), once the batch that drew its last samples is gathered
 (`BatchDraw.holds`). A rank that pads keeps the last unit of its epoch for it.
 
 State is small and plain: the source state from just before the oldest block still
@@ -32,7 +33,9 @@ from insitubatch_nodes.core.partition import EpochAssignment
 from insitubatch_nodes.core.pool_order import (
     POOL_ORDER,
     POOL_ORDER_VERSION,
+    POOL_ORDER_VERSION_GROUPED,
     POOL_RAMP,
+    batch_interleave,
     enters_pool,
     pool_take,
     unit_draw,
@@ -102,7 +105,12 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
         pool_ramp: how fast the pool fills, in batches' samples per batch (an int >= 0;
             `core.pool_order.enters_pool`): by default 2 (`POOL_RAMP`), so an epoch's first
             batch waits for two batches' samples, not P units; 0 fills the pool to P
-            first, the order of version 1, whose states resume only with it.
+            first, the order of version 1, whose states resume only with it (and
+            `pool_interleave=False`).
+        pool_interleave: yield each batch's samples permuted (True or False;
+            `core.pool_order.batch_interleave`, order version 3), so that any contiguous
+            slice of a batch (a micro-batch) is as mixed as the whole; False keeps them
+            grouped by unit, the order of version 2, whose states resume only with it.
     """
 
     SOURCE_KEY = SHUFFLE_SOURCE_KEY
@@ -111,6 +119,7 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
     YIELDED_KEY = "samples_yielded"
     TARGET_KEY = SHUFFLE_TARGET_KEY
     RAMP_KEY = "pool_ramp"
+    INTERLEAVE_KEY = "pool_interleave"
 
     def __init__(
         self,
@@ -120,6 +129,7 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
         batch_size: int,
         drop_last: bool = False,
         pool_ramp: int = POOL_RAMP,
+        pool_interleave: bool = True,
     ) -> None:
         super().__init__()
         self.source = source
@@ -127,6 +137,10 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
         self.batch_size = as_int("batch_size", batch_size, minimum=1)
         self.drop_last = as_bool("drop_last", drop_last)
         self.pool_ramp = as_int("pool_ramp", pool_ramp, minimum=0)
+        self.pool_interleave = as_bool("pool_interleave", pool_interleave)
+        self.order_version = (
+            POOL_ORDER_VERSION if self.pool_interleave else POOL_ORDER_VERSION_GROUPED
+        )
         self._assignment: EpochAssignment | None = None
         self._positions: tuple[np.ndarray, np.ndarray] | None = None
         self._pool: list[_Unit] = []  # in entry (position) order
@@ -165,16 +179,22 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
             self.YIELDED_KEY,
             self.TARGET_KEY,
         )
-        # version 1 is version 2 without a ramp: its states resume in a loader without one
+        # version 2 is version 3 without the interleave, and version 1 version 2 without
+        # a ramp: their states resume in a loader without them, and name them elsewhere
+        grouped, no_ramp = f"{self.INTERLEAVE_KEY}=False", f"{self.RAMP_KEY}=0"
         state, target = restore_shuffle_state(
             self,
             initial_state,
             keys,
             POOL_ORDER,
-            POOL_ORDER_VERSION,
+            self.order_version,
             self._config(),
-            resumes=(1,) if self.pool_ramp == 0 else (),
-            older={1: f"{self.RAMP_KEY}=0"},
+            resumes=(1,) if not self.pool_interleave and self.pool_ramp == 0 else (),
+            drawn_with={
+                1: no_ramp if not self.pool_interleave else f"{grouped}, {no_ramp}",
+                POOL_ORDER_VERSION_GROUPED: grouped,
+                POOL_ORDER_VERSION: f"{self.INTERLEAVE_KEY}=True",
+            },
         )
         self._yielded = check_cursor(self, state, self.YIELDED_KEY, 0, target or 0)
         self._next = check_cursor(self, state, self.NEXT_KEY, 0)
@@ -321,8 +341,11 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
             parts.append(self._pad(want - real, self._yielded + real - a.rank_samples))
         self._yielded += want
         self._forget_blocks()
+        order = None
+        if self.pool_interleave:
+            order = batch_interleave(a.seed, a.epoch, a.rank, batch, want)
         return BatchDraw(
-            tuple((block, np.concatenate(rows)) for block, rows in parts), tuple(holds)
+            tuple((block, np.concatenate(rows)) for block, rows in parts), tuple(holds), order
         )
 
     def _enters(self, in_pool: int, real: int, batch: int) -> bool:
@@ -361,8 +384,9 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
             "drop_last": self.drop_last,
             "pool_size": self.pool_size,
             self.RAMP_KEY: self.pool_ramp,
+            self.INTERLEAVE_KEY: self.pool_interleave,
             ORDER_KEY: POOL_ORDER,
-            ORDER_VERSION_KEY: POOL_ORDER_VERSION,
+            ORDER_VERSION_KEY: self.order_version,
         }
 
     def batches_per_epoch(self) -> int:

@@ -250,7 +250,7 @@ def check_shuffle_order(
     version: int,
     *,
     resumes: Collection[int] = (),
-    older: Mapping[int, str] | None = None,
+    drawn_with: Mapping[int, str] | None = None,
 ) -> None:
     """Refuse, naming the setting that resumes it, a state made by another shuffle order
     (`build_loader(shuffle=)`) or another version of this one: its cursor counts another
@@ -262,7 +262,7 @@ def check_shuffle_order(
         order: this node's order (`"block"` or `"pool"`).
         version: the version of it this node draws.
         resumes: earlier versions that this node, as it is set up, draws exactly too.
-        older: earlier versions this library still draws under some setting, each with
+        drawn_with: other versions this library draws under another setting, each with
             that setting (as `build_loader` takes it), which a refusal names.
 
     Raises:
@@ -285,7 +285,7 @@ def check_shuffle_order(
             f"and this loader draws the {order!r} shuffle: the state counts other batches. "
             f"Build the loader with shuffle={saved_order!r} to resume it"
         )
-    setting = (older or {}).get(saved_version)
+    setting = (drawn_with or {}).get(saved_version)
     if setting is not None:
         raise ValueError(
             f"this state was made by version {saved_version} of the {order!r} shuffle, "
@@ -313,7 +313,7 @@ def restore_shuffle_state(
     config: Mapping[str, Any],
     *,
     resumes: Collection[int] = (),
-    older: Mapping[int, str] | None = None,
+    drawn_with: Mapping[int, str] | None = None,
 ) -> tuple[Mapping[str, Any], int | None]:
     """What both shuffle nodes check first when they take up a saved cursor, in the order
     that names the most basic difference: the source is restored first (other data, or an
@@ -330,14 +330,14 @@ def restore_shuffle_state(
         config: the node's config, to hold the saved one against (but its order version:
             a state of an earlier one it resumes says that one).
         resumes: earlier versions the node draws exactly too (`check_shuffle_order`).
-        older: earlier versions drawn under another setting (`check_shuffle_order`).
+        drawn_with: other versions drawn under another setting (`check_shuffle_order`).
 
     Returns:
         The checked state, and the epoch's sample count or None.
     """
     if isinstance(initial_state, dict) and SHUFFLE_SOURCE_KEY in initial_state:
         node.source.reset(initial_state[SHUFFLE_SOURCE_KEY])
-    check_shuffle_order(initial_state, order, version, resumes=resumes, older=older)
+    check_shuffle_order(initial_state, order, version, resumes=resumes, drawn_with=drawn_with)
     state = check_node_state(node, initial_state, keys)
     check_saved_config(node, state, {k: v for k, v in config.items() if k != ORDER_VERSION_KEY})
     target = None
