@@ -264,13 +264,21 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
             raise cursor_out_of_range(self, self.NEXT_KEY, self._next, allowed)
 
     def _read_restored(self) -> None:
-        """Read on until every resident unit of a restored state is back in the pool."""
+        """Read on until every resident unit of a restored state is back in the pool, and
+        the epoch's last unit when the rank pads from it and it entered before the cut:
+        no unit entering reads it then, and the batch that pads may need it before the
+        pool runs dry."""
         while self._restore_given and not self._source_done and self._pull():
             pass
         if self._restore_given:
             missing = sorted(self._restore_given)[:5]
             allowed = "positions of units the source still yields"
             raise cursor_out_of_range(self, self.RESIDENT_KEY, missing, allowed)
+        a = self._assignment
+        assert a is not None
+        if self._pads(a) and self._next == a.units.size:
+            while self._last is None and not self._source_done and self._pull():
+                pass
 
     def _enter_next(self) -> bool:
         """Move the next unit of the rank's order into the pool, reading its block if it
