@@ -13,9 +13,11 @@ unit (`BlockMemory.release_unit`), once the batch that drew its last samples is 
 
 State is small and plain: the source state from just before the oldest block still
 needed, the position of the next unit to enter, the resident units as [position, given]
-pairs (O(P) ints), and how many samples the epoch has yielded. Resume re-reads from that
-block on: units already drained are dropped as they arrive, the resident ones take up
-their counts. No array data is ever checkpointed.
+pairs (O(P) ints), and how many samples the epoch has yielded. Resume reads from that
+block on, and only the units still needed: the cursors say which units were drained
+(`core.drained_units`), and the `ReadPlanNode` upstream plans the blocks without them
+(`leave_out_drained`); the resident units take up their counts. No array data is ever
+checkpointed.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
+from insitubatch_nodes.core.drained_units import DrainedUnits
 from insitubatch_nodes.core.draw_order import padding_positions
 from insitubatch_nodes.core.partition import EpochAssignment
 from insitubatch_nodes.core.pool_order import (
@@ -42,6 +45,7 @@ from insitubatch_nodes.core.pool_order import (
 )
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.items import BatchDraw, FetchedBlock
+from insitubatch_nodes.loader import graph_nodes
 from insitubatch_nodes.nodes.shuffle_block import count_batches
 from insitubatch_nodes.nodes.state_checks import (
     CONFIG_KEY,
@@ -165,8 +169,38 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
             self._next, self._yielded, self._target = 0, 0, None
             self._restore_given = {}
         else:
+            self._leave_out_drained(None)  # until this state's cursors are checked
             self._restore(initial_state)
+            self._leave_out_drained(self._drained_units())
         self._source_state = self.source.state_dict()
+
+    def _drained_units(self) -> DrainedUnits | None:
+        """The units of the restored epoch drained before the cut (None: none, or a state
+        saved before the epoch's first block)."""
+        if self._target is None or self._next <= len(self._restore_given):
+            return None
+        return DrainedUnits.of(self._next, self._restore_given, self._target)
+
+    def _leave_out_drained(self, drained: DrainedUnits | None) -> None:
+        """Tell the node upstream that plans blocks which units not to read; the source was
+        reset and has read nothing yet (`AsyncFetchNode` starts reading at its first
+        `next()`). Without such a node (a graph built otherwise) drained units are read,
+        and dropped as they arrive (`_pull`).
+
+        Raises:
+            TypeError: more than one node upstream plans blocks.
+        """
+        planners = [
+            n for n in graph_nodes(self.source) if callable(getattr(n, "leave_out_drained", None))
+        ]
+        if len(planners) > 1:
+            raise TypeError(
+                f"the {type(self).__name__} found {len(planners)} nodes upstream that plan "
+                f"blocks (a ReadPlanNode does), where it can tell at most one which units "
+                f"a resume leaves out"
+            )
+        for planner in planners:
+            planner.leave_out_drained(drained)
 
     def _restore(self, initial_state: dict[str, Any]) -> None:
         """Take up a saved cursor; the source is restored first, so that a state from
@@ -258,8 +292,8 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
                 self._pool.append(unit)
             elif position >= self._next:
                 self._waiting.append(unit)
-            elif unit is not self._last:
-                unit.release()  # drained before the state was saved
+            elif unit is not self._last:  # drained before the cut, read without a planner
+                unit.release()
         return True
 
     def _pads(self, a: EpochAssignment) -> bool:
@@ -284,13 +318,21 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
             raise cursor_out_of_range(self, self.NEXT_KEY, self._next, allowed)
 
     def _read_restored(self) -> None:
-        """Read on until every resident unit of a restored state is back in the pool."""
+        """Read on until every resident unit of a restored state is back in the pool, and
+        the epoch's last unit when the rank pads from it and it entered before the cut:
+        no unit entering reads it then, and the batch that pads may need it before the
+        pool runs dry."""
         while self._restore_given and not self._source_done and self._pull():
             pass
         if self._restore_given:
             missing = sorted(self._restore_given)[:5]
             allowed = "positions of units the source still yields"
             raise cursor_out_of_range(self, self.RESIDENT_KEY, missing, allowed)
+        a = self._assignment
+        assert a is not None
+        if self._pads(a) and self._next == a.units.size:
+            while self._last is None and not self._source_done and self._pull():
+                pass
 
     def _enter_next(self) -> bool:
         """Move the next unit of the rank's order into the pool, reading its block if it
