@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,12 +17,7 @@ from insitubatch_nodes.core.date_ranges import RangeLike
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.pool_order import POOL_RAMP
 from insitubatch_nodes.core.sample_spec import SampleSpec
-from insitubatch_nodes.core.settings import (
-    as_bool,
-    as_int,
-    as_optional_int,
-    int_from_environment,
-)
+from insitubatch_nodes.core.settings import as_bool, as_int, as_optional_int
 from insitubatch_nodes.device.copy_ahead import default_prefetch, staging_slots
 from insitubatch_nodes.host_resources import HostResources
 from insitubatch_nodes.io.chunk_cache import CacheSpec
@@ -48,48 +42,11 @@ from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
 from insitubatch_nodes.nodes.read_plan import ReadPlanNode
 from insitubatch_nodes.nodes.shuffle_block import ShuffleBlockNode
 from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
+from insitubatch_nodes.placement import decode_device, resolve_rank
 from insitubatch_nodes.split_anchors import split_anchors, split_mixing
 from insitubatch_nodes.time_selection import Duration, time_selection
 
 log = logging.getLogger(__name__)
-
-
-def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """Explicit values first, then an initialised torch.distributed, then RANK/WORLD_SIZE
-    (an error names a variable that is set to something other than an int).
-
-    Args:
-        rank: this process's rank, or None to find it.
-        world_size: the number of ranks, or None to find it.
-    """
-    if rank is not None and world_size is not None:
-        return rank, world_size
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        found = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    else:
-        found = (
-            int_from_environment(os.environ, "RANK", 0),
-            int_from_environment(os.environ, "WORLD_SIZE", 1),
-        )
-    return (found[0] if rank is None else rank), (found[1] if world_size is None else world_size)
-
-
-def decode_device(decode: str, target: torch.device) -> torch.device | None:
-    """The device blocks are decoded on: `target` for `decode="gpu"` (which needs it to be
-    a CUDA device), None (the host) for `"cpu"`.
-
-    Args:
-        decode: `"cpu"` or `"gpu"`.
-        target: where batches go.
-    """
-    if decode not in ("cpu", "gpu"):
-        raise ValueError(f"decode must be 'cpu' or 'gpu', got {decode!r}")
-    if decode == "gpu" and target.type != "cuda":
-        raise ValueError(
-            f"decode='gpu' needs a CUDA device, but the loader's device is {target}; "
-            f"pass decode='cpu' on a machine without CUDA"
-        )
-    return target if decode == "gpu" else None
 
 
 def cache_spec(cache: Any, opened: ZarrSource) -> CacheSpec | None:
