@@ -3,31 +3,21 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 from zarr.abc.store import Store
 
 from insitubatch_nodes.channel_stats import StatsLike
-from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS, batch_channels
 from insitubatch_nodes.core.date_ranges import RangeLike
-from insitubatch_nodes.core.geometry import SampleGeometry
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.pool_order import POOL_RAMP
-from insitubatch_nodes.core.quality import UniformMixing
 from insitubatch_nodes.core.sample_spec import SampleSpec
-from insitubatch_nodes.core.settings import (
-    as_bool,
-    as_int,
-    as_optional_int,
-    int_from_environment,
-)
+from insitubatch_nodes.core.settings import as_bool, as_int, as_optional_int
 from insitubatch_nodes.device.copy_ahead import default_prefetch, staging_slots
 from insitubatch_nodes.host_resources import HostResources
 from insitubatch_nodes.io.chunk_cache import CacheSpec
@@ -52,108 +42,11 @@ from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
 from insitubatch_nodes.nodes.read_plan import ReadPlanNode
 from insitubatch_nodes.nodes.shuffle_block import ShuffleBlockNode
 from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
+from insitubatch_nodes.placement import decode_device, resolve_rank
+from insitubatch_nodes.split_anchors import split_anchors, split_mixing
 from insitubatch_nodes.time_selection import Duration, time_selection
 
 log = logging.getLogger(__name__)
-
-
-def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """Explicit values first, then an initialised torch.distributed, then RANK/WORLD_SIZE
-    (an error names a variable that is set to something other than an int).
-
-    Args:
-        rank: this process's rank, or None to find it.
-        world_size: the number of ranks, or None to find it.
-    """
-    if rank is not None and world_size is not None:
-        return rank, world_size
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        found = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    else:
-        found = (
-            int_from_environment(os.environ, "RANK", 0),
-            int_from_environment(os.environ, "WORLD_SIZE", 1),
-        )
-    return (found[0] if rank is None else rank), (found[1] if world_size is None else world_size)
-
-
-def split_anchors(
-    opened: ZarrSource,
-    split: str,
-    spec: SampleSpec | None,
-    patches: PatchSpec | None = None,
-    allowed: np.ndarray | None = None,
-    geometry: SampleGeometry | None = None,
-) -> AnchorSet:
-    """The anchors of `split` that `spec` may use; an error if the spec names a variable
-    not opened, or if its windows leave no anchor.
-
-    Args:
-        opened: the opened source.
-        split: the split's name.
-        spec: the sample spec (offsets in stored steps), or None for one step per sample.
-        patches: the patch spec, or None for whole samples.
-        allowed: which steps may be anchors (`time_selection`), or None for every one.
-        geometry: the loader's unit grid (`SampleGeometry.visits` of the source's), or
-            None for the source's own.
-    """
-    if spec is not None:
-        missing = [v for v in spec.variables() if v not in opened.layouts]
-        if missing:
-            raise ValueError(
-                f"the sample spec names variable(s) {missing} that are not selected; the "
-                f"loader has {sorted(opened.layouts)}: add them to variables=[...]"
-            )
-    anchors = AnchorSet.for_steps(
-        opened.geometry if geometry is None else geometry,
-        opened.step_ranges(split),
-        spec,
-        patches,
-        allowed=allowed,
-    )
-    if anchors.units.size == 0:
-        lo, hi = spec.span if spec is not None else (0, 0)
-        if allowed is not None:
-            raise ValueError(
-                f"split {split!r} has no anchor that the stride, frequency or max_gap allows "
-                f"and whose steps t{lo:+d} .. t{hi:+d} stay inside it; use a larger split, a "
-                f"shorter window / lead, or a larger max_gap"
-            )
-        raise ValueError(
-            f"split {split!r} has no anchor whose steps t{lo:+d} .. t{hi:+d} all stay inside "
-            f"it: its runs are shorter than the sample spec's span of {hi - lo + 1} steps; "
-            f"use a larger split or a shorter window / lead"
-        )
-    return anchors
-
-
-def split_mixing(anchors: AnchorSet, batch_size: int) -> UniformMixing:
-    """What a uniform global shuffle of the split gives batches of `batch_size`.
-
-    Args:
-        anchors: the split's samples.
-        batch_size: samples per batch.
-    """
-    units = anchors.units
-    return UniformMixing(anchors.unit_sizes(units), anchors.unit_samples(units), batch_size)
-
-
-def decode_device(decode: str, target: torch.device) -> torch.device | None:
-    """The device blocks are decoded on: `target` for `decode="gpu"` (which needs it to be
-    a CUDA device), None (the host) for `"cpu"`.
-
-    Args:
-        decode: `"cpu"` or `"gpu"`.
-        target: where batches go.
-    """
-    if decode not in ("cpu", "gpu"):
-        raise ValueError(f"decode must be 'cpu' or 'gpu', got {decode!r}")
-    if decode == "gpu" and target.type != "cuda":
-        raise ValueError(
-            f"decode='gpu' needs a CUDA device, but the loader's device is {target}; "
-            f"pass decode='cpu' on a machine without CUDA"
-        )
-    return target if decode == "gpu" else None
 
 
 def cache_spec(cache: Any, opened: ZarrSource) -> CacheSpec | None:

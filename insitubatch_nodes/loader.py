@@ -8,10 +8,9 @@ This subclass iterates through a generator that closes every node that can be cl
 of an epoch all but the nodes that read across epochs (`read_across_epochs=True`: they
 are reading the next epoch's first blocks, and stop on `close()` or the next epoch).
 
-It also keeps its own iterator. torchdata 0.11's iterator remembers the state it peeked
-at when a restored state turns out to be an epoch's end, and keeps returning it after
-the next epoch starts (meta-pytorch/data#1552): a checkpoint taken later in that run
-would resume at the wrong place. `state_dict()` has the same layout as torchdata's.
+It also keeps its own iterator (`peeking_iterator`: with torchdata 0.11's, a checkpoint
+taken after a restored state turned out to be an epoch's end would resume at the wrong
+place, meta-pytorch/data#1552). `state_dict()` has the same layout as torchdata's.
 
 For the training frameworks: `len(loader)` is the batches an epoch yields on this rank,
 known before anything is read (from the graph's `ShuffleBlockNode`). Lightning fetches a
@@ -23,8 +22,7 @@ accelerate write rank 0's checkpoint only.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, TypeVar
 
 import torchdata.nodes
@@ -33,13 +31,13 @@ from torchdata.nodes import BaseNode
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.core.stage_report import EpochActivity, epoch_stats
 from insitubatch_nodes.elastic_resume import resume_rest
-from insitubatch_nodes.items import SAMPLE_INDEX_KEY
 from insitubatch_nodes.nodes.state_checks import (
     check_cursor,
     check_node_state,
     check_state_digest,
     with_digest,
 )
+from insitubatch_nodes.peeking_iterator import PeekingIterator
 from insitubatch_nodes.rank_states import (
     gather_rank_states,
     is_rank_states,
@@ -105,98 +103,6 @@ def close_graph(root: BaseNode[Any], *, epoch_ended: bool = False) -> None:
                 failure = failure or error
     if failure is not None:
         raise failure
-
-
-class _EpochClock:
-    """Time since an epoch's first batch was asked for, the part spent waiting for
-    batches, and the batches and samples handed out (two clock reads per batch)."""
-
-    def __init__(self) -> None:
-        self.first: float | None = None
-        self.waited_s = 0.0
-        self.batches = 0
-        self.samples = 0
-
-    def waiting(self) -> float:
-        now = time.perf_counter()
-        if self.first is None:
-            self.first = now
-        return now
-
-    def got(self, started: float, item: Any) -> None:
-        self.waited_s += time.perf_counter() - started
-        self.batches += 1
-        index = item.get(SAMPLE_INDEX_KEY) if isinstance(item, Mapping) else None
-        self.samples += 0 if index is None else len(index)
-
-    def counters(self) -> dict[str, Any]:
-        wall = 0.0 if self.first is None else time.perf_counter() - self.first
-        return {
-            "wall_s": wall,
-            "waited_s": self.waited_s,
-            "batches": self.batches,
-            "samples": self.samples,
-        }
-
-
-class PeekingIterator(BaseNode[T]):
-    """Counts what it yields and can look one item ahead without losing the state from
-    before that item (the Loader peeks to tell an exhausted restored state).
-
-    Args:
-        root: the graph's last node.
-    """
-
-    ROOT_KEY = "root"
-    NUM_YIELDED_KEY = "num_yielded"
-
-    def __init__(self, root: BaseNode[T]) -> None:
-        super().__init__()
-        self.root = root
-        self._num_yielded = 0
-        self._peeked: tuple[T, dict[str, Any]] | None = None
-        self._clock = _EpochClock()
-
-    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
-        super().reset(initial_state)
-        self._peeked = None
-        self._clock = _EpochClock()
-        if initial_state is None:
-            self.root.reset(None)
-            self._num_yielded = 0
-        else:
-            self.root.reset(initial_state[self.ROOT_KEY])
-            self._num_yielded = initial_state[self.NUM_YIELDED_KEY]
-
-    def has_next(self) -> bool:
-        if self._peeked is None:
-            state = self.get_state()
-            try:
-                self._peeked = (next(self.root), state)
-            except StopIteration:
-                return False
-        return True
-
-    def next(self) -> T:
-        if self._peeked is not None:
-            item, _ = self._peeked
-            self._peeked = None
-        else:
-            started = self._clock.waiting()
-            item = next(self.root)
-            self._clock.got(started, item)
-        self._num_yielded += 1
-        return item
-
-    def stage_counters(self) -> dict[str, Any]:
-        """This epoch's batches so far and how long the consumer waited for them (what
-        `Loader.stats()` reports)."""
-        return self._clock.counters()
-
-    def get_state(self) -> dict[str, Any]:
-        if self._peeked is not None:
-            return self._peeked[1]
-        return {self.ROOT_KEY: self.root.state_dict(), self.NUM_YIELDED_KEY: self._num_yielded}
 
 
 class Loader(torchdata.nodes.Loader[T]):

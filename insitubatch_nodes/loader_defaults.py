@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import torch
 
-from insitubatch_nodes.builder import split_anchors
 from insitubatch_nodes.byte_sizes import parse_nbytes, size_argument
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.geometry import VariableLayout
@@ -32,6 +31,7 @@ from insitubatch_nodes.loader_choices import (
     LoaderChoices,
     choose_loader_settings,
 )
+from insitubatch_nodes.split_anchors import split_anchors
 
 
 @dataclass(frozen=True)
