@@ -213,8 +213,8 @@ def test_each_batch_is_version_2s_batch_interleaved(
     data: st.DataObject,
 ) -> None:
     """Version 3 draws version 2's batches (the same samples, the same pool cursor after
-    any batch) and yields batch b's samples permuted by `batch_interleave` of b alone;
-    a re-dealt rest (units entering part-drawn) too."""
+    any batch) and yields batch b's real samples permuted by `batch_interleave` of b
+    alone, its padding after them; a re-dealt rest (units entering part-drawn) too."""
     split = np.arange(geometry.num_units)
     if split.size < world_size:
         return
@@ -234,8 +234,10 @@ def test_each_batch_is_version_2s_batch_interleaved(
     assert grouped.size == mixed.size == target
     for b, start in enumerate(range(0, target, batch_size)):
         want = grouped[start : start + batch_size]
-        order = batch_interleave(4, epoch, rank, b, want.size)
+        batch_real = min(want.size, max(0, real - start))
+        order = batch_interleave(4, epoch, rank, b, want.size, batch_real)
         assert np.array_equal(mixed[start : start + batch_size], want[order])
+    assert np.array_equal(mixed[real:], grouped[real:])  # the padding stays last
     cut = data.draw(st.integers(0, -(-target // batch_size)))
     _, cursor = pool_draw(geometry, batches=cut, **kw)
     _, grouped_at_cut = pool_draw(geometry, batches=cut, interleave=False, **kw)

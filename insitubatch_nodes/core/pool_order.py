@@ -14,9 +14,9 @@ generator keyed on (seed, epoch, rank, b), so no earlier draw needs replaying to
 batch b. Each unit gives its samples in its own seeded permutation, keyed on (seed,
 epoch, unit): which samples a unit gives depends only on how many it gave before. A unit
 that has given all its samples leaves the pool. The batch's samples, as drawn, are grouped
-by unit in pool order (pool order is entry order), padding last; the batch yields them
-permuted by `batch_interleave`, keyed on (seed, epoch, rank, b) too, so that consecutive
-samples come from different units (version 3).
+by unit in pool order (pool order is entry order), padding last; the batch yields its
+real samples permuted by `batch_interleave`, keyed on (seed, epoch, rank, b) too, so that
+consecutive samples come from different units (version 3), and its padding after them.
 
 A rank that pads to the common per-rank count (`drop_last=False`) repeats, once its own
 samples are out, the permutation of the last unit to enter, cycled from its start: no
@@ -151,10 +151,15 @@ def pool_take(
     return generator.multivariate_hypergeometric(remaining, want).astype(np.int64)
 
 
-def batch_interleave(seed: int, epoch: int, rank: int, batch: int, size: int) -> np.ndarray:
+def batch_interleave(
+    seed: int, epoch: int, rank: int, batch: int, size: int, real: int | None = None
+) -> np.ndarray:
     """The order batch `batch` yields its samples in (version 3): its row i is row
     `order[i]` of the batch as drawn (each pool unit's samples in pool order, then the
-    padding). Keyed on the batch alone, so no earlier draw needs replaying.
+    padding). The real samples are permuted among themselves and the padding stays last,
+    so that a rank's own samples still all come before its padding (what a consumer that
+    trims the padding relies on). Keyed on the batch alone, so no earlier draw needs
+    replaying.
 
     Args:
         seed: the loader's seed.
@@ -162,8 +167,13 @@ def batch_interleave(seed: int, epoch: int, rank: int, batch: int, size: int) ->
         rank: this rank.
         batch: the batch's index in the rank's run (the epoch's, or a re-dealt rest's).
         size: the samples the batch yields, padding included.
+        real: the batch's real samples, the first `real` rows (None: all `size`).
     """
-    return rng_for(seed, "pool-interleave", epoch, rank, batch).permutation(size)
+    real = size if real is None else real
+    if not 0 <= real <= size:
+        raise ValueError(f"a batch of {size} samples cannot hold {real} real ones")
+    mixed = rng_for(seed, "pool-interleave", epoch, rank, batch).permutation(real)
+    return np.concatenate([mixed, np.arange(real, size, dtype=mixed.dtype)])
 
 
 def enters_pool(
@@ -279,7 +289,9 @@ def pool_draw(
             drawn.append(samples[last][pad[padded:]])
             padded += want - real
         ids = np.concatenate(drawn)
-        pieces.append(ids[batch_interleave(seed, epoch, rank, batch, want)] if interleave else ids)
+        if interleave:
+            ids = ids[batch_interleave(seed, epoch, rank, batch, want, real)]
+        pieces.append(ids)
         yielded += want
         batch += 1
     order = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)

@@ -385,7 +385,7 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
         self._forget_blocks()
         order = None
         if self.pool_interleave:
-            order = batch_interleave(a.seed, a.epoch, a.rank, batch, want)
+            order = batch_interleave(a.seed, a.epoch, a.rank, batch, want, real)
         return BatchDraw(
             tuple((block, np.concatenate(rows)) for block, rows in parts), tuple(holds), order
         )
