@@ -11,18 +11,17 @@ unit that has given its last sample leaves the pool and its block memory goes ba
 unit (`BlockMemory.release_unit`), once the batch that drew its last samples is gathered
 (`BatchDraw.holds`). A rank that pads keeps the last unit of its epoch for it.
 
-State is small and plain: the source state from just before the oldest block still
-needed, the position of the next unit to enter, the resident units as [position, given]
-pairs (O(P) ints), and how many samples the epoch has yielded. Resume reads from that
-block on, and only the units still needed: the cursors say which units were drained
-(`core.drained_units`), and the `ReadPlanNode` upstream plans the blocks without them
-(`leave_out_drained`); the resident units take up their counts. No array data is ever
-checkpointed.
+State is small and plain, a cursor of O(P) ints (`nodes.pool_cursor`, which holds its
+format and its checks): the source state from just before the oldest block still needed,
+the position of the next unit to enter, the resident units as [position, given] pairs,
+and how many samples the epoch has yielded. Resume reads from that block on, and only the
+units still needed: the cursor says which units were drained, and the `ReadPlanNode`
+upstream plans the blocks without them; the resident units take up their counts. No array
+data is ever checkpointed.
 """
 
 from __future__ import annotations
 
-import copy
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +29,6 @@ from typing import Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
-from insitubatch_nodes.core.drained_units import DrainedUnits
 from insitubatch_nodes.core.draw_order import padding_positions
 from insitubatch_nodes.core.partition import EpochAssignment
 from insitubatch_nodes.core.pool_order import (
@@ -45,18 +43,15 @@ from insitubatch_nodes.core.pool_order import (
 )
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.items import BatchDraw, FetchedBlock
-from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.nodes import pool_cursor
+from insitubatch_nodes.nodes.pool_cursor import PoolCursor, leave_out_drained, restore_cursor
 from insitubatch_nodes.nodes.shuffle_block import count_batches
 from insitubatch_nodes.nodes.state_checks import (
-    CONFIG_KEY,
     ORDER_KEY,
     ORDER_VERSION_KEY,
     SHUFFLE_SOURCE_KEY,
     SHUFFLE_TARGET_KEY,
-    check_cursor,
     cursor_out_of_range,
-    named_state,
-    restore_shuffle_state,
 )
 
 
@@ -118,12 +113,12 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
     """
 
     SOURCE_KEY = SHUFFLE_SOURCE_KEY
-    NEXT_KEY = "next_unit"
-    RESIDENT_KEY = "resident"
-    YIELDED_KEY = "samples_yielded"
+    NEXT_KEY = pool_cursor.NEXT_KEY
+    RESIDENT_KEY = pool_cursor.RESIDENT_KEY
+    YIELDED_KEY = pool_cursor.YIELDED_KEY
     TARGET_KEY = SHUFFLE_TARGET_KEY
-    RAMP_KEY = "pool_ramp"
-    INTERLEAVE_KEY = "pool_interleave"
+    RAMP_KEY = pool_cursor.RAMP_KEY
+    INTERLEAVE_KEY = pool_cursor.INTERLEAVE_KEY
 
     def __init__(
         self,
@@ -169,82 +164,19 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
             self._next, self._yielded, self._target = 0, 0, None
             self._restore_given = {}
         else:
-            self._leave_out_drained(None)  # until this state's cursors are checked
-            self._restore(initial_state)
-            self._leave_out_drained(self._drained_units())
-        self._source_state = self.source.state_dict()
-
-    def _drained_units(self) -> DrainedUnits | None:
-        """The units of the restored epoch drained before the cut (None: none, or a state
-        saved before the epoch's first block)."""
-        if self._target is None or self._next <= len(self._restore_given):
-            return None
-        return DrainedUnits.of(self._next, self._restore_given, self._target)
-
-    def _leave_out_drained(self, drained: DrainedUnits | None) -> None:
-        """Tell the node upstream that plans blocks which units not to read; the source was
-        reset and has read nothing yet (`AsyncFetchNode` starts reading at its first
-        `next()`). Without such a node (a graph built otherwise) drained units are read,
-        and dropped as they arrive (`_pull`).
-
-        Raises:
-            TypeError: more than one node upstream plans blocks.
-        """
-        planners = [
-            n for n in graph_nodes(self.source) if callable(getattr(n, "leave_out_drained", None))
-        ]
-        if len(planners) > 1:
-            raise TypeError(
-                f"the {type(self).__name__} found {len(planners)} nodes upstream that plan "
-                f"blocks (a ReadPlanNode does), where it can tell at most one which units "
-                f"a resume leaves out"
+            leave_out_drained(self, self.source, None)  # until this state's cursor is checked
+            cursor = restore_cursor(
+                self,
+                initial_state,
+                self._config(),
+                order_version=self.order_version,
+                pool_ramp=self.pool_ramp,
+                pool_interleave=self.pool_interleave,
             )
-        for planner in planners:
-            planner.leave_out_drained(drained)
-
-    def _restore(self, initial_state: dict[str, Any]) -> None:
-        """Take up a saved cursor; the source is restored first, so that a state from
-        other data or settings upstream is refused for that; the positions are checked
-        against the epoch once its first block is here (`_check_restored`)."""
-        keys = (
-            self.SOURCE_KEY,
-            self.NEXT_KEY,
-            self.RESIDENT_KEY,
-            self.YIELDED_KEY,
-            self.TARGET_KEY,
-        )
-        # version 2 is version 3 without the interleave, and version 1 version 2 without
-        # a ramp: their states resume in a loader without them, and name them elsewhere
-        grouped, no_ramp = f"{self.INTERLEAVE_KEY}=False", f"{self.RAMP_KEY}=0"
-        state, target = restore_shuffle_state(
-            self,
-            initial_state,
-            keys,
-            POOL_ORDER,
-            self.order_version,
-            self._config(),
-            resumes=(1,) if not self.pool_interleave and self.pool_ramp == 0 else (),
-            drawn_with={
-                1: no_ramp if not self.pool_interleave else f"{grouped}, {no_ramp}",
-                POOL_ORDER_VERSION_GROUPED: grouped,
-                POOL_ORDER_VERSION: f"{self.INTERLEAVE_KEY}=True",
-            },
-        )
-        self._yielded = check_cursor(self, state, self.YIELDED_KEY, 0, target or 0)
-        self._next = check_cursor(self, state, self.NEXT_KEY, 0)
-        resident = state[self.RESIDENT_KEY]
-        pairs_ok = isinstance(resident, list) and all(
-            isinstance(p, list)
-            and len(p) == 2
-            and all(type(v) is int and v >= 0 for v in p)
-            and p[0] < self._next
-            for p in resident
-        )
-        if not pairs_ok or len({p[0] for p in resident}) != len(resident):
-            allowed = "distinct [position, given] pairs of ints >= 0, positions < next_unit"
-            raise cursor_out_of_range(self, self.RESIDENT_KEY, resident, allowed)
-        self._restore_given = {p[0]: p[1] for p in resident}
-        self._target = target
+            self._next, self._yielded = cursor.next_unit, cursor.samples_yielded
+            self._target, self._restore_given = cursor.samples_target, dict(cursor.resident)
+            leave_out_drained(self, self.source, cursor.drained_units())
+        self._source_state = self.source.state_dict()
 
     def _unit_positions(self, block: FetchedBlock) -> np.ndarray:
         """Where each unit of the block stands in the rank's unit order."""
@@ -447,16 +379,7 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
             source_state = self._source_state  # nothing pulled since the reset
         else:
             source_state = self.source.state_dict()
-        resident = [[u.position, u.given] for u in self._pool]
-        resident += [[p, g] for p, g in sorted(self._restore_given.items())]
-        return named_state(
-            self,
-            {
-                self.SOURCE_KEY: copy.deepcopy(source_state),
-                self.NEXT_KEY: self._next,
-                self.RESIDENT_KEY: resident,
-                self.YIELDED_KEY: self._yielded,
-                self.TARGET_KEY: self._target,
-                CONFIG_KEY: self._config(),
-            },
-        )
+        resident = {u.position: u.given for u in self._pool}
+        resident.update(sorted(self._restore_given.items()))
+        cursor = PoolCursor(self._next, resident, self._yielded, self._target)
+        return cursor.saved(self, source_state, self._config())
