@@ -246,7 +246,7 @@ def _ramp_text(loader: LoaderDefaults) -> str:
     assert ramp is not None
     first = _units_read(loader, ramp.first_units, ramp.first_samples)
     wait = f"the first batch waits for {first} to be read"
-    if ramp.batches == 0:
+    if ramp.batches == 0 and ramp.followed_all:
         return f"pool_ramp={loader.pool_ramp}: {wait}; no batch draws from a pool still filling"
     if not ramp.followed_all:
         drawn = f"at least each epoch's first {ramp.batches} batches draw from a pool still "

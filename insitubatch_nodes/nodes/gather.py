@@ -42,7 +42,8 @@ class GatherNode(BaseNode[Batch]):
     Work is one fancy index per block the batch draws from, into the block's index table
     (its plan's (anchor, offset) -> row map, translated once per block into the rows of
     its arrays), and one `np.take` per field and run of neighbouring blocks whose rows lie
-    in one array (the backing array block slots share: one run for a pool batch): it
+    in one array (the backing array block slots share: one run for a pool batch; a batch
+    in an interleaved order, `BatchDraw.order`, takes and scatters once per array): it
     never scales with the batch's samples, nor with its blocks times its fields (see
     `gather`). `mode="clip"`: the rows come from a
     permutation of the block, always in range, and numpy's default `mode="raise"` copies
