@@ -29,15 +29,14 @@ from insitubatch_nodes.core.partition import (
 )
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.items import UnitTicket
-from insitubatch_nodes.nodes.state_checks import (
-    CONFIG_KEY,
-    FINGERPRINT_KEY,
-    check_cursor,
-    check_fingerprint,
-    check_node_state,
-    check_saved_config,
-    named_state,
+from insitubatch_nodes.nodes.chunk_permute_state import (
+    POSITION_KEY,
+    SavedRest,
+    permute_config,
+    restore_state,
+    saved_state,
 )
+from insitubatch_nodes.nodes.state_checks import check_cursor
 
 EVALUATION_DROP_LAST = (
     "drop_last=True drops samples, and an evaluation loader yields every sample of the split "
@@ -54,7 +53,7 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
 
     `reset(None)` after iteration began moves to the next epoch, so a `Loader` sees a fresh
     order every `iter()`. State is (epoch, position) plus the settings it is only valid for,
-    and, given `fingerprint`, the data it was counted on.
+    and, given `fingerprint`, the data it was counted on (`nodes.chunk_permute_state`).
 
     With `evaluation=True` the rank's share is a fixed contiguous run of the split's units
     in increasing order (`core.partition.assign_evaluation`), the same every epoch: with
@@ -91,13 +90,6 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
             dealt to before ranks take them (`core.partition`), in [world_size, the
             split's units]; None takes `default_partition_count`. Recorded in the state.
     """
-
-    EPOCH_KEY = "epoch"
-    POSITION_KEY = "position"
-    EVALUATION_KEY = "evaluation"
-    UNIT_GRID_KEY = "unit_grid"
-    PARTITIONS_KEY = "partitions"
-    REST_KEY = "rest"
 
     def __init__(
         self,
@@ -149,8 +141,8 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         self._assignment: EpochAssignment | None = None
         self._full_batch_check: tuple[int, bool, str] | None = None
         self._next_epoch: int | None = None
-        self._rest: _Rest | None = None  # the epoch re-dealt from other ranks' states
-        self._next_rest: _Rest | None = None
+        self._rest: SavedRest | None = None  # the epoch re-dealt from other ranks' states
+        self._next_rest: SavedRest | None = None
 
     def _count_shares(self) -> None:
         """Every rank's share of the split (the same every epoch): this rank's, the
@@ -204,61 +196,13 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
             self._started = False
             self._assignment = self._assign(self._epoch)
             return
-        state = check_node_state(self, initial_state, (self.EPOCH_KEY, self.POSITION_KEY))
-        check_fingerprint(state, self.fingerprint)
-        self._check_saved_mode_and_rank(state)
-        self._check_saved_partitions(state)
-        check_saved_config(self, state, self._config())
-        epoch = check_cursor(self, state, self.EPOCH_KEY, 0)
-        self._rest = _Rest.from_state(state.get(self.REST_KEY), epoch)
+        state, epoch, self._rest = restore_state(
+            self, initial_state, self._config(), self.fingerprint
+        )
         assignment = self._assign(epoch)
-        self._position = check_cursor(self, state, self.POSITION_KEY, 0, assignment.units.size)
+        self._position = check_cursor(self, state, POSITION_KEY, 0, assignment.units.size)
         self._epoch, self._assignment = epoch, assignment
         self._started = True  # a restored run is under way, even at position 0
-
-    def _check_saved_mode_and_rank(self, state: Mapping[str, Any]) -> None:
-        """Refuse, with what to do, the two mix-ups a general settings check would name
-        unhelpfully: a training state in an evaluation loader (or the reverse), and another
-        rank's state (which is what a framework that writes rank 0's checkpoint only hands
-        every rank)."""
-        saved = state.get(CONFIG_KEY)
-        if not isinstance(saved, Mapping):
-            return  # check_saved_config names it
-        if bool(saved.get(self.EVALUATION_KEY, False)) != self.evaluation:
-            kinds = ("a training", "an evaluation")
-            raise ValueError(
-                f"this state was saved by {kinds[not self.evaluation]} loader and this is "
-                f"{kinds[self.evaluation]} loader (build_loader's evaluation=); resume it "
-                f"in a loader built as the one that saved it"
-            )
-        current = self._config()
-        others = [k for k, v in current.items() if k != "rank" and k in saved and saved[k] != v]
-        if not others and saved.get("rank", self.rank) != self.rank:
-            raise ValueError(
-                f"this state is rank {saved['rank']}'s (of {self.world_size}), and this "
-                f"process is rank {self.rank}: each rank resumes from its own state. Load "
-                f"each rank's own state, or build the loader with all_ranks_state=True so "
-                f"that one state_dict() holds every rank's (Lightning and accelerate write "
-                f"rank 0's checkpoint only)"
-            )
-
-    def _check_saved_partitions(self, state: Mapping[str, Any]) -> None:
-        """A training state saved before states recorded C was dealt round-robin
-        (C == world size): it resumes when this graph's C deals the same way (the world size
-        divides C, or C is the split's unit count), and is refused, saying what to pass,
-        otherwise."""
-        saved = state.get(CONFIG_KEY)
-        if self.evaluation or not isinstance(saved, Mapping) or self.PARTITIONS_KEY in saved:
-            return
-        units = int(self.split_units.size)
-        if self.partitions % self.world_size == 0 or self.partitions == units:
-            return
-        raise ValueError(
-            f"this state was saved before loader states recorded canonical_partitions, "
-            f"with its units dealt round-robin over {self.world_size} ranks, and this graph "
-            f"deals them over canonical_partitions={self.partitions}: build the loader "
-            f"with canonical_partitions={self.world_size} to resume it"
-        )
 
     def _assign(self, epoch: int) -> EpochAssignment:
         if self._rest is not None and self._rest.epoch == epoch:
@@ -282,7 +226,7 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
             partitions=self.partitions,
         )
 
-    def _assign_rest(self, rest: _Rest) -> EpochAssignment:
+    def _assign_rest(self, rest: SavedRest) -> EpochAssignment:
         """This rank's share of an epoch's rest re-dealt from another number of ranks
         (`core.elastic`): units partly drawn at the cut start where they stopped."""
         permutation = full_permutation(self.geometry, self.split_units, self.seed, rest.epoch)
@@ -323,7 +267,7 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
                 f"and this node is rank {self.rank} of {self.world_size}"
             )
         self._next_epoch = as_int("epoch", epoch, minimum=0)
-        self._next_rest = _Rest(self._next_epoch, share, least, most)
+        self._next_rest = SavedRest(self._next_epoch, share, least, most)
 
     @property
     def epoch(self) -> int:
@@ -412,60 +356,25 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         return ticket
 
     def _config(self) -> dict[str, Any]:
-        config = {
-            "seed": self.seed,
-            "rank": self.rank,
-            "world_size": self.world_size,
-            "units": int(self.split_units.size),
-            "samples": self.num_samples,
-        }
-        if self.unit_grid is not None:
-            config[self.UNIT_GRID_KEY] = dict(self.unit_grid)
-        if self.evaluation:  # training states keep the layout they always had
-            config[self.EVALUATION_KEY] = True
-        else:
-            config[self.PARTITIONS_KEY] = self.partitions
-        return config
+        return permute_config(
+            seed=self.seed,
+            rank=self.rank,
+            world_size=self.world_size,
+            units=int(self.split_units.size),
+            samples=self.num_samples,
+            unit_grid=self.unit_grid,
+            evaluation=self.evaluation,
+            partitions=self.partitions,
+        )
 
     def get_state(self) -> dict[str, Any]:
         self._follow_process_group()
-        entries: dict[str, Any] = {
-            self.EPOCH_KEY: self._epoch,
-            self.POSITION_KEY: self._position,
-            CONFIG_KEY: self._config(),
-        }
-        if self.fingerprint is not None:
-            entries[FINGERPRINT_KEY] = copy.deepcopy(self.fingerprint)
-        if self._rest is not None and self._rest.epoch == self._epoch:
-            entries[self.REST_KEY] = self._rest.to_state()
-        return named_state(self, entries)
-
-
-class _Rest:
-    """An epoch's rest as re-dealt to this rank: the epoch, the share, and the smallest
-    and largest new rank's share in samples (what padding and `drop_last` go by)."""
-
-    def __init__(self, epoch: int, share: RestShare, least: int, most: int) -> None:
-        self.epoch, self.share, self.least, self.most = epoch, share, least, most
-
-    def to_state(self) -> dict[str, Any]:
-        return {"least": self.least, "most": self.most, **self.share.to_plain()}
-
-    @classmethod
-    def from_state(cls, saved: Any, epoch: int) -> _Rest | None:
-        """The rest a state records for its `epoch`, checked (None: the state has none)."""
-        if saved is None:
-            return None
-        bounds_ok = (
-            isinstance(saved, Mapping)
-            and all(type(saved.get(k)) is int and saved[k] >= 0 for k in ("least", "most"))
-            and saved["least"] <= saved["most"]
+        rest = self._rest if self._rest is not None and self._rest.epoch == self._epoch else None
+        return saved_state(
+            self,
+            epoch=self._epoch,
+            position=self._position,
+            config=self._config(),
+            fingerprint=self.fingerprint,
+            rest=rest,
         )
-        if not bounds_ok:
-            raise ValueError(
-                "the ChunkPermuteNode state's 'rest' is damaged (least and most must be "
-                "ints, 0 <= least <= most): pass the dict loader.state_dict() returned, as "
-                "it was saved"
-            )
-        plain = {k: v for k, v in saved.items() if k not in ("least", "most")}
-        return cls(epoch, RestShare.from_plain(plain), saved["least"], saved["most"])
