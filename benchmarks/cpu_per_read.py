@@ -12,6 +12,12 @@ threads spent (obstore's runtime reading local files here; an object store's HTT
 TLS work in production), which the library does not control.
 
     python -m benchmarks.cpu_per_read --latency-ms 30 --epochs 4
+    python -m benchmarks.cpu_per_read --local --epochs 4   # the store's path, unwrapped
+
+`--local` opens the store by its path, as a user of a local store does, so the loader
+reads its chunk files with plain file reads in the decode threads (`io/local_files.py`)
+instead of through obstore: the same store's reads, without the wrapper standing in for
+an object store, and without obstore's native threads.
 """
 
 from __future__ import annotations
@@ -40,12 +46,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--steps-per-chunk", type=int, default=1)
     parser.add_argument("--max-inflight", type=int, default=None)
+    parser.add_argument(
+        "--local", action="store_true", help="open the store by its path (no delay, no obstore)"
+    )
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache/insitubatch-ab")
     args = parser.parse_args(argv)
     steps = {1: 480, 4: 960, 24: 1920}[args.steps_per_chunk]
     python_threads = PythonThreadsCPU().__enter__()  # before the loader starts threads
     store = ensure_store(args.cache, steps, args.steps_per_chunk, "zstd")
-    source = open_latency_store(str(store), args.latency_ms / 1000)
+    source = str(store) if args.local else open_latency_store(str(store), args.latency_ms / 1000)
     loader = build_loader(
         source,
         list(ERA5_VARIABLES),
@@ -70,7 +79,8 @@ def main(argv: list[str] | None = None) -> None:
     chunks, decode_s = stats.chunks_read - chunks, (stats.decode_cpu_ns - decode_ns) / 1e9
     print(
         f"{samples / wall:.0f} samples/s, {chunks / wall:.0f} chunk reads/s, "
-        f"reads in flight {fetch.context.inflight.limit}; per chunk read: "
+        f"reads in flight {fetch.context.inflight.limit}, "
+        f"{stats.local_file_reads} plain file reads; per chunk read: "
         f"{cpu / chunks * 1e6:.0f} us CPU, {decode_s / chunks * 1e6:.0f} us of it decoding, "
         f"{(cpu - decode_s) / chunks * 1e6:.0f} us the rest: "
         f"{(python_cpu - decode_s) / chunks * 1e6:.0f} us in Python threads, "
