@@ -27,8 +27,7 @@ that drew those samples hold the group until it is gathered: a unit's slots then
 while the block's other units are still drawn from. The lowest free slots are leased first, so the
 pages in use stay the same few (a page's first write costs a fault, about a sixth of the
 loader's throughput on two cores with one time step per chunk), and the backing arrays
-are allocated unwritten, so slots never leased cost no memory (the fetch node populates
-a slot's pages as it is first leased, `io.fresh_pages`). When the free slots cannot
+are allocated unwritten, so slots never leased cost no memory. When the free slots cannot
 hold a block (more blocks alive than the budget planned), it gets memory of its own and
 `blocks_outside` counts it.
 """
@@ -68,7 +67,7 @@ class BlockMemory:
             plan's units; -1 for slots no unit's samples lie in); empty for own buffers.
         untouched: views of the slots this block is the first to lease, one per variable
             (they are consecutive): memory never written, whose pages fault in as they
-            are first written unless populated first (`io.fresh_pages`); empty when
+            are first written unless populated first (`io.page_populate`); empty when
             every slot was leased before, and for own buffers.
     """
 

@@ -45,7 +45,7 @@ from insitubatch_nodes.io.block_slots import BlockMemory
 from insitubatch_nodes.io.chunk_reader import ChunkReader
 from insitubatch_nodes.io.event_loop import EventLoopThread
 from insitubatch_nodes.io.fork_guard import check_same_process
-from insitubatch_nodes.io.fresh_pages import populate
+from insitubatch_nodes.io.page_populate import populate
 from insitubatch_nodes.items import FetchedBlock
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
 
@@ -270,7 +270,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         thread) alive while reads are pending.
 
         Slots the block is the first to lease are populated in the decode pool meanwhile
-        (`io.fresh_pages`), while the reads wait on the store: otherwise their page
+        (`io.page_populate`), while the reads wait on the store: otherwise their page
         faults would land in the decoding, most of them in an epoch's first blocks."""
         loop = asyncio.get_running_loop()
         populating = [

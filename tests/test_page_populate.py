@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from insitubatch_nodes.io.fresh_pages import populate, supported
+from insitubatch_nodes.io.page_populate import populate, supported
 
 PAGES = 2048  # 8 MiB of 4 KiB pages
 
