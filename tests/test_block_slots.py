@@ -133,31 +133,6 @@ def test_a_dropped_block_gives_its_slots_to_the_next_and_overflow_gets_its_own()
     assert slots.peak_leased_bytes == 4 * 24
 
 
-def test_only_slots_never_leased_before_are_untouched() -> None:
-    """A block's `untouched` views are the slots it is the first to lease (what the fetch
-    node populates): none for slots given back and leased again, all again after `clear`."""
-    layout = VariableLayout((40, 3), (2, 3), "float32")
-    geometry = SampleGeometry.from_layouts({"v": layout})
-    plans = _plans(geometry, 2)  # 2 slots of 2 rows per block
-    slots = BlockSlots({"v": layout}, capacity_bytes=6 * 12)  # 6 samples: 3 + 2 spare slots
-    first = slots.lease(plans[0])
-    (view,) = first.untouched
-    backing = first.arrays["v"]
-    assert np.shares_memory(view, backing) and view.shape == (4, 3)
-    assert set(first.rows("v", np.arange(4)).tolist()) == set(range(4))  # the view's rows
-    assert view.ctypes.data == backing.ctypes.data
-    second = slots.lease(plans[1])
-    (view,) = second.untouched
-    assert view.ctypes.data == backing[4:].ctypes.data and view.shape == (4, 3)
-    del first
-    assert slots.lease(plans[2]).untouched == ()  # slots 0 and 1 again
-    del second
-    mixed = slots.lease(plans[3])  # slots 0, 1 given back and 2, 3 given back: none fresh
-    assert mixed.untouched == ()
-    slots.clear()
-    assert len(slots.lease(plans[4]).untouched) == 1  # new backing arrays: fresh again
-
-
 def test_batches_are_the_same_whether_blocks_lease_slots_or_not(memory_url: Any) -> None:
     """With slots for only a few chunks, some blocks lease and the others get their own
     buffers, and batches mix both: the gather reads each through its own rows."""

@@ -65,17 +65,12 @@ class BlockMemory:
             out as the plan's.
         leases: the tokens that keep the block's slots leased, by unit (its index in the
             plan's units; -1 for slots no unit's samples lie in); empty for own buffers.
-        untouched: views of the slots this block is the first to lease, one per variable
-            (they are consecutive): memory never written, whose pages fault in as they
-            are first written unless populated first (`io.page_populate`); empty when
-            every slot was leased before, and for own buffers.
     """
 
     arrays: Mapping[str, np.ndarray]
     segment_starts: Mapping[str, np.ndarray]
     shifts: Mapping[str, np.ndarray] | None = None
     leases: dict[int, tuple[object, ...]] = field(default_factory=dict)
-    untouched: tuple[np.ndarray, ...] = ()
 
     def unit_lease(self, unit: int) -> tuple[object, ...]:
         """The tokens keeping unit `unit`'s slots leased (empty for own buffers or once
@@ -225,14 +220,13 @@ class _Backing:
     def free(self) -> int:
         return len(self.given_back) + self.slots - self.unused_from
 
-    def take(self, count: int) -> tuple[list[int], range]:
-        """`count` free slots, the lowest first (the caller checked that they exist), and
-        those of them never leased before."""
+    def take(self, count: int) -> list[int]:
+        """`count` free slots, the lowest first (the caller checked that they exist)."""
         taken = [heapq.heappop(self.given_back) for _ in range(min(count, len(self.given_back)))]
-        fresh = range(self.unused_from, self.unused_from + count - len(taken))
-        taken += fresh
-        self.unused_from = fresh.stop
-        return taken, fresh
+        fresh = count - len(taken)
+        taken += range(self.unused_from, self.unused_from + fresh)
+        self.unused_from += fresh
+        return taken
 
     def array_once(self) -> np.ndarray:
         if self.array is None:
@@ -320,20 +314,12 @@ class BlockSlots:
             if any(backings[name].free < count for name, count in wanted.items()):
                 self.blocks_outside += 1
                 return BlockMemory.own(plan, self._layouts)
-            took = {name: backings[name].take(count) for name, count in wanted.items()}
-            taken = {name: slots for name, (slots, _) in took.items()}
+            taken = {name: backings[name].take(count) for name, count in wanted.items()}
             nbytes = sum(len(taken[n]) * backings[n].slot_nbytes for n in taken)
             self.leased_bytes += nbytes
             self.peak_leased_bytes = max(self.peak_leased_bytes, self.leased_bytes)
             arrays = {name: backings[name].array_once() for name in taken}
             generation = self._generation
-        untouched = tuple(
-            arrays[name][
-                fresh.start * backings[name].slot_rows : fresh.stop * backings[name].slot_rows
-            ]
-            for name, (_, fresh) in took.items()
-            if fresh
-        )
         shifts = {
             name: np.asarray(slots, dtype=np.int64) * backings[name].slot_rows
             - plan.segment_starts[name]
@@ -348,7 +334,6 @@ class BlockSlots:
             {name: plan.segment_starts[name] for name in taken},
             shifts,
             _unit_groups(plan, tokens),
-            untouched,
         )
 
     @property

@@ -23,7 +23,6 @@ blocks on two cores). A `reset` with a state, or `close()`, drops what was read 
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import copy
 import dataclasses
@@ -45,7 +44,6 @@ from insitubatch_nodes.io.block_slots import BlockMemory
 from insitubatch_nodes.io.chunk_reader import ChunkReader
 from insitubatch_nodes.io.event_loop import EventLoopThread
 from insitubatch_nodes.io.fork_guard import check_same_process
-from insitubatch_nodes.io.page_populate import populate
 from insitubatch_nodes.items import FetchedBlock
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
 
@@ -267,22 +265,8 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         device: torch.device | None,
     ) -> FetchedBlock:
         """A static method: a coroutine holding the node would keep it (and its loop
-        thread) alive while reads are pending.
-
-        Slots the block is the first to lease are populated in the decode pool meanwhile
-        (`io.page_populate`), while the reads wait on the store: otherwise their page
-        faults would land in the decoding, most of them in an epoch's first blocks."""
-        loop = asyncio.get_running_loop()
-        populating = [
-            loop.run_in_executor(None, populate, view)
-            for view in (memory.untouched if memory is not None else ())
-        ]
-        try:
-            arrays = await reader.read_block(plan, memory)
-        finally:
-            for job in populating:
-                job.cancel()  # one already running finishes on its own; it writes nothing
-        return FetchedBlock(plan, arrays, device, memory)
+        thread) alive while reads are pending."""
+        return FetchedBlock(plan, await reader.read_block(plan, memory), device, memory)
 
     def next(self) -> FetchedBlock:
         check_same_process(self._owner_pid)
