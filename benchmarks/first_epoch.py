@@ -4,7 +4,9 @@ One process builds the default loader on a benchmark store (optionally behind th
 wrapper, `latency_store.py`) and runs a few epochs. Per batch it records when the batch
 came, how long the consumer waited for it, and the counters `loader.stats()` exposes
 (reads done, decode CPU, the in-flight target, block memory held); the store wrapper
-records when each get started and finished, which gives the reads in flight over time.
+records when each get started and finished, which gives the reads in flight over time
+(behind a delay only: `--delay-ms 0` opens the store as users open a local one, and its
+reads are then not recorded).
 The summary puts each epoch side by side in fixed time bins: reads finished, the most
 and mean reads in flight, decode CPU, batches out and the consumer's wait, and the
 process's page faults and CPU time over the epoch (from `getrusage`).
@@ -17,8 +19,10 @@ process's page faults and CPU time over the epoch (from `getrusage`).
 `--compare` runs this checkout's library and another's (a copy of an earlier commit, e.g.
 `git archive <commit> | tar -x -C /tmp/before`), each run a fresh process, alternating,
 and gives per checkout the median and range of the first epoch (from `build_loader` on,
-as `benchmarks.defaults` times it), of the second, and of the first epoch's decode CPU,
-with the ratios after / before.
+as `benchmarks.defaults` times it), of the second, of their ratio in each process, and
+of the CPU the epochs took (the process's user and system time, the decode threads'),
+with the ratios after / before. On a busy machine the rates vary widely; the ratio within
+a process and the CPU times much less.
 
 Relative figures are the point (first against second epoch in one process): on a shared
 machine absolute rates vary from run to run.
@@ -75,12 +79,11 @@ def _usage() -> tuple[float, float, int]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Every epoch's batches and gets, and the build's time."""
     path = ensure_store(args.cache, STEPS[args.steps_per_chunk], args.steps_per_chunk, "zstd")
-    inner = open_latency_store(str(path), args.delay_ms / 1000)
-    store = TimedStore(inner)
+    store = TimedStore(open_latency_store(str(path), args.delay_ms / 1000))
     settings = json.loads(args.settings)
     built = time.perf_counter()
     loader = build_loader(
-        store,
+        store if args.delay_ms else str(path),  # a local store as users open one
         list(ERA5_VARIABLES),
         split="all",
         batch_size=args.batch_size,
@@ -215,7 +218,11 @@ def compare(args: argparse.Namespace, before: Path) -> str:
         return {
             "first epoch s": run["build_s"] + first["seconds"],
             "second epoch s": second["seconds"],
-            "first decode CPU s": first["batches"][-1]["decode_cpu_s"],
+            "first / second": (run["build_s"] + first["seconds"]) / second["seconds"],
+            "first epoch's decode CPU s": first["batches"][-1]["decode_cpu_s"],
+            "first epoch's system CPU s": first["system_s"],
+            "first epoch's CPU s": first["system_s"] + first["user_s"],
+            "second epoch's CPU s": second["system_s"] + second["user_s"],
         }
 
     table = {name: [figures(run) for run in done] for name, done in runs.items()}
