@@ -196,6 +196,21 @@ def test_the_gather_is_the_batch_a_sample_at_a_time(
         assert np.array_equal(draw_samples_and_units(draw)[0], want[SAMPLE_INDEX_KEY])
 
 
+def _counted_takes(monkeypatch: pytest.MonkeyPatch, draw: BatchDraw) -> tuple[Any, list[int]]:
+    """The draw's host batch, and the rows of each `np.take` that made it."""
+    taken: list[int] = []
+    take = np.take
+
+    def counted(array: Any, rows: Any, *args: Any, **kwargs: Any) -> Any:
+        taken.append(len(rows))
+        return take(array, rows, *args, **kwargs)
+
+    monkeypatch.setattr(np, "take", counted)
+    got = _gathered(draw, None)
+    monkeypatch.undo()
+    return got, taken
+
+
 def test_neighbours_in_one_backing_array_take_together_and_others_apart(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -216,33 +231,9 @@ def test_neighbours_in_one_backing_array_take_together_and_others_apart(
             (slotted[3], np.array([0])),
         )
     )
-    taken: list[int] = []
-    take = np.take
-
-    def counted(array: Any, rows: Any, *args: Any, **kwargs: Any) -> Any:
-        taken.append(len(rows))
-        return take(array, rows, *args, **kwargs)
-
-    monkeypatch.setattr(np, "take", counted)
-    got = _gathered(draw, None)
-    monkeypatch.undo()
+    got, taken = _counted_takes(monkeypatch, draw)
     assert taken == [3, 2, 1]
     _assert_same(got, _reference(draw))
-
-
-def _counted_takes(monkeypatch: pytest.MonkeyPatch, draw: BatchDraw) -> tuple[Any, list[int]]:
-    """The draw's host batch, and the rows of each `np.take` that made it."""
-    taken: list[int] = []
-    take = np.take
-
-    def counted(array: Any, rows: Any, *args: Any, **kwargs: Any) -> Any:
-        taken.append(len(rows))
-        return take(array, rows, *args, **kwargs)
-
-    monkeypatch.setattr(np, "take", counted)
-    got = _gathered(draw, None)
-    monkeypatch.undo()
-    return got, taken
 
 
 def test_an_interleaved_draw_takes_once_per_distinct_array(

@@ -6,6 +6,7 @@ Reads are counted as the chunk keys a real zarr store underneath is asked for.""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -117,6 +118,34 @@ def permute_assignment(root: Any) -> EpochAssignment:
     return node.assignment
 
 
+def cut_and_resume(
+    make: Callable[[], Any], cut: int, store: ChunkKeyRecorder | None = None
+) -> tuple[dict[str, Any], list[np.ndarray], Loader[Any]]:
+    """Draw `cut` batches of a fresh loader, save its state through JSON and close it
+    (nothing it read ahead is counted after), then resume a fresh loader from the state:
+    the state, the resumed loader's batches (their sample ids; with `store`, its reads
+    alone are in `store.chunks`), and the resumed loader.
+
+    Args:
+        make: builds the graph.
+        cut: batches drawn before the state is saved.
+        store: the recorder to clear before the resumed loader reads, or None.
+    """
+    loader = Loader(make())
+    iterator = iter(loader)
+    for _ in range(cut):
+        next(iterator)
+    state = json.loads(json.dumps(loader.state_dict()))
+    loader.close()
+    del iterator, loader
+    fresh = Loader(make())
+    fresh.load_state_dict(state)
+    if store is not None:
+        store.chunks.clear()
+    got = [batch[SAMPLE_INDEX_KEY].copy() for batch in fresh]
+    return state, got, fresh
+
+
 def test_a_resume_mid_epoch_reads_the_kept_units_chunks_once_and_nothing_else(
     memory_url: Any,
 ) -> None:
@@ -128,17 +157,8 @@ def test_a_resume_mid_epoch_reads_the_kept_units_chunks_once_and_nothing_else(
     def make() -> Any:
         return build_stage(store, "gather", batch_size=4, block_chunks=4, pool_size=8)
 
-    loader = Loader(make())
-    iterator = iter(loader)
-    for _ in range(20):
-        next(iterator)
-    state = json.loads(json.dumps(loader.state_dict()))
-    rest = [batch[SAMPLE_INDEX_KEY].copy() for batch in iterator]
-    del iterator, loader
-    fresh = Loader(make())
-    fresh.load_state_dict(state)
-    store.chunks.clear()
-    got = [batch[SAMPLE_INDEX_KEY] for batch in fresh]
+    rest = [batch[SAMPLE_INDEX_KEY].copy() for batch in Loader(make())][20:]
+    state, got, fresh = cut_and_resume(make, 20, store)
     a = permute_assignment(fresh.root)  # the epoch resumed
     anchors = split_anchors(url, None)
     assert len(got) == len(rest)
@@ -213,17 +233,7 @@ def test_no_drained_unit_is_read_after_a_resume_at_any_cut(
         assert "fewer than world_size" in str(err) or "leaves no full batch" in str(err)
         return
     cut = data.draw(st.integers(0, len(epoch) - 1))
-    loader = Loader(make())
-    iterator = iter(loader)
-    for _ in range(cut):
-        next(iterator)
-    state = json.loads(json.dumps(loader.state_dict()))
-    loader.close()  # nothing it read ahead is counted below
-    del iterator, loader
-    fresh = Loader(make())
-    fresh.load_state_dict(state)
-    store.chunks.clear()
-    got = [batch[SAMPLE_INDEX_KEY] for batch in fresh]
+    state, got, fresh = cut_and_resume(make, cut, store)
     a = permute_assignment(fresh.root)  # the epoch resumed
     anchors = split_anchors(url, spec)
     assert len(got) == len(epoch) - cut
@@ -302,16 +312,7 @@ def test_on_a_grid_the_chunks_do_not_align_with_no_drained_unit_is_read(
         )
 
     whole = [batch[SAMPLE_INDEX_KEY].copy() for batch in Loader(make())]
-    loader = Loader(make())
-    iterator = iter(loader)
-    for _ in range(12):
-        next(iterator)
-    state = json.loads(json.dumps(loader.state_dict()))
-    loader.close()  # nothing it read ahead is counted below
-    fresh = Loader(make())
-    fresh.load_state_dict(state)
-    store.chunks.clear()
-    got = [batch[SAMPLE_INDEX_KEY] for batch in fresh]
+    state, got, fresh = cut_and_resume(make, 12, store)
     assert all(np.array_equal(x, y) for x, y in zip(got, whole[12:], strict=True))
     assert len(got) == len(whole) - 12
     a = permute_assignment(fresh.root)
@@ -368,16 +369,9 @@ def test_a_rest_that_pads_from_a_last_unit_drained_before_the_cut_reads_it(
         )
 
     whole = [batch[SAMPLE_INDEX_KEY].copy() for batch in Loader(make())]
-    loader = Loader(make())
-    iterator = iter(loader)
-    for _ in range(2):
-        next(iterator)
-    state = json.loads(json.dumps(loader.state_dict()))
+    state, got, _ = cut_and_resume(make, 2)
     pool = pool_part(state)
     assert pool["next_unit"] == 4 and pool["samples_this_epoch"] == 12
-    fresh = Loader(make())
-    fresh.load_state_dict(state)
-    got = [batch[SAMPLE_INDEX_KEY] for batch in fresh]
     assert len(got) == 1 and np.array_equal(got[0], whole[2])
 
 
