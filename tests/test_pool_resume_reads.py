@@ -336,17 +336,15 @@ def test_a_state_saved_after_a_resume_resumes_exactly(memory_url: Any, block_chu
         )
 
     whole = [batch[SAMPLE_INDEX_KEY].copy() for batch in make()]
-    loader = make()
-    iterator = iter(loader)
-    for _ in range(12):
-        next(iterator)
-    state = json.loads(json.dumps(loader.state_dict()))
-    again = make()
-    again.load_state_dict(state)
-    iterator = iter(again)
-    for _ in range(5):
-        next(iterator)
-    state = json.loads(json.dumps(again.state_dict()))
+    state = None
+    for cut in (12, 5):  # from the start, then from the first resume
+        loader = make()
+        if state is not None:
+            loader.load_state_dict(state)
+        iterator = iter(loader)
+        for _ in range(cut):
+            next(iterator)
+        state = json.loads(json.dumps(loader.state_dict()))
     last = make()
     last.load_state_dict(state)
     got = [batch[SAMPLE_INDEX_KEY] for batch in last]

@@ -235,6 +235,13 @@ def _pool_part(state: dict[str, Any]) -> dict[str, Any]:
     return part
 
 
+def _resumed(make: Any, state: dict[str, Any], **settings: Any) -> list[np.ndarray]:
+    """The batches' sample ids of a loader built with `settings` and resumed from `state`."""
+    resumed = make(**settings)
+    resumed.load_state_dict(state)
+    return _indices(resumed)
+
+
 def _older_state(
     memory_url: Any, version: int, **settings: Any
 ) -> tuple[Loader[Any], dict[str, Any], list[np.ndarray]]:
@@ -269,9 +276,7 @@ def test_a_version_1_state_resumes_without_a_ramp_nor_interleave_and_is_refused_
     default loader, or one with a ramp, would draw other batches, and names the settings
     instead."""
     make, state, rest = _older_state(memory_url, 1, pool_ramp=0, pool_interleave=False)
-    resumed = make(pool_ramp=0, pool_interleave=False)
-    resumed.load_state_dict(state)
-    got = _indices(resumed)
+    got = _resumed(make, state, pool_ramp=0, pool_interleave=False)
     assert len(got) == len(rest)
     assert all(np.array_equal(x, y) for x, y in zip(got, rest, strict=True))
     default = make()
@@ -292,9 +297,7 @@ def test_a_version_2_state_resumes_without_the_interleave_and_is_refused_with_it
     loader with `pool_interleave=False` draws that order and resumes it exactly; the
     default loader would draw other batches, and names the setting instead."""
     make, state, rest = _older_state(memory_url, 2, pool_interleave=False)
-    resumed = make(pool_interleave=False)
-    resumed.load_state_dict(state)
-    got = _indices(resumed)
+    got = _resumed(make, state, pool_interleave=False)
     assert len(got) == len(rest)
     assert all(np.array_equal(x, y) for x, y in zip(got, rest, strict=True))
     default = make()
