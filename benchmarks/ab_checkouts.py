@@ -26,7 +26,7 @@ EPOCHS = """
 import statistics, sys, time
 sys.path.insert(0, sys.argv[1])
 from insitubatch_nodes import build_loader
-from insitubatch_nodes.synthetic import ERA5_VARIABLES
+from insitubatch_nodes.cli.synthetic import ERA5_VARIABLES
 latency_s = float(sys.argv[3])
 source = sys.argv[2]
 if latency_s:

@@ -48,7 +48,7 @@ from benchmarks import peer
 from benchmarks.latency_store import open_latency_store
 from benchmarks.stores import ensure_store
 from insitubatch_nodes import CacheSpec, build_loader
-from insitubatch_nodes.synthetic import ERA5_VARIABLES
+from insitubatch_nodes.cli.synthetic import ERA5_VARIABLES
 
 SCENARIOS = ("local", "remote", "cached", "half", "peer")
 

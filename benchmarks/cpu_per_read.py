@@ -15,7 +15,7 @@ TLS work in production), which the library does not control.
     python -m benchmarks.cpu_per_read --local --epochs 4   # the store's path, unwrapped
 
 `--local` opens the store by its path, as a user of a local store does, so the loader
-reads its chunk files with plain file reads in the decode threads (`io/local_files.py`)
+reads its chunk files with plain file reads in the decode threads (`io/reads/local_files.py`)
 instead of through obstore: the same store's reads, without the wrapper standing in for
 an object store, and without obstore's native threads.
 """
@@ -30,9 +30,9 @@ from benchmarks.latency_store import open_latency_store
 from benchmarks.stores import ensure_store
 from benchmarks.thread_cpu import PythonThreadsCPU
 from insitubatch_nodes import build_loader
-from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.cli.synthetic import ERA5_VARIABLES
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
-from insitubatch_nodes.synthetic import ERA5_VARIABLES
+from insitubatch_nodes.nodes.graph import graph_nodes
 
 
 def main(argv: list[str] | None = None) -> None:

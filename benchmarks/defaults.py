@@ -42,7 +42,7 @@ import zarr
 
 from benchmarks import peer
 from benchmarks.stores import ARCO_VARIABLES, ensure_arco_store, ensure_store
-from insitubatch_nodes.synthetic import ERA5_VARIABLES
+from insitubatch_nodes.cli.synthetic import ERA5_VARIABLES
 
 # One run of ours: argv is store, delay s, bandwidth B/s (0: none), variables, batch,
 # epochs, then the settings as JSON. Prints one JSON line.

@@ -26,11 +26,12 @@ import zarr.storage
 from benchmarks.latency_store import LatencyStore
 from benchmarks.stores import ensure_store
 from insitubatch_nodes import build_loader
+from insitubatch_nodes.cli.synthetic import ERA5_VARIABLES
 from insitubatch_nodes.core.read_plan import ChunkRead
-from insitubatch_nodes.io.stored_chunks import ChunkFetcher, StoredArray, stored_array
-from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.io.reads.stored_array import StoredArray, stored_array
+from insitubatch_nodes.io.reads.stored_chunks import ChunkFetcher
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
-from insitubatch_nodes.synthetic import ERA5_VARIABLES
+from insitubatch_nodes.nodes.graph import graph_nodes
 
 STEPS = 480
 

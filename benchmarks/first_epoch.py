@@ -49,7 +49,7 @@ from zarr.storage import WrapperStore
 from benchmarks.latency_store import open_latency_store
 from benchmarks.stores import ensure_store
 from insitubatch_nodes import build_loader
-from insitubatch_nodes.synthetic import ERA5_VARIABLES
+from insitubatch_nodes.cli.synthetic import ERA5_VARIABLES
 
 STEPS = {1: 480, 4: 960, 24: 1920}
 

@@ -30,13 +30,13 @@ from typing import Any
 
 import numpy as np
 
+from insitubatch_nodes.cli.synthetic import ERA5_GRID, ERA5_VARIABLES
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.read_plan import plan_block
-from insitubatch_nodes.io.block_slots import BlockSlots
-from insitubatch_nodes.items import BatchDraw, FetchedBlock
+from insitubatch_nodes.io.reads.block_slots import BlockSlots
 from insitubatch_nodes.nodes.gather import batch_shapes, gather
-from insitubatch_nodes.synthetic import ERA5_GRID, ERA5_VARIABLES
+from insitubatch_nodes.nodes.items import BatchDraw, FetchedBlock
 
 
 def pool_draw(

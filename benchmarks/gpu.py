@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from insitubatch_nodes.synthetic import ERA5_GRID, ERA5_VARIABLES, write_era5_like
+from insitubatch_nodes.cli.synthetic import ERA5_GRID, ERA5_VARIABLES, write_era5_like
 
 GB = 1e9
 
@@ -165,7 +165,7 @@ def training_step(width: int, depth: int, device: str) -> Callable[[dict[str, An
 
 def _train_run(args: dict[str, Any], queue: Any) -> None:
     from insitubatch_nodes import AsyncFetchNode, build_loader
-    from insitubatch_nodes.loader import graph_nodes
+    from insitubatch_nodes.nodes.graph import graph_nodes
 
     step = training_step(args["width"], args["depth"], "cuda")
     rss_before = _rss_mb()

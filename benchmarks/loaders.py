@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_in
 from benchmarks import latency_store
 from benchmarks.latency_store import open_latency_store
 from insitubatch_nodes import SAMPLE_INDEX_KEY, AsyncFetchNode, build_loader
-from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.nodes.graph import graph_nodes
 
 Batch = tuple[np.ndarray, dict[str, np.ndarray]]
 

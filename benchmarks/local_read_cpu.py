@@ -27,8 +27,8 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore, ObjectStore
 
 from benchmarks.stores import ensure_store
-from insitubatch_nodes.io.local_files import read_file
-from insitubatch_nodes.synthetic import ERA5_VARIABLES
+from insitubatch_nodes.cli.synthetic import ERA5_VARIABLES
+from insitubatch_nodes.io.reads.local_files import read_file
 
 Reader = Callable[[list[str]], Awaitable[None]]
 

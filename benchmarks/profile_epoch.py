@@ -22,8 +22,8 @@ from typing import Any
 
 from benchmarks.stores import ensure_store
 from insitubatch_nodes import SAMPLE_INDEX_KEY, AsyncFetchNode, build_loader
-from insitubatch_nodes.loader import graph_nodes
-from insitubatch_nodes.synthetic import ERA5_VARIABLES
+from insitubatch_nodes.cli.synthetic import ERA5_VARIABLES
+from insitubatch_nodes.nodes.graph import graph_nodes
 
 HERE = Path(__file__).resolve().parent
 FunctionKey = tuple[str, int, str]

@@ -31,6 +31,7 @@ from tqdm import tqdm
 from benchmarks import peer, report
 from benchmarks.measure import Drained, checks_out, sample_sums
 from benchmarks.stores import CODEC_LABELS, CODECS, ensure_store
+from insitubatch_nodes.cli.synthetic import ERA5_GRID, ERA5_VARIABLES
 from insitubatch_nodes.core.quality import (
     distinct_units_per_batch,
     gap_score,
@@ -38,7 +39,6 @@ from insitubatch_nodes.core.quality import (
     uniform_distinct_units,
     uniform_time_distance,
 )
-from insitubatch_nodes.synthetic import ERA5_GRID, ERA5_VARIABLES
 
 HERE = Path(__file__).resolve().parent
 CEILINGS = ("ceiling: zarr sequential read", "ceiling: decode-only, all cores", "ceiling: memcpy")

@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 from insitubatch_nodes import SAMPLE_INDEX_KEY, build_loader
+from insitubatch_nodes.cli.synthetic import ERA5_VARIABLES, write_era5_like
 from insitubatch_nodes.core.pool_order import POOL_RAMP
-from insitubatch_nodes.synthetic import ERA5_VARIABLES, write_era5_like
 
 
 def epoch_rates(

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from insitubatch_nodes import build_loader
-from insitubatch_nodes.synthetic import write_era5_like
+from insitubatch_nodes.cli.synthetic import write_era5_like
 
 STEP_FACTORS = (0.5, 1.0, 2.0)
 LOADERS = ((0, False), (2, False), (2, True))  # (device_prefetch, read_across_epochs)

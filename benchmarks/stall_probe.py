@@ -34,7 +34,7 @@ import torch
 
 from benchmarks.gpu import training_step
 from insitubatch_nodes import build_loader
-from insitubatch_nodes.synthetic import write_era5_like
+from insitubatch_nodes.cli.synthetic import write_era5_like
 
 DEVICE = "cuda"
 

@@ -15,7 +15,7 @@ import numpy as np
 import zarr
 import zarr.codecs
 
-from insitubatch_nodes.synthetic import ERA5_VARIABLES, weather_field, write_era5_like
+from insitubatch_nodes.cli.synthetic import ERA5_VARIABLES, weather_field, write_era5_like
 
 # The codec the synthetic writer uses, then the ones re-encoded from it.
 BASE_CODEC = "zstd"

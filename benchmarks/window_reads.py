@@ -13,7 +13,7 @@ import numpy as np
 import zarr
 
 import insitubatch_nodes as ib
-from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.nodes.graph import graph_nodes
 
 TIME_STEPS = 1024
 CASES = [  # (steps per chunk, steps per unit, units per block)

@@ -44,8 +44,12 @@ from pathlib import Path
 import train_loop
 
 import insitubatch_nodes as ib
-from insitubatch_nodes.split_command import parsed_splits
-from insitubatch_nodes.synthetic import WB2_LEVEL_VARIABLES, WB2_SURFACE, write_weatherbench2_like
+from insitubatch_nodes.cli.split_command import parsed_splits
+from insitubatch_nodes.cli.synthetic import (
+    WB2_LEVEL_VARIABLES,
+    WB2_SURFACE,
+    write_weatherbench2_like,
+)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

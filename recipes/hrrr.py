@@ -37,7 +37,7 @@ import torch
 import train_loop
 
 import insitubatch_nodes as ib
-from insitubatch_nodes.synthetic import HRRR_GRID, HRRR_VARIABLES, write_hrrr_like
+from insitubatch_nodes.cli.synthetic import HRRR_GRID, HRRR_VARIABLES, write_hrrr_like
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

@@ -26,10 +26,10 @@ import torch.distributed as dist
 
 import insitubatch_nodes as ib
 from insitubatch_nodes import SAMPLE_INDEX_KEY, AsyncFetchNode, Loader
+from insitubatch_nodes.cli.split_command import split_text
 from insitubatch_nodes.core.manifest import DEFAULT_FRACTIONS
 from insitubatch_nodes.core.settings import int_from_environment
-from insitubatch_nodes.loader import graph_nodes
-from insitubatch_nodes.split_command import split_text
+from insitubatch_nodes.nodes.graph import graph_nodes
 
 Options = dict[str, object] | None  # storage_options of the store, None for local files
 

@@ -32,13 +32,13 @@ from insitubatch_nodes import (
     build_loader,
     window,
 )
+from insitubatch_nodes.cli.split_command import split_manifest
 from insitubatch_nodes.core.memory_bound import sample_nbytes
 from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.pool_order import pool_epoch_order
-from insitubatch_nodes.loader import graph_nodes
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
+from insitubatch_nodes.nodes.graph import graph_nodes
 from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
-from insitubatch_nodes.split_command import split_manifest
 
 MISALIGNED = {
     "a": ((840, 3, 4), (5, 3, 4), "float32"),

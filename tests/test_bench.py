@@ -18,8 +18,8 @@ import pytest
 import zarr
 from s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server
 
-from insitubatch_nodes.cli import main
-from insitubatch_nodes.synthetic import write_era5_like
+from insitubatch_nodes.cli.main import main
+from insitubatch_nodes.cli.synthetic import write_era5_like
 
 GRID = (16, 32)
 STEPS = 96

@@ -20,9 +20,9 @@ from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.read_plan import ReadPlan, plan_block
 from insitubatch_nodes.core.sample_spec import SampleSpec, window
-from insitubatch_nodes.io.block_slots import BlockMemory, BlockSlots
-from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.io.reads.block_slots import BlockMemory, BlockSlots
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
+from insitubatch_nodes.nodes.graph import graph_nodes
 
 
 def _plans(geometry: SampleGeometry, block_units: int) -> list[ReadPlan]:

@@ -1,4 +1,4 @@
-"""The chunk cache's writing thread (`io.cache_writes.QueuedWrites`): every entry queued is
+"""The chunk cache's writing thread (`io.cache.cache_writes.QueuedWrites`): every entry queued is
 written once, in order, off the caller's thread; the queue's bytes stay bounded; the thread
 ends when the queue is empty."""
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from insitubatch_nodes.io.cache_writes import QueuedWrites
+from insitubatch_nodes.io.cache.cache_writes import QueuedWrites
 
 
 class Recorder:

@@ -25,7 +25,7 @@ from insitubatch_nodes import (
     stats_path,
     window,
 )
-from insitubatch_nodes.cli import main
+from insitubatch_nodes.cli.main import main
 
 VARIABLES = {
     "z": ((120, 3, 4, 5), (4, 3, 2, 5), "float32"),  # (time, level, lat, lon)

@@ -24,16 +24,16 @@ from conftest import as_numpy, batch_key, our_threads, write_store
 from s3_server import S3Server
 
 from insitubatch_nodes import AsyncFetchNode, CacheSpec, build_loader, open_icechunk
-from insitubatch_nodes.cli import main
-from insitubatch_nodes.io.cache_entry import HEADER, HEADER_NBYTES
-from insitubatch_nodes.io.cache_segment import TRAILER_NBYTES, Segment
-from insitubatch_nodes.io.cache_writes import QueuedWrites
-from insitubatch_nodes.io.cached_chunks import CachedChunks
-from insitubatch_nodes.io.chunk_cache import LAYOUT, ChunkCache, entry_digest
-from insitubatch_nodes.io.fetch_stats import FetchStats
-from insitubatch_nodes.io.object_versions import NoVersions
-from insitubatch_nodes.io.segment_writer import PENDING_SUFFIX, SegmentWriter, folder_bytes
-from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.cli.main import main
+from insitubatch_nodes.io.cache.cache_entry import HEADER, HEADER_NBYTES
+from insitubatch_nodes.io.cache.cache_segment import TRAILER_NBYTES, Segment
+from insitubatch_nodes.io.cache.cache_writes import QueuedWrites
+from insitubatch_nodes.io.cache.chunk_cache import LAYOUT, ChunkCache, entry_digest
+from insitubatch_nodes.io.cache.segment_writer import PENDING_SUFFIX, SegmentWriter, folder_bytes
+from insitubatch_nodes.io.reads.cached_chunks import CachedChunks
+from insitubatch_nodes.io.reads.fetch_stats import FetchStats
+from insitubatch_nodes.io.reads.object_versions import NoVersions
+from insitubatch_nodes.nodes.graph import graph_nodes
 
 HERE = Path(__file__).parent
 STORE = {"t2m": ((48, 3, 4), (2, 3, 4), "float32"), "u10": ((48, 2), (4, 2), "int16")}
@@ -338,7 +338,7 @@ def test_a_writer_killed_mid_epoch_leaves_a_cache_the_next_run_trusts(tmp_path: 
 def test_a_killed_writers_pending_segment_is_swept_and_its_space_freed(tmp_path: Path) -> None:
     writer = (
         "import sys, time\n"
-        "from insitubatch_nodes.io.chunk_cache import CacheSpec, ChunkCache, entry_digest\n"
+        "from insitubatch_nodes.io.cache.chunk_cache import CacheSpec, ChunkCache, entry_digest\n"
         "cache = ChunkCache(CacheSpec(sys.argv[1], 10**6))\n"
         "for i in range(20):\n"
         "    assert cache.admit(entry_digest('k', str(i)), b'x' * 1000)\n"
@@ -471,7 +471,7 @@ def test_the_write_queue_holds_the_share_of_the_memory_budget_the_plan_gives_it(
     monkeypatch.setattr(QueuedWrites, "__init__", noted)
     budget = 1 << 20
     reference, _ = _epochs(_loader(url, memory_budget=budget), 1)
-    with caplog.at_level(logging.INFO, logger="insitubatch_nodes.builder"):
+    with caplog.at_level(logging.INFO, logger="insitubatch_nodes.builder.build_loader"):
         loader = _loader(url, CacheSpec(tmp_path / "cache", 10**8), memory_budget=budget)
     summary = next(r.getMessage() for r in caplog.records if "memory_budget=" in r.getMessage())
     found = re.search(r"cache writes queued up to (\d+)", summary)
@@ -709,8 +709,8 @@ def test_a_failed_listing_logs_no_credentials(caplog: pytest.LogCaptureFixture) 
     import obstore.store
     from zarr.storage import ObjectStore
 
-    from insitubatch_nodes.io.object_versions import object_versions
-    from insitubatch_nodes.io.retry import RetryPolicy
+    from insitubatch_nodes.io.reads.object_versions import object_versions
+    from insitubatch_nodes.io.reads.retry import RetryPolicy
 
     no_wait = datetime.timedelta(milliseconds=10)
     client = obstore.store.S3Store(

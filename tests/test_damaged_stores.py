@@ -30,7 +30,7 @@ import zarr.codecs.numcodecs
 from conftest import as_numpy, our_threads
 
 from insitubatch_nodes import ChunkReadError, CorruptChunkError, build_loader
-from insitubatch_nodes.io.shard_index import EMPTY
+from insitubatch_nodes.io.reads.shard_index import EMPTY
 
 SHAPE, CHUNKS = (22, 6, 8), (4, 6, 8)  # float32: 768 bytes a chunk; the last one ragged
 DAMAGED = (2, 0, 0)  # rows 8..11
@@ -170,7 +170,7 @@ def _forged(codec_name: str, stored: bytes, damage: str) -> bytes:
 
 
 def _with_crc32c(data: bytes) -> bytes:
-    from insitubatch_nodes.io.zarr_compat import crc32c
+    from insitubatch_nodes.io.metadata.zarr_compat import crc32c
 
     return data + struct.pack("<I", crc32c(data))
 
@@ -251,7 +251,7 @@ def _edit_index(place: Place, key: str, edit: Callable[[np.ndarray, int], None])
 
 
 def _ends_with_crc32c(shard: bytearray, entries: int) -> bool:
-    from insitubatch_nodes.io.zarr_compat import crc32c
+    from insitubatch_nodes.io.metadata.zarr_compat import crc32c
 
     table = bytes(shard[-(entries + 4) : -4])
     return crc32c(table) == struct.unpack("<I", bytes(shard[-4:]))[0]
@@ -435,7 +435,7 @@ def test_a_shard_index_whose_entries_share_a_chunk_is_read_as_zarr_reads_it(
 ) -> None:
     """A writer may store two identical inner chunks once and point both entries at it:
     entries equal to each other are not an overlap."""
-    from insitubatch_nodes.io.zarr_compat import crc32c
+    from insitubatch_nodes.io.metadata.zarr_compat import crc32c
 
     array = _sharded(place, index_checksum=True)
     key = f"x/{array.metadata.encode_chunk_key((1, 0, 0))}"  # inner chunks of rows 4..7

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from time_stores import hourly, write_native, write_xarray
 
 import insitubatch_nodes as ib
-from insitubatch_nodes.split_anchors import split_anchors
+from insitubatch_nodes.builder.split_anchors import split_anchors
 
 TIMES = hourly("2014-12-30T00", 140, hours=6)  # 2014-12-30 .. 2015-02-02T18, 6-hourly
 # boundaries at 2015-01-01T12 (step 10) and 2015-01-03T00 (step 20): inside chunks of 4 steps

@@ -7,9 +7,9 @@ import asyncio
 import pytest
 
 from insitubatch_nodes.core.inflight_target import InflightTarget
-from insitubatch_nodes.io.deadlines import Deadlines
-from insitubatch_nodes.io.fetch_stats import FetchStats
-from insitubatch_nodes.io.read_slots import ReadSlots
+from insitubatch_nodes.io.reads.deadlines import Deadlines
+from insitubatch_nodes.io.reads.fetch_stats import FetchStats
+from insitubatch_nodes.io.reads.read_slots import ReadSlots
 
 
 async def _watched(deadlines: Deadlines, seconds: float, takes: float) -> str:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from insitubatch_nodes.cli import main
+from insitubatch_nodes.cli.main import main
 
 
 def test_demo_writes_the_store_once_and_resume_matches(

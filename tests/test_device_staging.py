@@ -29,7 +29,7 @@ from insitubatch_nodes import (
 from insitubatch_nodes.device.batch_copy import BatchCopier
 from insitubatch_nodes.device.batch_layout import ALIGNMENT, BatchLayout
 from insitubatch_nodes.device.staging_ring import StagingRing
-from insitubatch_nodes.items import Batch
+from insitubatch_nodes.nodes.items import Batch
 
 
 class _PendingEvent:

@@ -17,12 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from insitubatch_nodes import build_loader
+from insitubatch_nodes.core.batch_fields import SAMPLE_INDEX_KEY
 from insitubatch_nodes.core.pool_order import pool_draw
-from insitubatch_nodes.items import SAMPLE_INDEX_KEY
-from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.loader.rank_states import RANK_STATES_KEY
 from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
+from insitubatch_nodes.nodes.graph import graph_nodes
 from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
-from insitubatch_nodes.rank_states import RANK_STATES_KEY
 
 VARIABLES = {"a": ((61, 3), (4, 3), "float32"), "b": ((61,), (3,), "int16")}
 

@@ -26,9 +26,9 @@ from insitubatch_nodes import (
     forget_memory_store,
     memory_store,
 )
-from insitubatch_nodes.io.local_files import read_file
-from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.io.reads.local_files import read_file
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
+from insitubatch_nodes.nodes.graph import graph_nodes
 
 _names = itertools.count()
 

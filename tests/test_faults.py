@@ -35,7 +35,7 @@ from insitubatch_nodes import (
     ZarrSource,
     build_loader,
 )
-from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.nodes.graph import graph_nodes
 
 FAST_RETRY = RetryPolicy(attempts=4, base_delay_s=0.001, max_delay_s=0.01, attempt_timeout_s=10.0)
 # For injected hangs: short enough to keep the test quick, long enough for a loaded machine.

@@ -15,7 +15,7 @@ import torch
 from conftest import torch_roundtrip
 
 from insitubatch_nodes import SAMPLE_INDEX_KEY, build_loader
-from insitubatch_nodes.rank_states import RANK_STATES_KEY
+from insitubatch_nodes.loader.rank_states import RANK_STATES_KEY
 
 
 def _indices(batches: Any) -> list[list[int]]:

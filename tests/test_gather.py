@@ -16,15 +16,16 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from insitubatch_nodes.core.anchors import AnchorSet
+from insitubatch_nodes.core.batch_fields import PATCH_ORIGIN_KEY, SAMPLE_INDEX_KEY
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.read_plan import plan_block
 from insitubatch_nodes.core.sample_spec import SampleSpec, VariableGroup
-from insitubatch_nodes.device.tensor_gather import gather_tensors
-from insitubatch_nodes.io.block_slots import BlockMemory, BlockSlots
-from insitubatch_nodes.items import PATCH_ORIGIN_KEY, SAMPLE_INDEX_KEY, BatchDraw, FetchedBlock
+from insitubatch_nodes.io.reads.block_slots import BlockMemory, BlockSlots
 from insitubatch_nodes.nodes.gather import batch_shapes, draw_samples_and_units, gather
+from insitubatch_nodes.nodes.items import BatchDraw, FetchedBlock
+from insitubatch_nodes.nodes.tensor_gather import gather_tensors
 
 
 @st.composite

@@ -35,9 +35,9 @@ from insitubatch_nodes import (
 from insitubatch_nodes.device.device_block_reader import DeviceBlockReader
 from insitubatch_nodes.device.gpu_codecs import DeviceCodec, device_codec, load_nvcomp
 from insitubatch_nodes.device.nvcomp_scratch import TORCH_SCRATCH
-from insitubatch_nodes.io.chunk_codec import fast_decoder
-from insitubatch_nodes.io.chunk_errors import ChunkReadError, CorruptChunkError
-from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.io.reads.chunk_codec import fast_decoder
+from insitubatch_nodes.io.reads.chunk_errors import ChunkReadError, CorruptChunkError
+from insitubatch_nodes.nodes.graph import graph_nodes
 from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -18,8 +18,9 @@ import torch
 import zarr
 
 from insitubatch_nodes import AsyncFetchNode, build_loader
+from insitubatch_nodes.builder.loader_choices import HostTooSmallError
 from insitubatch_nodes.core.memory_bound import BLOCK_SIZING_BUDGET, sample_nbytes
-from insitubatch_nodes.host_resources import (
+from insitubatch_nodes.io.host.host_resources import (
     MAX_DECODE_THREADS,
     HostResources,
     cgroup_cpu_quota,
@@ -27,8 +28,7 @@ from insitubatch_nodes.host_resources import (
     local_ranks_of,
     meminfo_available,
 )
-from insitubatch_nodes.loader import graph_nodes
-from insitubatch_nodes.loader_choices import HostTooSmallError
+from insitubatch_nodes.nodes.graph import graph_nodes
 from insitubatch_nodes.nodes.read_plan import ReadPlanNode
 
 GIB = 1 << 30
@@ -141,7 +141,7 @@ def test_local_world_size_is_read_from_the_environment(
     assert HostResources.read({"OMPI_COMM_WORLD_LOCAL_SIZE": "4"}).local_ranks == 4
     assert HostResources.read({}).local_ranks == 1
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")  # as torchrun --nproc_per_node 8 sets it
-    caplog.set_level(logging.INFO, logger="insitubatch_nodes.builder")
+    caplog.set_level(logging.INFO, logger="insitubatch_nodes.builder.build_loader")
     loader = build_loader(one_step_per_chunk, split="all", batch_size=8, device="cpu")
     cores = len(os.sched_getaffinity(0))
     assert parts(loader)[1].context.decode_threads == max(1, cores // 8)
@@ -246,7 +246,7 @@ def test_the_choice_is_logged_once_with_its_reasons(
     loader.load_state_dict(loader.state_dict())
     next(iter(loader))
     loader.close()
-    (record,) = [r for r in caplog.records if r.name == "insitubatch_nodes.builder"]
+    (record,) = [r for r in caplog.records if r.name == "insitubatch_nodes.builder.build_loader"]
     assert record.levelno == logging.INFO
     text = record.getMessage()
     assert one_step_per_chunk in text and "split 'all'" in text
@@ -304,7 +304,7 @@ def test_a_budget_short_of_the_need_is_raised_while_the_host_holds_it(
     least = refused.value.least_budget
     assert least is not None
     host = HostResources(memory_bytes=least + MIB, cores=1)  # half of it is too small
-    caplog.set_level(logging.INFO, logger="insitubatch_nodes.builder")
+    caplog.set_level(logging.INFO, logger="insitubatch_nodes.builder.build_loader")
     loader = build_loader(one_step_per_chunk, host=host, **settings)
     assert loader_budget(loader, 8) == least
     assert "raised to the least these settings fit in" in caplog.records[0].getMessage()

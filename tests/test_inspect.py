@@ -21,20 +21,20 @@ from pool_cursors import distinct_units, filling_batches, first_wait
 from s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server
 
 from insitubatch_nodes import AsyncFetchNode, ReadPlanNode, ZarrSource, build_loader, make_manifest
-from insitubatch_nodes.byte_sizes import nbytes_text, parse_nbytes, size_argument
-from insitubatch_nodes.cf_time import cf_reference, decode_cf_times
-from insitubatch_nodes.cli import main
+from insitubatch_nodes.builder.split_anchors import split_anchors
+from insitubatch_nodes.cli.main import main
+from insitubatch_nodes.cli.report_text import format_report
+from insitubatch_nodes.cli.store_report import inspect_store
+from insitubatch_nodes.cli.synthetic import write_era5_like
 from insitubatch_nodes.core import pool_ramp
+from insitubatch_nodes.core.byte_sizes import nbytes_text, parse_nbytes, size_argument
+from insitubatch_nodes.core.cf_time import cf_reference, decode_cf_times
 from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.pool_order import POOL_RAMP
 from insitubatch_nodes.core.quality import uniform_distinct_units
-from insitubatch_nodes.host_resources import HostResources
-from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.io.host.host_resources import HostResources
+from insitubatch_nodes.nodes.graph import graph_nodes
 from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
-from insitubatch_nodes.report_text import format_report
-from insitubatch_nodes.split_anchors import split_anchors
-from insitubatch_nodes.store_report import inspect_store
-from insitubatch_nodes.synthetic import write_era5_like
 
 GRID = (16, 32)
 STEPS = 96

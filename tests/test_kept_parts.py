@@ -29,8 +29,8 @@ from insitubatch_nodes.core.read_plan import ChunkRead, ReadPlan, chunk_regions,
 from insitubatch_nodes.device import device_decoder
 from insitubatch_nodes.device.device_block_reader import DeviceBlockReader
 from insitubatch_nodes.device.gpu_codecs import load_nvcomp
-from insitubatch_nodes.io.block_reader import ReadContext
-from insitubatch_nodes.io.chunk_reader import ChunkReader
+from insitubatch_nodes.io.reads.block_reader import ReadContext
+from insitubatch_nodes.io.reads.chunk_reader import ChunkReader
 
 
 def _picked(values: np.ndarray, layout: VariableLayout) -> np.ndarray:

@@ -22,7 +22,7 @@ from insitubatch_nodes.core.memory_bound import (
     default_block_chunks,
     plan_memory,
 )
-from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.nodes.graph import graph_nodes
 from insitubatch_nodes.nodes.read_plan import ReadPlanNode
 
 LAYOUTS = {

@@ -22,7 +22,7 @@ from insitubatch_nodes import (
     build_loader,
     open_store,
 )
-from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.nodes.graph import graph_nodes
 
 SMALL = {
     "t2m": ((24, 3, 4), (2, 3, 4), "float32"),

@@ -29,9 +29,9 @@ from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.patches import touched_chunks
 from insitubatch_nodes.core.read_plan import plan_block
-from insitubatch_nodes.device.tensor_gather import crop_tensor_rows
-from insitubatch_nodes.loader import graph_nodes
 from insitubatch_nodes.nodes.gather import crop_rows
+from insitubatch_nodes.nodes.graph import graph_nodes
+from insitubatch_nodes.nodes.tensor_gather import crop_tensor_rows
 
 GRID_VARIABLES = {
     "tmp": ((40, 20, 30), (2, 6, 7), "float32"),

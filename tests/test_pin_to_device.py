@@ -23,8 +23,8 @@ from insitubatch_nodes import (
     ZarrSource,
     build_loader,
 )
-from insitubatch_nodes.items import Batch
-from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.nodes.graph import graph_nodes
+from insitubatch_nodes.nodes.items import Batch
 from insitubatch_nodes.nodes.pin_to_device import resolve_device
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

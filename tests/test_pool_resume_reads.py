@@ -28,13 +28,13 @@ from insitubatch_nodes import (
     window,
 )
 from insitubatch_nodes import memory_store as named_memory_store
+from insitubatch_nodes.core.batch_fields import SAMPLE_INDEX_KEY
 from insitubatch_nodes.core.drained_units import DrainedUnits
 from insitubatch_nodes.core.partition import EpochAssignment, assign_epoch
-from insitubatch_nodes.items import SAMPLE_INDEX_KEY
-from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.loader.rank_states import RANK_STATES_KEY
 from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
+from insitubatch_nodes.nodes.graph import graph_nodes
 from insitubatch_nodes.nodes.read_plan import ReadPlanNode
-from insitubatch_nodes.rank_states import RANK_STATES_KEY
 
 
 class ChunkKeyRecorder(WrapperStore[Store]):

@@ -22,9 +22,9 @@ from resume_check import check_every_cut
 from insitubatch_nodes import AnchorSet, Loader, SampleSpec, ZarrSource, build_loader, window
 from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.pool_order import POOL_ORDER_VERSION, pool_epoch_order
-from insitubatch_nodes.host_resources import HostResources
-from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.io.host.host_resources import HostResources
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
+from insitubatch_nodes.nodes.graph import graph_nodes
 from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
 from insitubatch_nodes.nodes.state_checks import CONFIG_KEY, ORDER_VERSION_KEY
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from insitubatch_nodes.producer_thread import ProducerThread
+from insitubatch_nodes.nodes.producer_thread import ProducerThread
 
 
 class _Counter:

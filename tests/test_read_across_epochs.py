@@ -14,7 +14,7 @@ from graphs import build_stage
 from resume_check import check_every_cut
 
 from insitubatch_nodes import AsyncFetchNode, Loader, build_loader
-from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.nodes.graph import graph_nodes
 
 cpu_loader = functools.partial(build_loader, device="cpu", split="all", batch_size=8)
 

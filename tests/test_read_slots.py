@@ -10,10 +10,10 @@ from distant_store import Distant
 
 from insitubatch_nodes import build_loader, memory_store
 from insitubatch_nodes.core.inflight_target import START, InflightTarget
-from insitubatch_nodes.io.fetch_stats import FetchStats
-from insitubatch_nodes.io.read_slots import ReadSlots
-from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.io.reads.fetch_stats import FetchStats
+from insitubatch_nodes.io.reads.read_slots import ReadSlots
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
+from insitubatch_nodes.nodes.graph import graph_nodes
 
 
 def test_reads_beyond_the_limit_wait_and_cancelled_ones_give_their_slot_back() -> None:

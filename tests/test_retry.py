@@ -9,7 +9,7 @@ import obstore.exceptions
 import pytest
 
 from insitubatch_nodes import RetryPolicy
-from insitubatch_nodes.io.retry import ReadGaveUp
+from insitubatch_nodes.io.reads.retry import ReadGaveUp
 
 
 @pytest.mark.parametrize(

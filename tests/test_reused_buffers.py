@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from insitubatch_nodes import build_loader
-from insitubatch_nodes.reused_buffers import SLACK, ReusedBuffers
+from insitubatch_nodes.nodes.reused_buffers import SLACK, ReusedBuffers
 
 # (operation, argument): take an array of `rows` rows, drop the i-th live one, or keep only
 # a view (or a tensor) of the i-th live one

@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 from s3_server import QUICK_OBSTORE_RETRIES, S3Server
 
 from insitubatch_nodes import ChunkReadError, RetryPolicy, ZarrSource, build_loader, open_icechunk
-from insitubatch_nodes.io.redact import (
+from insitubatch_nodes.io.stores.open_store import describe, open_store
+from insitubatch_nodes.io.stores.redact import (
     REDACTED,
     is_secret_name,
     raise_scrubbed,
@@ -34,8 +35,7 @@ from insitubatch_nodes.io.redact import (
     scrubbed,
     secrets_in,
 )
-from insitubatch_nodes.io.store_errors import CREDENTIAL_HINT, first_line
-from insitubatch_nodes.io.stores import describe, open_store
+from insitubatch_nodes.io.stores.store_errors import CREDENTIAL_HINT, first_line
 
 # --- The rules, on text ------------------------------------------------------------------
 
@@ -798,9 +798,9 @@ def test_reading_a_coordinate_when_the_server_is_gone_names_no_secret() -> None:
     endpoint obstore's own text would echo."""
     import numpy as np
 
-    from insitubatch_nodes.io.levels import level_picks
-    from insitubatch_nodes.io.time_axis import read_time_axis
-    from insitubatch_nodes.io.zarr_layout import arrays_of, layout_of, open_root_group
+    from insitubatch_nodes.io.metadata.levels import level_picks
+    from insitubatch_nodes.io.metadata.time_axis import read_time_axis
+    from insitubatch_nodes.io.metadata.zarr_layout import arrays_of, layout_of, open_root_group
 
     s = Secrets.make("password")
     server = S3Server.start()
@@ -848,6 +848,6 @@ def test_reading_a_coordinate_when_the_server_is_gone_names_no_secret() -> None:
     ],
 )
 def test_the_stats_file_is_named_without_the_urls_secrets(url: str, expected: str) -> None:
-    from insitubatch_nodes.cli import default_stats_file
+    from insitubatch_nodes.cli.main import default_stats_file
 
     assert default_stats_file(url) == Path(expected)

@@ -18,8 +18,8 @@ from zarr.storage import LocalStore, WrapperStore
 
 from insitubatch_nodes import SAMPLE_INDEX_KEY, Loader, build_loader, forget_memory_store
 from insitubatch_nodes import memory_store as named_memory_store
-from insitubatch_nodes.loader import graph_nodes
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
+from insitubatch_nodes.nodes.graph import graph_nodes
 
 _names = itertools.count()
 INNER_CODECS: dict[str, Any] = {

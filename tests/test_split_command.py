@@ -15,7 +15,7 @@ from conftest import write_store
 from time_stores import hourly, write_xarray
 
 import insitubatch_nodes as ib
-from insitubatch_nodes.cli import main
+from insitubatch_nodes.cli.main import main
 from insitubatch_nodes.core.date_ranges import range_from_text
 
 TIMES = hourly("2014-12-31T00", 100, hours=6)  # .. 2015-01-24T18

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from insitubatch_nodes.io.chunk_errors import ChunkBytesError
-from insitubatch_nodes.io.verified_decode import CHECKED_CODECS, decode_exact, strip_crc32c
-from insitubatch_nodes.io.zarr_compat import crc32c
-from insitubatch_nodes.io.zstd_frames import (
+from insitubatch_nodes.io.metadata.zarr_compat import crc32c
+from insitubatch_nodes.io.reads.chunk_errors import ChunkBytesError
+from insitubatch_nodes.io.reads.verified_decode import CHECKED_CODECS, decode_exact, strip_crc32c
+from insitubatch_nodes.io.reads.zstd_frames import (
     first_frame_content_size,
     frame_at,
     frames,

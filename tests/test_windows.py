@@ -21,7 +21,7 @@ from insitubatch_nodes import (
     leads,
     window,
 )
-from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.nodes.graph import graph_nodes
 
 SPEC = SampleSpec(
     {"inputs": window(["t2m", "u10"], steps=2, stride=2), "targets": leads(["t2m"], [1, 3])}

@@ -1,6 +1,6 @@
 """What a batch holds, field by field, and the one fancy index that crops patches: the index
 math both gathers share, the host's (`nodes.gather`) and the device's
-(`device.tensor_gather`), so the two cannot disagree on a batch's shape."""
+(`nodes.tensor_gather`), so the two cannot disagree on a batch's shape."""
 
 from __future__ import annotations
 
@@ -10,6 +10,10 @@ from typing import Any
 import numpy as np
 
 from insitubatch_nodes.core.read_plan import ReadPlan
+
+SAMPLE_INDEX_KEY = "sample_index"
+PATCH_ORIGIN_KEY = "patch_origin"  # with patches: (batch, axes) crop origin of each sample
+HOST_KEYS = frozenset({SAMPLE_INDEX_KEY, PATCH_ORIGIN_KEY})  # numpy on the host in any batch
 
 
 def batch_fields(plan: ReadPlan) -> list[tuple[str, str, np.ndarray | None]]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from insitubatch_nodes.cf_time import date_unit, dates_text
+from insitubatch_nodes.core.cf_time import date_unit, dates_text
 from insitubatch_nodes.core.date_ranges import (
     DateRange,
     RangeLike,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from insitubatch_nodes.cf_time import dates_text
+from insitubatch_nodes.core.cf_time import dates_text
 
 DateLike = str | np.datetime64 | datetime.date
 RangeLike = DateLike | Sequence[DateLike]

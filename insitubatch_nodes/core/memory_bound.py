@@ -8,7 +8,7 @@ batch's worth for short units, `pool_window_samples`), the batch being gathered,
 bytes of chunk reads in flight, and the blocks read ahead. The first three are fixed by
 the settings; read-ahead gets what is left, and at least one block must fit. With a
 writable chunk cache, the stored bytes waiting for the cache's writing thread
-(`io.cache_writes`) take a share of the read-ahead beyond that one block
+(`io.cache.cache_writes`) take a share of the read-ahead beyond that one block
 (`CACHE_QUEUE_SHARE`, at most `CACHE_QUEUE_BYTES`): never more, so a cache neither makes
 a budget too small nor changes a block or a pool (the batches); a budget with no room
 beyond one block gets no queue, and the cache is written by the decode threads.
@@ -18,7 +18,7 @@ node that the settings go to exists.
 The block size changes the batches (samples are shuffled within blocks), so its default
 is a pure function of the settings and the store, never of the host's memory: it is sized
 against the fixed `BLOCK_SIZING_BUDGET`, or a smaller budget the user gave
-(`block_sizing_budget`). A budget left to the host (`loader_choices`) or raised above it
+(`block_sizing_budget`). A budget left to the host (`builder.loader_choices`) or raised above it
 never changes the batches.
 """
 
@@ -135,7 +135,7 @@ class MemoryPlan:
     @property
     def blocks_alive_bytes(self) -> int:
         """The blocks alive at once, at most: those in the shuffle window and those read
-        ahead (what the fetch node's block slots hold, `io.block_slots`)."""
+        ahead (what the fetch node's block slots hold, `io.reads.block_slots`)."""
         return self.window_bytes + self.read_ahead_bytes
 
 

@@ -93,7 +93,7 @@ class ReadPlan:
     `v` at `sample_index[i] + offsets[v][j]`; `buffer_rows[v]` is the buffer's length, and
     `segment_starts[v]` the first buffer row of each sample-axis chunk the block reads, in
     increasing order (a *segment*: the rows of one such chunk, contiguous, never more than
-    the chunk's length; block memory may place each segment anywhere, `io.block_slots`).
+    the chunk's length; block memory may place each segment anywhere, `io.reads.block_slots`).
     With patches, sample i is the crop at `origins[i]` and only the grid chunks some crop
     touches are read (the rest of the buffer is never gathered). The samples of unit
     `units[k]` are `unit_starts[k]:unit_starts[k + 1]` (a unit's samples are contiguous,

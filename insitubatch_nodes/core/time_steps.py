@@ -21,7 +21,7 @@ import re
 
 import numpy as np
 
-from insitubatch_nodes.cf_time import step_text
+from insitubatch_nodes.core.cf_time import step_text
 
 _DURATION = re.compile(r"^\s*(?P<count>\d+)\s*(?P<unit>[A-Za-z]+)\s*$")
 _UNITS = {

@@ -32,11 +32,12 @@ from insitubatch_nodes.core.read_plan import ChunkRead, ReadPlan
 from insitubatch_nodes.device.device_decoder import BlockBytes, DeviceDecoder, FetchedChunk
 from insitubatch_nodes.device.gpu_codecs import DeviceCodec, device_codec, load_nvcomp
 from insitubatch_nodes.device.grouped_calls import GroupedCalls
-from insitubatch_nodes.io.block_reader import ReadContext
-from insitubatch_nodes.io.block_slots import BlockMemory
-from insitubatch_nodes.io.chunk_reader import ChunkReader
-from insitubatch_nodes.io.shard_reader import Loaded
-from insitubatch_nodes.io.stored_chunks import ChunkFetcher, StoredArray, stored_array
+from insitubatch_nodes.io.reads.block_reader import ReadContext
+from insitubatch_nodes.io.reads.block_slots import BlockMemory
+from insitubatch_nodes.io.reads.chunk_reader import ChunkReader
+from insitubatch_nodes.io.reads.shard_reader import Loaded
+from insitubatch_nodes.io.reads.stored_array import StoredArray, stored_array
+from insitubatch_nodes.io.reads.stored_chunks import ChunkFetcher
 
 log = logging.getLogger(__name__)
 _told: set[tuple[str, str]] = set()  # (store, variable) fallbacks already logged

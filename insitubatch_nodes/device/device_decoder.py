@@ -31,18 +31,18 @@ from insitubatch_nodes.core.read_plan import ChunkRead, Keep, chunk_regions
 from insitubatch_nodes.device.batch_layout import ALIGNMENT
 from insitubatch_nodes.device.gpu_codecs import DeviceCodec, load_nvcomp
 from insitubatch_nodes.device.nvcomp_scratch import use_torch_scratch
-from insitubatch_nodes.io.chunk_codec import ChunkDecoder
-from insitubatch_nodes.io.chunk_errors import (
+from insitubatch_nodes.io.reads.chunk_codec import ChunkDecoder
+from insitubatch_nodes.io.reads.chunk_errors import (
     ChunkBytesError,
     ChunkReadError,
     chunk_read_error,
     size_mismatch,
 )
-from insitubatch_nodes.io.fetch_stats import FetchStats
-from insitubatch_nodes.io.redact import scrubbed
-from insitubatch_nodes.io.stored_chunks import StoredArray
-from insitubatch_nodes.io.verified_decode import strip_crc32c
-from insitubatch_nodes.io.zstd_frames import frame_at
+from insitubatch_nodes.io.reads.fetch_stats import FetchStats
+from insitubatch_nodes.io.reads.stored_array import StoredArray
+from insitubatch_nodes.io.reads.verified_decode import strip_crc32c
+from insitubatch_nodes.io.reads.zstd_frames import frame_at
+from insitubatch_nodes.io.stores.redact import scrubbed
 
 DEVICE_SCRATCH_BYTES = 64 << 20  # device scratch for partly kept chunks, per round
 # Where each chunk's scratch starts in a round's arena: a multiple of this, so a chunk of

@@ -18,7 +18,7 @@ import importlib
 from dataclasses import dataclass
 from types import ModuleType
 
-from insitubatch_nodes.io.chunk_codec import ChunkDecoder
+from insitubatch_nodes.io.reads.chunk_codec import ChunkDecoder
 
 NVCOMP_MODULE = "nvidia.nvcomp"
 # numcodecs codec_id -> nvCOMP algorithm. nvCOMP also has "Gzip", but the one run that

@@ -34,11 +34,11 @@ import numpy as np
 import zarr
 
 from insitubatch_nodes.core.patches import REGION, PatchSpec
-from insitubatch_nodes.io.dimensions import coordinate, coordinate_values, dimension_names
-from insitubatch_nodes.io.redact import secrets_in
-from insitubatch_nodes.io.stores import describe, open_store
-from insitubatch_nodes.io.time_axis import read_time_axis
-from insitubatch_nodes.io.zarr_layout import arrays_of, open_root_group
+from insitubatch_nodes.io.metadata.dimensions import coordinate, coordinate_values, dimension_names
+from insitubatch_nodes.io.metadata.time_axis import read_time_axis
+from insitubatch_nodes.io.metadata.zarr_layout import arrays_of, open_root_group
+from insitubatch_nodes.io.stores.open_store import describe, open_store
+from insitubatch_nodes.io.stores.redact import secrets_in
 
 _STORED = ("chunks", "preferred_chunks")  # encoding keys of a variable read from Zarr
 _PACKED = ("scale_factor", "add_offset")

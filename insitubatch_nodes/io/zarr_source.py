@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from zarr.abc.store import Store
 
+from insitubatch_nodes.core.batch_fields import SAMPLE_INDEX_KEY
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
 from insitubatch_nodes.core.date_manifest import make_date_manifest, time_differences
 from insitubatch_nodes.core.date_ranges import RangeLike, TimeAxis
@@ -17,15 +18,14 @@ from insitubatch_nodes.core.fingerprint import source_fingerprint
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.manifest import SplitManifest, make_manifest
 from insitubatch_nodes.core.unit_grid import grid_manifest
-from insitubatch_nodes.io.array_metadata import codec_summary, fill_value_text
-from insitubatch_nodes.io.block_reader import ReadContext
-from insitubatch_nodes.io.icechunk_store import snapshot_id_of
-from insitubatch_nodes.io.levels import LevelsLike, level_picks
-from insitubatch_nodes.io.redact import secrets_in
-from insitubatch_nodes.io.stores import describe, open_store
-from insitubatch_nodes.io.time_axis import read_time_axis
-from insitubatch_nodes.io.zarr_layout import arrays_of, open_root_group, select_variables
-from insitubatch_nodes.items import SAMPLE_INDEX_KEY
+from insitubatch_nodes.io.metadata.array_metadata import codec_summary, fill_value_text
+from insitubatch_nodes.io.metadata.levels import LevelsLike, level_picks
+from insitubatch_nodes.io.metadata.time_axis import read_time_axis
+from insitubatch_nodes.io.metadata.zarr_layout import arrays_of, open_root_group, select_variables
+from insitubatch_nodes.io.reads.block_reader import ReadContext
+from insitubatch_nodes.io.stores.icechunk_store import snapshot_id_of
+from insitubatch_nodes.io.stores.open_store import describe, open_store
+from insitubatch_nodes.io.stores.redact import secrets_in
 
 ManifestLike = SplitManifest | Mapping[str, Any] | str | Path
 
@@ -122,7 +122,7 @@ class ZarrSource:
             splits: split name -> an inclusive range of dates (`make_date_manifest`), cut
                 on the store's time coordinate; instead of `manifest`.
             levels: level values to keep (`[500, 850]` for every variable with a level
-                axis, or variable -> values), found in the level coordinate (`io.levels`).
+                axis, or variable -> values), found in the level coordinate (`io.metadata.levels`).
             spatial_dims: the trailing grid axes (the level axis lies before them).
         """
         if splits is not None and manifest is not None:
@@ -202,7 +202,7 @@ class ZarrSource:
         return self.manifest.step_ranges(split)
 
     def time_axis(self) -> TimeAxis:
-        """The selected variables' time coordinate, read and decoded (`io.time_axis`)."""
+        """The selected variables' time coordinate, read and decoded (`io.metadata.time_axis`)."""
         group = open_root_group(self.store, self.where, self.secrets)
         arrays = arrays_of(group, self.where, self.secrets)
         length = self.geometry.num_samples

@@ -9,7 +9,7 @@ remembers the source state right after its plan was pulled; the node's state is 
 the last block it handed out, so blocks read ahead but not yet delivered are simply read
 again on resume. For the same reason, `close()` in the middle of an epoch loses nothing:
 the next `next()` rewinds the source to the last delivered block and reads on from there.
-Block memory (`io.block_slots`) stays allocated from one epoch to the next (`end_epoch`,
+Block memory (`io.reads.block_slots`) stays allocated from one epoch to the next (`end_epoch`,
 which `Loader` calls at an epoch's end), so its pages are faulted in once per loader, not
 once per epoch; `close()` lets it go.
 
@@ -39,12 +39,12 @@ from insitubatch_nodes.core.memory_bound import sample_nbytes
 from insitubatch_nodes.core.read_plan import ReadPlan, chunk_rows_read
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.device.device_block_reader import DeviceBlockReader
-from insitubatch_nodes.io.block_reader import BlockReader, ReadContext
-from insitubatch_nodes.io.block_slots import BlockMemory
-from insitubatch_nodes.io.chunk_reader import ChunkReader
-from insitubatch_nodes.io.event_loop import EventLoopThread
-from insitubatch_nodes.io.fork_guard import check_same_process
-from insitubatch_nodes.items import FetchedBlock
+from insitubatch_nodes.io.host.fork_guard import check_same_process
+from insitubatch_nodes.io.reads.block_reader import BlockReader, ReadContext
+from insitubatch_nodes.io.reads.block_slots import BlockMemory
+from insitubatch_nodes.io.reads.chunk_reader import ChunkReader
+from insitubatch_nodes.io.reads.event_loop import EventLoopThread
+from insitubatch_nodes.nodes.items import FetchedBlock
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
 
 
@@ -66,7 +66,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
     limit, decode threads, codec pipeline) is the `ReadContext`'s, shared by every epoch's
     reader; `context.stats` counts what was read and retried. A host block's memory is
     leased from `context.block_slots` as its plan is submitted, and goes back when the
-    block is dropped (`io.block_slots`). With `decode_on` a device,
+    block is dropped (`io.reads.block_slots`). With `decode_on` a device,
     blocks are decoded into tensors there (`device.device_block_reader`).
     `read_across_epochs`: see the module's docstring; the loop then stays up between
     epochs (`Loader` leaves it running when an epoch ends), until the next epoch,

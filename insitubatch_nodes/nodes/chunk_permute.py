@@ -28,7 +28,6 @@ from insitubatch_nodes.core.partition import (
     rank_sample_counts,
 )
 from insitubatch_nodes.core.settings import as_bool, as_int
-from insitubatch_nodes.items import UnitTicket
 from insitubatch_nodes.nodes.chunk_permute_state import (
     POSITION_KEY,
     SavedRest,
@@ -36,6 +35,7 @@ from insitubatch_nodes.nodes.chunk_permute_state import (
     restore_state,
     saved_state,
 )
+from insitubatch_nodes.nodes.items import UnitTicket
 from insitubatch_nodes.nodes.state_checks import check_cursor
 
 EVALUATION_DROP_LAST = (
@@ -61,7 +61,7 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
     in order, without padding.
 
     After `begin_rest` (what a `Loader` given the states of another number of ranks calls,
-    `elastic_resume`) the next epoch is this rank's share of the rest of an epoch cut on
+    `loader.elastic_resume`) the next epoch is this rank's share of the rest of an epoch cut on
     other ranks: its units, each with the samples it gave before (`EpochAssignment.starts`);
     the state records the share under `rest` while that epoch lasts.
 
@@ -252,7 +252,7 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
 
     def begin_rest(self, epoch: int, share: RestShare, least: int, most: int) -> None:
         """Make the next `reset(None)` begin the rest of `epoch` as re-dealt to this rank
-        from another number of ranks' states (`elastic_resume`), instead of a whole
+        from another number of ranks' states (`loader.elastic_resume`), instead of a whole
         epoch; the epochs after it deal as usual.
 
         Args:

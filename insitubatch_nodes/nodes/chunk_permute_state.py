@@ -7,7 +7,7 @@ only valid for (its config), the mix-ups refused with a message that says what t
 rather than a bare settings difference (a training state in an evaluation loader or the
 reverse, another rank's state, a state saved before states recorded the partition count
 under a count that deals otherwise), and the rest of an epoch re-dealt from another
-number of ranks (`elastic_resume`), which the state carries while that epoch lasts. The
+number of ranks (`loader.elastic_resume`), which the state carries while that epoch lasts. The
 state is a few plain ints: the epoch and the position in the rank's units, beside them
 the config, the fingerprint of the data and the rest's share. The position is checked by
 the node, against the units of the epoch it deals once the rest is known.

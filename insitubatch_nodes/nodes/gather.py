@@ -13,21 +13,21 @@ from typing import Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
-from insitubatch_nodes.core.batch_fields import batch_fields, batch_shape, crop_index
+from insitubatch_nodes.core.batch_fields import (
+    PATCH_ORIGIN_KEY,
+    SAMPLE_INDEX_KEY,
+    batch_fields,
+    batch_shape,
+    crop_index,
+)
 from insitubatch_nodes.core.quality import MixingTally, UniformMixing
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.device.copy_ahead import CUDA_PREFETCH, staging_slots
 from insitubatch_nodes.device.staging_ring import StagingRing, page_locked
-from insitubatch_nodes.device.tensor_gather import gather_tensors
-from insitubatch_nodes.items import (
-    PATCH_ORIGIN_KEY,
-    SAMPLE_INDEX_KEY,
-    Batch,
-    BatchDraw,
-    FetchedBlock,
-)
+from insitubatch_nodes.nodes.items import Batch, BatchDraw, FetchedBlock
+from insitubatch_nodes.nodes.reused_buffers import ReusedBuffers
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
-from insitubatch_nodes.reused_buffers import ReusedBuffers
+from insitubatch_nodes.nodes.tensor_gather import gather_tensors
 
 IDLE_BATCHES = 2  # dropped batches whose memory is kept for the next ones
 
@@ -209,7 +209,7 @@ def gather(
     (`_index_table`, kept in `tables` while the block lives); a batch takes one row of it
     per sample (one fancy index per block), and copies each field with one `np.take` per
     run of neighbouring blocks whose rows lie in the same array: blocks leased from block
-    slots share their variable's backing array (`io.block_slots`), so a pool batch takes
+    slots share their variable's backing array (`io.reads.block_slots`), so a pool batch takes
     one per field. The runs keep the batch's order: the bytes are those of a take per
     block.
 

@@ -14,9 +14,9 @@ from typing import Any
 import torch
 from torchdata.nodes import BaseNode
 
-from insitubatch_nodes.channel_stats import StatsLike, load_stats
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
 from insitubatch_nodes.core.settings import as_int
+from insitubatch_nodes.nodes.channel_stats import StatsLike, load_stats
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
 
 

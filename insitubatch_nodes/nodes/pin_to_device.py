@@ -11,7 +11,7 @@ early. Without CUDA it is a zero-copy `torch.from_numpy`: torchdata's `PinMemory
 even be built on a CPU-only torch, this node must run everywhere.
 
 With `background` (the default whenever `prefetch` > 0) the batches ahead are pulled, and
-their copies queued, by one producer thread (`producer_thread`), so the gather runs while
+their copies queued, by one producer thread (`nodes.producer_thread`), so the gather runs while
 the training step does rather than before it; the consumer's thread only hands batches out.
 
 The state is the source's state right after the batch last handed out was pulled; batches
@@ -37,13 +37,14 @@ import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
+from insitubatch_nodes.core.batch_fields import HOST_KEYS, SAMPLE_INDEX_KEY
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.device.batch_copy import BatchCopier
 from insitubatch_nodes.device.copy_ahead import default_prefetch, staging_slots
 from insitubatch_nodes.device.staging_ring import StagedBatch
-from insitubatch_nodes.items import HOST_KEYS, SAMPLE_INDEX_KEY, as_batch
+from insitubatch_nodes.nodes.items import as_batch
+from insitubatch_nodes.nodes.producer_thread import ProducerThread
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
-from insitubatch_nodes.producer_thread import ProducerThread
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:

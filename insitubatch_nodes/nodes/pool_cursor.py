@@ -28,7 +28,7 @@ from insitubatch_nodes.core.pool_order import (
     POOL_ORDER_VERSION,
     POOL_ORDER_VERSION_GROUPED,
 )
-from insitubatch_nodes.loader import graph_nodes
+from insitubatch_nodes.nodes.graph import graph_nodes
 from insitubatch_nodes.nodes.state_checks import (
     CONFIG_KEY,
     SHUFFLE_SOURCE_KEY,

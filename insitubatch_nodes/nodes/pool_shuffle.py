@@ -42,8 +42,8 @@ from insitubatch_nodes.core.pool_order import (
     unit_draw,
 )
 from insitubatch_nodes.core.settings import as_bool, as_int
-from insitubatch_nodes.items import BatchDraw, FetchedBlock
 from insitubatch_nodes.nodes import pool_cursor
+from insitubatch_nodes.nodes.items import BatchDraw, FetchedBlock
 from insitubatch_nodes.nodes.pool_cursor import PoolCursor, leave_out_drained, restore_cursor
 from insitubatch_nodes.nodes.shuffle_block import count_batches
 from insitubatch_nodes.nodes.state_checks import (

@@ -12,7 +12,7 @@ from insitubatch_nodes.core.drained_units import DrainedUnits
 from insitubatch_nodes.core.geometry import SampleGeometry
 from insitubatch_nodes.core.read_plan import ReadPlan, plan_block
 from insitubatch_nodes.core.settings import as_int
-from insitubatch_nodes.items import UnitTicket
+from insitubatch_nodes.nodes.items import UnitTicket
 from insitubatch_nodes.nodes.state_checks import (
     CONFIG_KEY,
     check_node_state,

@@ -27,9 +27,9 @@ from torchdata.nodes import BaseNode
 
 from insitubatch_nodes.core.draw_order import block_order, padding_positions
 from insitubatch_nodes.core.settings import as_bool, as_int
-from insitubatch_nodes.items import BatchDraw, FetchedBlock
-from insitubatch_nodes.loader import graph_nodes
 from insitubatch_nodes.nodes.chunk_permute import EVALUATION_DROP_LAST
+from insitubatch_nodes.nodes.graph import graph_nodes
+from insitubatch_nodes.nodes.items import BatchDraw, FetchedBlock
 from insitubatch_nodes.nodes.state_checks import (
     CONFIG_KEY,
     ORDER_KEY,

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
+from insitubatch_nodes.core.batch_fields import SAMPLE_INDEX_KEY
 from insitubatch_nodes.core.channels import (
     DEFAULT_SPATIAL_DIMS,
     batch_channels,
@@ -33,7 +34,7 @@ from insitubatch_nodes.core.sample_spec import SampleSpec, batch_key
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.device.copy_ahead import CUDA_PREFETCH, staging_slots
 from insitubatch_nodes.device.staging_ring import StagingRing, page_locked
-from insitubatch_nodes.items import SAMPLE_INDEX_KEY, Batch, as_batch
+from insitubatch_nodes.nodes.items import Batch, as_batch
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
 
 

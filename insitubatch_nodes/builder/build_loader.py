@@ -1,0 +1,414 @@
+"""build_loader: the default six-stage graph in one call."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torchdata.nodes import BaseNode
+from zarr.abc.store import Store
+
+from insitubatch_nodes.builder.loader_choices import (
+    DEFAULT_SHUFFLE,
+    check_shuffle,
+    choose_loader_settings,
+)
+from insitubatch_nodes.builder.placement import decode_device, resolve_rank
+from insitubatch_nodes.builder.split_anchors import split_anchors, split_mixing
+from insitubatch_nodes.builder.time_selection import Duration, time_selection
+from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS, batch_channels
+from insitubatch_nodes.core.date_ranges import RangeLike
+from insitubatch_nodes.core.patches import PatchSpec
+from insitubatch_nodes.core.pool_order import POOL_RAMP
+from insitubatch_nodes.core.sample_spec import SampleSpec
+from insitubatch_nodes.core.settings import as_bool, as_int, as_optional_int
+from insitubatch_nodes.device.copy_ahead import default_prefetch, staging_slots
+from insitubatch_nodes.io.cache.chunk_cache import CacheSpec
+from insitubatch_nodes.io.host.fork_guard import check_object_stores_usable
+from insitubatch_nodes.io.host.host_resources import HostResources
+from insitubatch_nodes.io.metadata.levels import LevelsLike
+from insitubatch_nodes.io.reads.object_versions import object_versions
+from insitubatch_nodes.io.reads.retry import RetryPolicy
+from insitubatch_nodes.io.xarray_source import dataset_request, is_dataset
+from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
+from insitubatch_nodes.loader.loader import Loader
+from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
+from insitubatch_nodes.nodes.channel_stats import StatsLike
+from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
+from insitubatch_nodes.nodes.gather import GatherNode
+from insitubatch_nodes.nodes.normalise import NormaliseNode
+from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode, resolve_device
+from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
+from insitubatch_nodes.nodes.read_plan import ReadPlanNode
+from insitubatch_nodes.nodes.shuffle_block import ShuffleBlockNode
+from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
+
+log = logging.getLogger("insitubatch_nodes.builder")  # the name the docs give
+
+
+def cache_spec(cache: Any, opened: ZarrSource) -> CacheSpec | None:
+    """`build_loader(cache=...)` checked, with a warning when the store gives no object
+    versions (a chunk rewritten in place would then be served old bytes).
+
+    Args:
+        cache: what the user gave.
+        opened: the opened source.
+    """
+    spec = CacheSpec.from_user(dict(cache) if isinstance(cache, Mapping) else cache)
+    if (
+        spec is not None
+        and not object_versions(opened.store, opened.where, RetryPolicy(), lambda: None).versioned
+    ):
+        log.warning(
+            "chunk cache: %s gives no object versions; entries are keyed by its arrays' "
+            "metadata only, so clear %s after rewriting its chunks in place",
+            opened.where,
+            spec.folder,
+        )
+    return spec
+
+
+def build_loader(
+    source: str | Path | Store | Any,
+    variables: Sequence[str] | None = None,
+    split: str = "train",
+    *,
+    batch_size: int = 32,
+    shuffle: str = DEFAULT_SHUFFLE,
+    shuffle_window: int | None = None,
+    pool_ramp: int = POOL_RAMP,
+    pool_interleave: bool = True,
+    revisits: int = 1,
+    block_chunks: int | None = None,
+    max_inflight: int | None = None,
+    prefetch_blocks: int = 2,
+    memory_budget: int | None = None,
+    seed: int = 0,
+    rank: int | None = None,
+    world_size: int | None = None,
+    device: str | torch.device | None = None,
+    manifest: ManifestLike | None = None,
+    splits: Mapping[str, RangeLike] | None = None,
+    stride: int | None = None,
+    frequency: Duration | None = None,
+    max_gap: Duration | None = None,
+    levels: LevelsLike | None = None,
+    drop_last: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    decode_threads: int | None = None,
+    zarr_pipeline: str | None = None,
+    retry: RetryPolicy | None = None,
+    spec: SampleSpec | None = None,
+    stack: bool = False,
+    normalise: StatsLike | None = None,
+    spatial_dims: int = DEFAULT_SPATIAL_DIMS,
+    patches: PatchSpec | None = None,
+    device_prefetch: int | None = None,
+    decode: str = "cpu",
+    read_across_epochs: bool = False,
+    cache: CacheSpec | Mapping[str, Any] | None = None,
+    evaluation: bool = False,
+    all_ranks_state: bool = False,
+    canonical_partitions: int | None = None,
+    host: HostResources | None = None,
+) -> Loader[dict[str, torch.Tensor]]:
+    """Shuffled, split-aware, resumable batches from a Zarr group.
+
+    Each batch is `{variable: tensor (batch, *sample_shape), "sample_index": int64}`;
+    every rank yields the same number of batches per epoch, and `loader.state_dict()`
+    resumes exactly (refused, by name, on other data or another graph). What the settings
+    left out were chosen as, and why, is logged once (logger `insitubatch_nodes.builder`,
+    INFO): the budget and decode threads follow the host, the block size never does.
+
+    Args:
+        source: the Zarr group: a URL (`file://`, a path, `memory://NAME`, `s3://`,
+            `gs://`, `az://`, `http(s)://`) or an open zarr `Store`; or an xarray
+            `Dataset` opened from one (`xr.open_zarr(url)`, after `.sel`/`.isel` and a
+            variable subset): its store is read in place with its selection as settings
+            (`io/xarray_source.py`): its variables, its time selection as split `split`
+            (`splits=`, and `stride=` for every k-th step), its levels as `levels=`; what
+            stored chunks cannot give (computed variables, part of the grid) is refused.
+        variables: the arrays to load (default: every array of 2 or more dimensions, or
+            the spec's variables); they must share axis 0, the sample axis.
+        split: the split to read (`"train"`, `"val"`, `"test"`, a manifest's own, or
+            `"all"`).
+        batch_size: samples per batch.
+        shuffle: the epoch order. `"pool"` (the default): units enter a pool of P in the
+            epoch's order and each batch draws uniformly over every sample left in the
+            pool, so a batch mixes about as many units as a global shuffle over P units
+            would (`core.pool_order`); an epoch's first batch waits only for its own units,
+            and the pool fills to P as batches are drawn (`pool_ramp`). `"block"`:
+            samples mixed only within blocks of `block_chunks` units, the order of
+            loaders before the pool (their states resume with it).
+            A state says which order (and version) made it, and the other refuses it by
+            name. Evaluation loaders draw in order whichever is named.
+        shuffle_window: bytes the pool's units may hold (it sets P, and P is in the
+            state); by default 1 GiB, or, under a smaller `memory_budget` given, half of
+            it, shrunk further to what the budget holds beside the batches, reads in
+            flight and one block read ahead: never the host's memory, since P decides the
+            batches. Counted in the budget.
+        pool_ramp: how fast the pool fills at an epoch's start: before batch b it holds
+            (b + 1) * pool_ramp batches' samples, until it holds P units. 2 (the default):
+            the first batch waits for two batches' samples (at batch 32, what the first
+            default block holds anyway), not for P units, and until the pool is full,
+            reads run at three times the draw rate; larger values mix the first batches
+            better and wait longer for them; 0 fills the pool before the first batch (the
+            order of releases before the ramp, whose states resume only with 0 and
+            `pool_interleave=False`). In the state.
+        pool_interleave: yield each pool batch's samples in a seeded permutation (the
+            default), so that a contiguous slice of a batch (a micro-batch for gradient
+            accumulation, a DataParallel replica's share) is as mixed as the whole batch;
+            False keeps them grouped by unit, the order of releases before it, whose states
+            resume only with False. In the state.
+        revisits: visits per unit and epoch: each unit is read `revisits` times, each
+            visit keeping only its equal run of the unit's steps (a chunk decoded whole,
+            the rest dropped), so the pool's memory holds `revisits` times as many of the
+            store's units and batches mix better, for `revisits` times the reads (see
+            `read_amplification`/`chunk_amplification` in `loader.stats()`). Every sample
+            is still drawn once per epoch. Must divide the unit length; recorded in the
+            state (a state of another value is refused).
+        block_chunks: units read together (with `shuffle="block"`, also shuffled
+            together: larger blocks shuffle better and hold more memory); by default at
+            least 64 samples and 8 chunks, within an eighth of a fixed 1 GiB, or of a
+            smaller `memory_budget` given (`core.memory_bound.default_block_chunks`):
+            never of the host's memory, since the block decides the batches.
+        max_inflight: chunk reads under way at once at most; by default as many as the
+            store shows it takes (its delivered rate times its round trip, measured as
+            reads complete, `core.inflight_target`), within an eighth of the budget and
+            1024 reads. Reading ahead runs until that many are pending.
+        prefetch_blocks: blocks read ahead at least.
+        memory_budget: bytes the loader holds at most: the shuffle window, the batches
+            being gathered and the reads in flight come first, the rest caps the blocks
+            read ahead (`core.memory_bound`); too small a budget is refused with the
+            numbers. By default half of this rank's share of the host's available
+            memory (shared by `LOCAL_WORLD_SIZE` ranks), raised to what the settings need
+            if this rank's share holds that, else refused with the numbers
+            (`builder.loader_choices`).
+        seed: the seed of every random order (with the epoch, it fixes every batch).
+        rank: this process's rank (default: torch.distributed, else `RANK`, else 0; with
+            neither `rank` nor `world_size` given and no process group yet, one started
+            before the loader is first used is followed, as Lightning's DDP starts it).
+        world_size: the number of ranks (default: torch.distributed, else `WORLD_SIZE`,
+            else 1; followed like `rank`).
+        device: where batches go (default: the current CUDA device if there is one, else
+            the CPU); `sample_index` stays on the host.
+        manifest: the split manifest (a `SplitManifest`, its dict, its JSON text or the
+            path of its file); default: contiguous train/val/test at 0.8/0.1/0.1.
+        splits: splits by dates instead of a manifest: split name -> an inclusive
+            `(first, last)` pair of dates or one date for its whole period, e.g.
+            `{"train": ("1979", "2015"), "val": "2016", "test": ("2017", "2018")}`, found
+            in the store's time coordinate (`make_date_manifest`). Exact to the step: a
+            chunk across a boundary is read by both splits, each using its own anchors,
+            and no window or lead crosses a boundary.
+        stride: keep every `stride`-th step (counted from the store's first) as an
+            anchor, and count the spec's windows and leads in strides (`window(steps=2)`
+            at a stride of 6 is t-6, t); `sample_index` still holds stored steps. The
+            chunks read are those the anchors need. Windows, leads and strides count
+            steps: where the time coordinate has a gap, they span it (see `max_gap`).
+        frequency: instead of `stride`, a duration ("6h", a timedelta): the anchors are
+            the steps at the store's first date plus a whole number of it, and windows
+            and leads count it in steps of the time coordinate (which it must be a whole
+            number of).
+        max_gap: a duration ("1h"): anchors whose window or leads span two neighbouring
+            dates further apart are not used (gaps in the time coordinate).
+        levels: pressure levels by value, as `ds.sel(level=[500, 850])` picks them: one
+            list for every variable with a level axis (the axis between time and the grid
+            with a coordinate), or variable -> list. Only those levels are kept from each
+            chunk decoded (chunks holding none are not read), in the store's order, and
+            their channels are named by value (`temperature_500`).
+        drop_last: yield only full batches (no padding repeats).
+        storage_options: object-store client options (obstore's), e.g. credentials.
+        decode_threads: threads that decode chunks (default: this rank's share of the
+            cores it may run on, `cores // LOCAL_WORLD_SIZE`, at least 1 and at most 32).
+        zarr_pipeline: `"zarrs"` to let the Rust pipeline decode the arrays zarr must
+            decode itself (filters, F order); common layouts are decoded by the library.
+        retry: how reads that fail transiently (HTTP 5xx, timeouts, dropped connections)
+            are retried; the default `RetryPolicy()` tries each read 5 times.
+        spec: a `SampleSpec`: each sample is an anchor step t carrying, per group, the
+            steps t+offset of its variables (`{"group/variable": (batch, steps,
+            *sample_shape)}`); anchors whose window would leave the split are not used.
+        stack: put each group's variables (a spec-less loader's: key `"fields"`) into
+            one `(batch, [steps,] channels, *grid)` tensor, in the order of
+            `batch_channels(...)`.
+        normalise: a `ChannelStats` (or its JSON file, see `insitubatch stats`): `(x -
+            mean) / std` per channel after the device copy, as float32.
+        spatial_dims: how many trailing axes are the grid (the axes between the sample
+            axis and the grid become channels).
+        patches: a `PatchSpec`: random crops of the last axes (a pure function of seed,
+            epoch and anchor), `mode="tiles"` for evaluation, or `mode="region"` with
+            `origin=` for one fixed crop (what a Dataset's spatial slice becomes); only
+            the grid chunks the crops touch are read; batches carry `"patch_origin"`.
+        device_prefetch: batches gathered (and on CUDA copied) ahead by a producer
+            thread while the consumer's step runs (default 2 on CUDA, 0 on the CPU).
+        decode: `"gpu"` decodes zstd and uncompressed chunks on the GPU (the `gpu`
+            extra); arrays it cannot decode are decoded on the CPU, and the log says why.
+        read_across_epochs: read the next epoch's first blocks while the last batches of
+            this one are drawn; threads and those blocks stay between epochs until the
+            next one, `loader.close()` (or `with loader:`), or garbage collection.
+        cache: keep the chunks' stored bytes on local disk and read them from there in
+            later epochs: a `CacheSpec(folder, max_bytes, read_only=False)` or a dict of
+            its fields (`io.cache.chunk_cache`). Entries are keyed by the store, the array's
+            metadata, the chunk and the object's version, and verified when read; the
+            folder may be shared by the ranks and runs of one host. Off by default.
+        evaluation: for validation and test: the split in a fixed order (the same every
+            epoch), every sample exactly once across the ranks, no padding, so the ranks'
+            last batches and batch counts may differ (`len(loader)` says each rank's);
+            `drop_last` must stay False.
+        all_ranks_state: `state_dict()` holds every rank's state, gathered over
+            torch.distributed (every rank must call it at once), so that the checkpoint
+            Lightning or accelerate writes (rank 0's) resumes every rank.
+        canonical_partitions: C, the partitions a training epoch's units are dealt to
+            before the ranks take them (`core.partition`); default the largest multiple
+            of 48 not above the split's units (one per unit below 48), so that the common
+            GPU counts divide it. Recorded in the state; a run keeps it when resumed on
+            another number of ranks.
+        host: the host's available memory, cores and ranks the defaults follow (default
+            `HostResources.read()`, once, now).
+    """
+    # first: in a fork of a process that read through us, the store would hang and CUDA
+    # cannot start (resolving device="auto" asks it), so name the fork before either does
+    check_object_stores_usable()
+    if is_dataset(source):
+        request = dataset_request(
+            source, storage_options=storage_options, spatial_dims=spatial_dims
+        )
+        given = {
+            "variables": variables,
+            "splits": splits,
+            "manifest": manifest,
+            "levels": levels,
+            "stride": stride,
+            "frequency": frequency,
+            "patches": patches,
+        }
+        chosen = request.settings(split, given)
+        source, variables = request.url, chosen["variables"]
+        splits = chosen.get("splits", splits)
+        stride = chosen.get("stride", stride)
+        levels = chosen.get("levels", levels)
+        patches = chosen.get("patches", patches)
+    check_shuffle(shuffle)
+    target = resolve_device(device)
+    decode_on = decode_device(decode, target)
+    prefetch = as_optional_int("device_prefetch", device_prefetch, minimum=0)
+    prefetch = default_prefetch(target) if prefetch is None else prefetch
+    slots = staging_slots(prefetch)
+    stack = as_bool("stack", stack)
+    spatial_dims = as_int("spatial_dims", spatial_dims, minimum=0)
+    # Found before any process group exists: follow one started later (Lightning's DDP).
+    grouped = torch.distributed.is_available() and torch.distributed.is_initialized()
+    follow = rank is None and world_size is None and not grouped
+    rank, world_size = resolve_rank(rank, world_size)
+    revisits = as_int("revisits", revisits, minimum=1)
+    pool_ramp = as_int("pool_ramp", pool_ramp, minimum=0)  # checked whatever the order
+    pool_interleave = as_bool("pool_interleave", pool_interleave)  # so is this
+    if spec is not None and variables is None:
+        variables = spec.variables()
+    opened = ZarrSource.open(
+        source,
+        variables,
+        manifest=manifest,
+        storage_options=storage_options,
+        splits=splits,
+        levels=levels,
+        spatial_dims=spatial_dims,
+    )
+    grid = opened.geometry.visits(revisits)
+    timing = time_selection(
+        opened,
+        spec,
+        stride=stride,
+        frequency=frequency,
+        max_gap=max_gap,
+        unit_length=grid.unit_length,
+    )
+    spec = timing.spec
+    anchors = split_anchors(opened, split, spec, patches, timing.allowed, grid)
+    permute = ChunkPermuteNode(
+        anchors,
+        anchors.units,
+        seed=seed,
+        rank=rank,
+        world_size=world_size,
+        fingerprint=opened.fingerprint(split, anchors.anchors),
+        evaluation=evaluation,
+        follow_process_group=follow,
+        unit_grid={"unit_steps": grid.unit_length, "revisits": revisits},
+        canonical_partitions=canonical_partitions,
+    )
+    permute.check_full_batch(batch_size, drop_last, split)
+    caching = cache_spec(cache, opened)
+    chosen = choose_loader_settings(
+        anchors,
+        opened.layouts,
+        HostResources.read() if host is None else host,
+        batch_size=batch_size,
+        block_chunks=block_chunks,
+        max_inflight=max_inflight,
+        memory_budget=memory_budget,
+        decode_threads=decode_threads,
+        batches_held=slots,
+        shuffle="block" if evaluation else shuffle,
+        shuffle_window=shuffle_window,
+        world_size=world_size,
+        cache_writes=caching is not None and not caching.read_only,
+    )
+    memory = chosen.plan
+    reading = opened.read_context(
+        retry=retry,
+        max_inflight=max_inflight,
+        decode_threads=chosen.decode_threads,
+        zarr_pipeline=zarr_pipeline,
+        block_memory_bytes=memory.blocks_alive_bytes,
+        inflight_bytes=memory.inflight_bytes,
+        cache=caching,
+        cache_queue_bytes=memory.cache_queue_bytes,
+        unit_length=grid.unit_length,
+    )
+    blocks = AsyncFetchNode(
+        ReadPlanNode(permute, anchors, block_chunks=chosen.block_chunks),
+        reading,
+        prefetch_blocks=prefetch_blocks,
+        memory_budget=memory.read_ahead_bytes,
+        decode_on=decode_on,
+        read_across_epochs=read_across_epochs,
+    )
+    draws: BaseNode[Any]
+    if chosen.pool_size is None:
+        draws = ShuffleBlockNode(blocks, batch_size=batch_size, drop_last=drop_last)
+    else:
+        draws = PoolShuffleNode(
+            blocks,
+            pool_size=chosen.pool_size,
+            batch_size=batch_size,
+            drop_last=drop_last,
+            pool_ramp=pool_ramp,
+            pool_interleave=pool_interleave,
+        )
+    # Host batches bound for a GPU are written page-locked by whichever node writes them last.
+    pin = target.type == "cuda" and decode_on is None
+    node: BaseNode[Any] = GatherNode(
+        draws,
+        pin_memory=pin and not stack,
+        pinned_batches=slots,
+        uniform_mixing=None if evaluation else lambda: split_mixing(anchors, batch_size),
+    )
+    if stack:
+        node = StackChannelsNode(
+            node,
+            opened.layouts,
+            spec,
+            spatial_dims=spatial_dims,
+            pin_memory=pin,
+            pinned_batches=slots,
+        )
+    node = PinToDeviceNode(node, device=target, prefetch=prefetch)
+    if normalise is not None:
+        order = batch_channels(opened.layouts, spec, stacked=stack, spatial_dims=spatial_dims)
+        node = NormaliseNode(node, normalise, order, spatial_dims=spatial_dims)
+    loader = Loader(node, all_ranks_state=all_ranks_state)
+    log.info("build_loader on %s, split %r: %s", opened.where, split, chosen.summary())
+    return loader

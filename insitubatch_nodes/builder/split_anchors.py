@@ -1,0 +1,81 @@
+"""The anchors of one split that a sample spec may use, and how mixed a uniform shuffle
+of them would make a batch.
+
+`build_loader` reads exactly these anchors, and `insitubatch inspect`
+(`builder.loader_defaults`) reports on them, so both take them from here: a spec that names a
+variable not opened, or windows that leave a split no anchor, are refused with the same
+words wherever the split is asked for. `split_mixing` is the uniform global shuffle that
+the mixing figures of `Loader.stats()` (counted by the gather) are measured against.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from insitubatch_nodes.core.anchors import AnchorSet
+from insitubatch_nodes.core.geometry import SampleGeometry
+from insitubatch_nodes.core.patches import PatchSpec
+from insitubatch_nodes.core.quality import UniformMixing
+from insitubatch_nodes.core.sample_spec import SampleSpec
+from insitubatch_nodes.io.zarr_source import ZarrSource
+
+
+def split_anchors(
+    opened: ZarrSource,
+    split: str,
+    spec: SampleSpec | None,
+    patches: PatchSpec | None = None,
+    allowed: np.ndarray | None = None,
+    geometry: SampleGeometry | None = None,
+) -> AnchorSet:
+    """The anchors of `split` that `spec` may use; an error if the spec names a variable
+    not opened, or if its windows leave no anchor.
+
+    Args:
+        opened: the opened source.
+        split: the split's name.
+        spec: the sample spec (offsets in stored steps), or None for one step per sample.
+        patches: the patch spec, or None for whole samples.
+        allowed: which steps may be anchors (`builder.time_selection`), or None for every one.
+        geometry: the loader's unit grid (`SampleGeometry.visits` of the source's), or
+            None for the source's own.
+    """
+    if spec is not None:
+        missing = [v for v in spec.variables() if v not in opened.layouts]
+        if missing:
+            raise ValueError(
+                f"the sample spec names variable(s) {missing} that are not selected; the "
+                f"loader has {sorted(opened.layouts)}: add them to variables=[...]"
+            )
+    anchors = AnchorSet.for_steps(
+        opened.geometry if geometry is None else geometry,
+        opened.step_ranges(split),
+        spec,
+        patches,
+        allowed=allowed,
+    )
+    if anchors.units.size == 0:
+        lo, hi = spec.span if spec is not None else (0, 0)
+        if allowed is not None:
+            raise ValueError(
+                f"split {split!r} has no anchor that the stride, frequency or max_gap allows "
+                f"and whose steps t{lo:+d} .. t{hi:+d} stay inside it; use a larger split, a "
+                f"shorter window / lead, or a larger max_gap"
+            )
+        raise ValueError(
+            f"split {split!r} has no anchor whose steps t{lo:+d} .. t{hi:+d} all stay inside "
+            f"it: its runs are shorter than the sample spec's span of {hi - lo + 1} steps; "
+            f"use a larger split or a shorter window / lead"
+        )
+    return anchors
+
+
+def split_mixing(anchors: AnchorSet, batch_size: int) -> UniformMixing:
+    """What a uniform global shuffle of the split gives batches of `batch_size`.
+
+    Args:
+        anchors: the split's samples.
+        batch_size: samples per batch.
+    """
+    units = anchors.units
+    return UniformMixing(anchors.unit_sizes(units), anchors.unit_samples(units), batch_size)

@@ -1,0 +1,1 @@
+"""The `insitubatch` command: its subcommands and the text reports they print."""

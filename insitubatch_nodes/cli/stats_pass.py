@@ -1,0 +1,82 @@
+"""One streaming pass over a split that yields its per-channel mean and std.
+
+The pass is the library's own loader over the split (spec-less, one rank, on the host),
+so it reads each chunk of the split once, concurrently, and holds no more memory than
+training does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from zarr.abc.store import Store
+
+from insitubatch_nodes.builder.build_loader import build_loader
+from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS, channel_names
+from insitubatch_nodes.core.manifest import units_to_ranges
+from insitubatch_nodes.core.moments import RunningMoments
+from insitubatch_nodes.core.settings import as_int
+from insitubatch_nodes.io.metadata.levels import LevelsLike
+from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
+from insitubatch_nodes.nodes.channel_stats import ChannelStats
+
+
+def compute_stats(
+    source: str | Path | Store,
+    variables: Sequence[str] | None = None,
+    *,
+    split: str = "train",
+    manifest: ManifestLike | None = None,
+    spatial_dims: int = DEFAULT_SPATIAL_DIMS,
+    storage_options: dict[str, Any] | None = None,
+    batch_size: int = 8,
+    block_chunks: int = 2,
+    memory_budget: int = 1 << 30,
+    levels: LevelsLike | None = None,
+) -> ChannelStats:
+    """Mean and std per channel over every step of `split`, in one pass over its chunks.
+
+    The batch and block sizes only set how much is held at once (`memory_budget`), not the
+    result beyond float64 rounding. With `levels` (as `build_loader` takes them) the
+    channels are the levels kept, one statistic per level (`temperature_500`)."""
+    spatial_dims = as_int("spatial_dims", spatial_dims, minimum=0)
+    opened = ZarrSource.open(
+        source,
+        variables,
+        manifest=manifest,
+        storage_options=storage_options,
+        levels=levels,
+        spatial_dims=spatial_dims,
+    )
+    channels = {v: channel_names(v, layout, spatial_dims) for v, layout in opened.layouts.items()}
+    moments = {v: RunningMoments(len(names)) for v, names in channels.items()}
+    loader = build_loader(
+        opened.store,
+        list(opened.layouts),
+        split,
+        batch_size=batch_size,
+        block_chunks=block_chunks,
+        memory_budget=memory_budget,
+        rank=0,
+        world_size=1,
+        device="cpu",
+        manifest=opened.manifest,
+        levels=levels,
+        spatial_dims=spatial_dims,
+    )
+    for batch in loader:
+        for variable, running in moments.items():
+            values = batch[variable].numpy()
+            running.add(values.reshape(values.shape[0], running.channels, -1))
+    return ChannelStats(
+        split=split,
+        split_units=units_to_ranges(opened.split_units(split)),
+        unit_length=opened.geometry.unit_length,
+        spatial_dims=spatial_dims,
+        channels=channels,
+        mean={v: m.mean.tolist() for v, m in moments.items()},
+        std={v: m.std.tolist() for v, m in moments.items()},
+        count={v: m.count for v, m in moments.items()},
+    )

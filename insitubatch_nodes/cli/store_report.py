@@ -1,0 +1,348 @@
+"""`insitubatch inspect`: what a store holds and what the loader's defaults make of it.
+
+Before a first training run a user wants to know, without reading a byte of data or
+writing a line of code: which arrays the loader would take, how they are chunked and
+compressed, how many time steps a read brings, how big a chunk is stored and decoded, the
+time range, and what `build_loader`'s defaults choose on this host (the memory budget
+and decode threads from its memory, cores and ranks, with why), or why they do not fit
+and which budget would. `inspect_store` gathers that into a `StoreReport` (plain data,
+`to_json`), `format_report` lays it out for a terminal.
+
+What it reads: the group's metadata, the stored sizes of a few chunks (a size request per
+chunk, or the index of a few shards of a sharded array), and three values of the time
+coordinate. The loader's settings come from the same functions `build_loader` calls
+(`builder.split_anchors`, `builder.loader_choices.choose_loader_settings`, the device
+default), so what is printed is what a loader built with the same settings on this host
+would choose.
+
+Everything printed names the store as `ZarrSource.where` does: credentials redacted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+
+from insitubatch_nodes.builder.loader_defaults import LoaderDefaults, loader_defaults
+from insitubatch_nodes.core.cf_time import dates_text, decode_cf_times, step_text
+from insitubatch_nodes.core.geometry import VariableLayout
+from insitubatch_nodes.core.sample_spec import SampleSpec, leads, window
+from insitubatch_nodes.core.settings import as_int, as_optional_int
+from insitubatch_nodes.io.host.host_resources import HostResources
+from insitubatch_nodes.io.metadata.dimensions import dimension_names
+from insitubatch_nodes.io.metadata.time_axis import cf_attributes, find_time_array
+from insitubatch_nodes.io.metadata.zarr_compat import run_on_zarr_loop
+from insitubatch_nodes.io.metadata.zarr_layout import arrays_of, open_root_group
+from insitubatch_nodes.io.reads.stored_sizes import (
+    DEFAULT_SAMPLED_CHUNKS,
+    StoredSizes,
+    measure_stored_sizes,
+)
+from insitubatch_nodes.io.stores.redact import secrets_in
+from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
+
+
+@dataclass(frozen=True)
+class ArrayReport:
+    """One selected array as the loader sees it.
+
+    Args:
+        name: the array's name in the group.
+        dims: its dimension names (Zarr v3 `dimension_names`, or xarray's
+            `_ARRAY_DIMENSIONS` attribute), or None when the store names none.
+        shape: its shape.
+        dtype: its element type, as numpy spells it (stored byte order).
+        chunks: its chunk shape (the inner chunk when sharded): what one decode yields.
+        shards: its shard shape (one stored object), or None when not sharded.
+        codecs: the codec chain in short, with the compressor's settings.
+        chunk_count: chunks (inner chunks when sharded) in the array.
+        decoded_chunk_bytes: bytes of one decoded chunk.
+        stored_chunk: stored bytes per chunk, sampled.
+        stored_shard: stored bytes per shard, sampled, or None when not sharded.
+        steps_per_chunk: samples (time steps) in one chunk: what one read brings.
+        steps_per_shard: samples in one shard, or None when not sharded.
+    """
+
+    name: str
+    dims: tuple[str, ...] | None
+    shape: tuple[int, ...]
+    dtype: str
+    chunks: tuple[int, ...]
+    shards: tuple[int, ...] | None
+    codecs: str
+    chunk_count: int
+    decoded_chunk_bytes: int
+    stored_chunk: StoredSizes
+    stored_shard: StoredSizes | None
+    steps_per_chunk: int
+    steps_per_shard: int | None
+
+
+@dataclass(frozen=True)
+class TimeReport:
+    """The group's time coordinate: its range, decoded when its CF units are simple.
+
+    Args:
+        name: the coordinate array's name.
+        count: its length (the samples along axis 0).
+        units: its `units` attribute, or None.
+        calendar: its `calendar` attribute, or None.
+        decoded: whether `first`, `last` and `step` are dates (else the stored values).
+        first: the first value, as text.
+        last: the last value, as text.
+        step: the difference of the first two values, as text, or None with one value.
+    """
+
+    name: str
+    count: int
+    units: str | None
+    calendar: str | None
+    decoded: bool
+    first: str
+    last: str
+    step: str | None
+
+
+@dataclass(frozen=True)
+class StoreReport:
+    """Everything `insitubatch inspect` prints.
+
+    Args:
+        store: the store, as messages name it (credentials redacted).
+        zarr_format: 2 or 3.
+        arrays: the selected arrays, in the loader's order.
+        others: the group's other arrays, by name, with their shapes.
+        time: the time coordinate, or None when the group has none.
+        loader: the defaults `build_loader` would choose.
+    """
+
+    store: str
+    zarr_format: int
+    arrays: tuple[ArrayReport, ...]
+    others: Mapping[str, tuple[int, ...]]
+    time: TimeReport | None
+    loader: LoaderDefaults
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as plain JSON data (tuples as lists, the memory plan as a dict)."""
+        return _plain(asdict(self))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def inspect_store(
+    source: str | Path,
+    variables: Sequence[str] | None = None,
+    *,
+    split: str = "all",
+    batch_size: int = 32,
+    memory_budget: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+    manifest: ManifestLike | None = None,
+    device: str | None = None,
+    sampled_chunks: int = DEFAULT_SAMPLED_CHUNKS,
+    host: HostResources | None = None,
+    window_steps: int = 1,
+    lead_steps: int = 0,
+    revisits: int = 1,
+) -> StoreReport:
+    """Describe `source` and the settings `build_loader` would choose for it.
+
+    Opened as `build_loader` opens it (`ZarrSource.open`), so an unknown variable, a
+    missing store or a bad option fails with the loader's own message; a budget too small
+    for the defaults is not an error here but part of the report, with the least budget
+    that fits.
+
+    Args:
+        source: the Zarr group: a URL or a local path, as `build_loader` takes.
+        variables: the arrays to describe (default: those the loader would load).
+        split: the split to plan for (`"all"`, `"train"`, ... or a manifest's own).
+        batch_size: samples per batch to plan for.
+        memory_budget: bytes the loader may hold, to plan for, or None for
+            `build_loader`'s default (the host's share).
+        storage_options: obstore client options, as `build_loader` takes them.
+        manifest: the split manifest, as `build_loader` takes it (default: 0.8/0.1/0.1).
+        device: "cpu" or "cuda" to plan for (default: this host's, as `build_loader`).
+        sampled_chunks: stored objects (chunks, or shards) measured per array.
+        host: the host to plan for (default `HostResources.read()`, as `build_loader`).
+        window_steps: plan for samples whose inputs are every variable over this many
+            steps up to the anchor (`window(variables, window_steps)`): 1 for none.
+        lead_steps: and whose targets are every variable this many steps after it
+            (`leads(variables, [lead_steps])`): 0 for none. Windows and leads make each
+            unit hold the neighbouring chunks they reach into, which shrinks the pool.
+        revisits: plan for `build_loader(revisits=...)`: each unit read this many times
+            per epoch, each visit keeping its share of the unit's samples, so the pool
+            counts visits (`SampleGeometry.visits`).
+    """
+    batch_size = as_int("batch_size", batch_size, minimum=1)
+    window_steps = as_int("window_steps", window_steps, minimum=1)
+    lead_steps = as_int("lead_steps", lead_steps, minimum=0)
+    revisits = as_int("revisits", revisits, minimum=1)
+    memory_budget = as_optional_int("memory_budget", memory_budget, minimum=1)
+    sampled_chunks = as_int("sampled_chunks", sampled_chunks, minimum=1)
+    opened = ZarrSource.open(source, variables, manifest=manifest, storage_options=storage_options)
+    secrets = secrets_in(storage_options, source if isinstance(source, str) else None)
+    group = open_root_group(opened.store, opened.where, secrets)
+    arrays = arrays_of(group, opened.where, secrets)
+    selected = {name: arrays[name] for name in opened.layouts}
+    sizes = run_on_zarr_loop(measure_stored_sizes(opened.store, selected, sampled_chunks))
+    reports = tuple(_array_report(name, selected[name], *sizes[name]) for name in selected)
+    others = {name: tuple(a.shape) for name, a in sorted(arrays.items()) if name not in selected}
+    time = _time_report(arrays, reports, opened.geometry.num_samples)
+    loader = loader_defaults(
+        opened,
+        split,
+        batch_size=batch_size,
+        memory_budget=memory_budget,
+        device=device,
+        mean_read_bytes=_mean_read_bytes(reports, opened.layouts, opened.geometry.unit_length),
+        secrets=secrets,
+        host=host,
+        spec=_spec(list(opened.layouts), window_steps, lead_steps),
+        revisits=revisits,
+    )
+    return StoreReport(opened.where, group.metadata.zarr_format, reports, others, time, loader)
+
+
+def _spec(variables: list[str], window_steps: int, lead_steps: int) -> SampleSpec | None:
+    """Samples of every variable over a window and a lead, or None for one step each."""
+    if window_steps == 1 and lead_steps == 0:
+        return None
+    groups = {"inputs": window(variables, window_steps)}
+    if lead_steps:
+        groups["targets"] = leads(variables, [lead_steps])
+    return SampleSpec(groups)
+
+
+# --- the arrays ---------------------------------------------------------------------------
+
+
+_COMPRESSOR_SETTINGS = {
+    "zstd": ("level",),
+    "blosc": ("cname", "clevel", "shuffle"),
+    "gzip": ("level",),
+    "zlib": ("level",),
+    "bz2": ("level",),
+    "lzma": ("preset",),
+    "lz4": ("acceleration",),
+}
+_V2_SHUFFLE = {0: "noshuffle", 1: "shuffle", 2: "bitshuffle", -1: "autoshuffle"}
+
+
+def _codec_text(name: str, config: Mapping[str, Any]) -> str:
+    values = []
+    for key in _COMPRESSOR_SETTINGS.get(name, ()):
+        value = config.get(key)
+        if value is None:
+            continue
+        if name == "blosc" and key == "shuffle" and isinstance(value, int):
+            value = _V2_SHUFFLE.get(value, value)  # v2 numcodecs numbers its shuffles
+        values.append(f"{key}={value}")
+    return f"{name}({','.join(values)})" if values else name
+
+
+def _v3_chain(codecs: Iterable[Mapping[str, Any]]) -> str:
+    parts = []
+    for codec in codecs:
+        config = codec.get("configuration") or {}
+        if config.get("codecs"):
+            parts.append(f"{codec['name']}({_v3_chain(config['codecs'])})")
+        else:
+            parts.append(_codec_text(str(codec["name"]), config))
+    return "+".join(parts)
+
+
+def codecs_in_short(array: zarr.Array) -> str:
+    """The codec chain with the compressor's settings, e.g. "bytes+zstd(1)",
+    "sharding_indexed(bytes+blosc(lz4,5,shuffle))", or Zarr v2's filters then compressor.
+    Unlike `array_metadata.codec_summary` (names only, for the fingerprint), the settings
+    show here: they decide how well the data compresses and how fast it decodes.
+
+    Args:
+        array: an opened zarr array.
+    """
+    metadata = array.metadata.to_dict()
+    if "codecs" in metadata:
+        return _v3_chain(metadata["codecs"] or ()) or "none"
+    chain = [*(metadata.get("filters") or ()), metadata.get("compressor")]
+    return "+".join(_codec_text(str(c["id"]), c) for c in chain if c is not None) or "none"
+
+
+def _array_report(
+    name: str, array: zarr.Array, stored_chunk: StoredSizes, stored_shard: StoredSizes | None
+) -> ArrayReport:
+    dtype = np.dtype(array.dtype)
+    chunks = tuple(int(c) for c in array.chunks)
+    shards = None if array.shards is None else tuple(int(s) for s in array.shards)
+    return ArrayReport(
+        name=name,
+        dims=dimension_names(array),
+        shape=tuple(int(s) for s in array.shape),
+        dtype=dtype.str if dtype.byteorder == ">" else dtype.name,
+        chunks=chunks,
+        shards=shards,
+        codecs=codecs_in_short(array),
+        chunk_count=stored_chunk.of,
+        decoded_chunk_bytes=math.prod(chunks) * dtype.itemsize,
+        stored_chunk=stored_chunk,
+        stored_shard=stored_shard,
+        steps_per_chunk=chunks[0],
+        steps_per_shard=None if shards is None else shards[0],
+    )
+
+
+# --- the time coordinate ------------------------------------------------------------------
+
+
+def _time_report(
+    arrays: Mapping[str, zarr.Array], reports: Sequence[ArrayReport], length: int
+) -> TimeReport | None:
+    found = find_time_array(arrays, [r.name for r in reports], length)
+    if found is None:
+        return None
+    name, array = found
+    raw = np.concatenate([np.asarray(array[0:2]), np.asarray(array[-1:])])  # 3 values at most
+    units, calendar = cf_attributes(array)
+    dates = decode_cf_times(raw, units, calendar)
+    step: str | None = None
+    if dates is not None:
+        first, _, last = dates_text(dates)
+        if length > 1:
+            step = step_text(dates[1] - dates[0])
+    else:
+        first, last = str(raw[0].item()), str(raw[-1].item())
+        if length > 1 and raw.dtype.kind in "iuf":
+            step = str((raw[1] - raw[0]).item())
+    return TimeReport(name, length, units, calendar, dates is not None, first, last, step)
+
+
+# --- the loader's defaults ----------------------------------------------------------------
+
+
+def _mean_read_bytes(
+    reports: Sequence[ArrayReport], layouts: Mapping[str, VariableLayout], unit_steps: int
+) -> float | None:
+    """Mean stored bytes of one chunk read over a unit of every array (what the in-flight
+    target divides its byte allowance by), from the sampled sizes."""
+    reads = 0
+    nbytes = 0.0
+    for report in reports:
+        layout = layouts[report.name]
+        per_unit = unit_steps // layout.sample_chunk * len(layout.inner_chunk_grid())
+        if report.stored_chunk.mean is None:
+            continue
+        reads += per_unit
+        nbytes += per_unit * report.stored_chunk.mean
+    return nbytes / reads if reads else None

@@ -1,0 +1,203 @@
+"""Open a store's root group and describe the selected arrays for the pure core."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+import obstore.exceptions
+import obstore.store
+import zarr
+from zarr.abc.store import Store
+from zarr.core.buffer import default_buffer_prototype
+from zarr.storage import ObjectStore
+
+from insitubatch_nodes.core.geometry import VariableLayout
+from insitubatch_nodes.io.metadata.array_metadata import check_torch_dtypes
+from insitubatch_nodes.io.metadata.zarr_compat import run_on_zarr_loop
+from insitubatch_nodes.io.stores.redact import raise_scrubbed, redact, scrubbed
+from insitubatch_nodes.io.stores.store_errors import (
+    explain_list_failure,
+    explain_missing_bucket,
+    explain_open_failure,
+)
+
+
+def open_root_group(store: Store, where: str, secrets: Iterable[str] = ()) -> zarr.Group:
+    """The root group of `store`, or an error that says what is wrong with the URL, the
+    bucket or the credentials.
+
+    The errors, and the causes chained under them, are redacted: obstore's text echoes
+    request URLs and zarr's quotes `repr(store)`.
+
+    Args:
+        store: the opened store (`stores.open_store`).
+        where: the store's description for messages (`stores.describe`).
+        secrets: values known to be secret (`redact.secrets_in` of the URL and the
+            storage_options), kept out of every message.
+    """
+    try:
+        return zarr.open_group(store, mode="r")
+    except json.JSONDecodeError as err:
+        raise invalid_metadata(store, where, err, secrets) from None
+    except obstore.exceptions.BaseError as err:
+        clearer = explain_open_failure(err, where, secrets)
+        if clearer is None:
+            raise_scrubbed(err, secrets)
+        raise clearer from scrubbed(err, secrets)
+    except (FileNotFoundError, zarr.errors.BaseZarrError) as err:
+        if isinstance(store, ObjectStore) and not isinstance(
+            store.store, obstore.store.LocalStore | obstore.store.MemoryStore
+        ):
+            no_bucket = explain_missing_bucket(store.store, where, secrets)
+            if no_bucket is not None:
+                raise no_bucket from scrubbed(err, secrets)
+        raise ValueError(
+            redact(
+                f"{where} is not a Zarr group (no zarr.json or .zgroup at its root): point "
+                f"the loader at the group that holds your arrays",
+                secrets,
+            )
+        ) from scrubbed(err, secrets)
+
+
+# Where zarr keeps metadata: v3 `zarr.json`; v2 `.zgroup`, `.zarray`, `.zattrs`, and
+# consolidated `.zmetadata`.
+_METADATA_FILES = ("zarr.json", ".zgroup", ".zarray", ".zattrs", ".zmetadata")
+
+
+async def _first_invalid_json(store: Store) -> tuple[str, json.JSONDecodeError] | None:
+    """The first metadata file at the group's root or one level below (its arrays) that
+    is not valid JSON, and the parser's error."""
+    prototype = default_buffer_prototype()
+    children = sorted([name async for name in store.list_dir("")])
+    for prefix in ["", *(c for c in children if c not in _METADATA_FILES)]:
+        for name in _METADATA_FILES:
+            key = f"{prefix}/{name}" if prefix else name
+            try:
+                found = await store.get(key, prototype)
+            except OSError:  # a file where a directory would be, on some local stores
+                continue
+            if found is None:
+                continue
+            try:
+                json.loads(found.to_bytes())
+            except json.JSONDecodeError as err:
+                return key, err
+    return None
+
+
+def invalid_metadata(
+    store: Store, where: str, err: json.JSONDecodeError, secrets: Iterable[str] = ()
+) -> ValueError:
+    """zarr's JSON error names no file: the error naming the metadata file at fault.
+
+    Args:
+        store: the opened store.
+        where: the store's description for messages (`stores.describe`).
+        err: the parse error zarr raised.
+        secrets: values known to be secret (`redact.secrets_in`), kept out of the message.
+    """
+    try:
+        found = run_on_zarr_loop(_first_invalid_json(store))
+    except Exception:
+        found = None
+    key, parsed = found if found is not None else ("a metadata file", err)
+    at = f"{parsed.msg} at line {parsed.lineno}, column {parsed.colno}"
+    name = repr(key) if found is not None else key
+    return ValueError(
+        redact(
+            f"{name} in {where} is not valid JSON ({at}): a metadata file damaged or edited "
+            f"by hand; fix it, or restore it from a good copy",
+            secrets,
+        )
+    )
+
+
+def arrays_of(group: zarr.Group, where: str, secrets: Iterable[str] = ()) -> dict[str, zarr.Array]:
+    """The arrays in `group` by name, or an error that says why they cannot be listed.
+
+    Listing is a request of its own (unless the metadata is consolidated) and fails on its
+    own: a plain HTTP server does not answer it, and obstore's error echoes the URL, whose
+    credentials must stay out of the message.
+
+    Args:
+        group: the root group (`open_root_group`).
+        where: the store's description for messages (`stores.describe`).
+        secrets: values known to be secret (`redact.secrets_in`), kept out of every message.
+    """
+    try:
+        return dict(group.arrays())
+    except json.JSONDecodeError as err:
+        raise invalid_metadata(group.store, where, err, secrets) from None
+    except obstore.exceptions.BaseError as err:
+        store = group.store
+        http = isinstance(store, ObjectStore) and isinstance(store.store, obstore.store.HTTPStore)
+        clearer = explain_list_failure(err, where, http, secrets)
+        if clearer is None:
+            raise_scrubbed(err, secrets)
+        raise clearer from scrubbed(err, secrets)
+
+
+def layout_of(array: zarr.Array) -> VariableLayout:
+    """Shape, inner chunk shape (for sharded arrays too) and numpy dtype name.
+
+    The dtype is in native byte order: block buffers and batches are what torch can wrap,
+    whatever byte order the store keeps (Zarr v2 `>f4`); decoding swaps bytes on the way.
+    """
+    dtype = np.dtype(array.dtype).newbyteorder("=")
+    return VariableLayout(tuple(array.shape), tuple(array.chunks), str(dtype))
+
+
+def select_variables(
+    arrays: Mapping[str, zarr.Array], variables: Sequence[str] | None, where: str
+) -> dict[str, VariableLayout]:
+    """Layouts of the named arrays, or by default of every array with >= 2 dims.
+
+    The default skips 1-D coordinate arrays (latitude, time, ...) that xarray writes next
+    to the data, and refuses to guess when the remaining arrays disagree on axis 0. A
+    chosen array whose values torch cannot hold is refused here, before any read.
+
+    Args:
+        arrays: the group's arrays by name (`arrays_of`).
+        variables: the arrays to load, or None for the default choice.
+        where: the store's description for messages (`stores.describe`).
+    """
+    chosen = _chosen_arrays(arrays, variables, where)
+    check_torch_dtypes(chosen)
+    return {name: layout_of(array) for name, array in chosen.items()}
+
+
+def _chosen_arrays(
+    arrays: Mapping[str, zarr.Array], variables: Sequence[str] | None, where: str
+) -> dict[str, zarr.Array]:
+    if variables is None:
+        chosen = {n: a for n, a in sorted(arrays.items()) if a.ndim >= 2}
+        if not chosen:
+            raise ValueError(
+                f"{where} has no array with 2 or more dimensions to load; found "
+                f"{sorted(arrays)}: name the arrays with variables=[...]"
+            )
+        lengths = Counter(a.shape[0] for a in chosen.values())
+        if len(lengths) > 1:
+            raise ValueError(
+                f"the arrays in {where} differ in length along axis 0 ("
+                + ", ".join(f"{n}={a.shape[0]}" for n, a in chosen.items())
+                + "); choose the ones that share a sample axis with variables=[...]"
+            )
+        return chosen
+    if isinstance(variables, str):
+        variables = [variables]
+    seen: set[str] = set()
+    for name in variables:
+        if name in seen:
+            raise ValueError(f"variables lists {name!r} twice; name each array once")
+        seen.add(name)
+    unknown = [n for n in variables if n not in arrays]
+    if unknown:
+        raise ValueError(
+            f"unknown variable(s) {unknown} in {where}; its arrays are {sorted(arrays)}"
+        )
+    return {n: arrays[n] for n in variables}

@@ -1,0 +1,366 @@
+"""A torchdata `Loader` that stops the graph's IO when a for-loop over it stops, and whose
+state stays right across chained resumes.
+
+torchdata's Loader hands out one long-lived iterator, so nothing tells the graph that the
+user broke out of a loop or that the loop body raised; the fetch threads would idle on.
+This subclass iterates through a generator that closes every node that can be closed on
+`break`, an exception (KeyboardInterrupt included) or garbage collection, and at the end
+of an epoch all but the nodes that read across epochs (`read_across_epochs=True`: they
+are reading the next epoch's first blocks, and stop on `close()` or the next epoch).
+
+It also keeps its own iterator (`loader.peeking_iterator`: with torchdata 0.11's, a checkpoint
+taken after a restored state turned out to be an epoch's end would resume at the wrong
+place, meta-pytorch/data#1552). `state_dict()` has the same layout as torchdata's.
+
+For the training frameworks: `len(loader)` is the batches an epoch yields on this rank,
+known before anything is read (from the graph's `ShuffleBlockNode`). Lightning fetches a
+batch ahead of the training step only when an iterable has no length, so with it the
+state Lightning saves is the state after the step's batch. `all_ranks_state=True` makes
+`state_dict()` one state holding every rank's (`loader.rank_states`), since Lightning and
+accelerate write rank 0's checkpoint only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn, TypeVar
+
+import torchdata.nodes
+from torchdata.nodes import BaseNode
+
+from insitubatch_nodes.core.settings import as_bool, as_int
+from insitubatch_nodes.core.stage_report import EpochActivity, epoch_stats
+from insitubatch_nodes.loader.elastic_resume import resume_rest
+from insitubatch_nodes.loader.peeking_iterator import PeekingIterator
+from insitubatch_nodes.loader.rank_states import (
+    gather_rank_states,
+    is_rank_states,
+    own_rank_state,
+    process_rank,
+    rank_state_entries,
+)
+from insitubatch_nodes.nodes.graph import graph_nodes
+from insitubatch_nodes.nodes.state_checks import (
+    check_cursor,
+    check_node_state,
+    check_state_digest,
+    with_digest,
+)
+
+T = TypeVar("T")
+
+
+def close_graph(root: BaseNode[Any], *, epoch_ended: bool = False) -> None:
+    """Call `interrupt()`, then `close()`, on every node of the graph that has them (e.g.
+    `AsyncFetchNode`). Interrupting first lets a producer thread that waits on a slow read
+    (`PinToDeviceNode`) stop at once, before its node waits for it. Every node is closed
+    even if one fails to; the first failure is raised after.
+
+    Args:
+        root: the graph's last node.
+        epoch_ended: the epoch ran to its end, so nodes that read across epochs are left
+            running, and nodes with an `end_epoch()` method are ended with it instead of
+            `close()` (the fetch node keeps its block memory for the next epoch).
+    """
+    nodes = [
+        node
+        for node in graph_nodes(root)
+        if not (epoch_ended and getattr(node, "read_across_epochs", False))
+    ]
+    for node in nodes:
+        interrupt = getattr(node, "interrupt", None)
+        if callable(interrupt):
+            interrupt()
+    failure: Exception | None = None
+    for node in nodes:
+        close = getattr(node, "close", None)
+        if epoch_ended:  # a node may keep what the next epoch reuses (`end_epoch`)
+            close = getattr(node, "end_epoch", close)
+        if callable(close):
+            try:
+                close()
+            except Exception as error:
+                failure = failure or error
+    if failure is not None:
+        raise failure
+
+
+class Loader(torchdata.nodes.Loader[T]):
+    """torchdata's `Loader` over a graph, closing the graph when a loop over it stops
+    (see the module).
+
+    Args:
+        root: the graph's last node.
+        restart_on_stop_iteration: begin the next epoch at the next `iter()` once an
+            epoch ran out (torchdata's meaning).
+        all_ranks_state: `state_dict()` gathers every rank's state into one (a collective
+            call over torch.distributed: every rank must make it at the same point, as
+            Lightning's and accelerate's checkpointing do), so that the one checkpoint
+            those frameworks write (rank 0's) resumes every rank. `load_state_dict` takes
+            either kind of state.
+    """
+
+    def __init__(
+        self,
+        root: BaseNode[T],
+        restart_on_stop_iteration: bool = True,
+        *,
+        all_ranks_state: bool = False,
+    ) -> None:
+        super().__init__(root, restart_on_stop_iteration)
+        self.all_ranks_state = as_bool("all_ranks_state", all_ranks_state)
+        self._iterator: PeekingIterator[T] | None = None
+        self._state_to_load: dict[str, Any] | None = None
+        self._started_for_state_dict = False
+        self._fresh = False  # the latest iter() has handed nothing out yet
+        self._next_epoch: int | None = None  # set_epoch's, for the next iter()
+        self._stats_hook: tuple[Callable[[dict[str, float]], None], int] | None = None
+
+    def __iter__(self) -> Iterator[T]:  # type: ignore[override]
+        if (
+            self._iterator is None
+            or not self._started_for_state_dict
+            or self._state_to_load is not None
+        ):
+            self._start()
+        self._started_for_state_dict = False
+        assert self._iterator is not None
+        return self._closing(self._iterator)
+
+    def _start(self) -> None:
+        """The epoch a new `iter()` begins: the loaded state's, else the next one."""
+        if self._iterator is None:
+            self._iterator = PeekingIterator(self.root)
+        self._fresh = True
+        next_epoch, self._next_epoch = self._next_epoch, None
+        if self._state_to_load is None:
+            self._iterator.reset(None)
+            if next_epoch is not None:
+                self._move_to_epoch(next_epoch)
+            return
+        state, self._state_to_load = self._state_to_load, None  # a state says the epoch
+        self._iterator.reset(state)
+        ended = self.restart_on_stop_iteration and not self._iterator.has_next()
+        # After the nodes took up their parts (so a cursor out of range is named as such):
+        # an edit that left every cursor in range still does not match the digest. By then
+        # the fetch loop runs (it read for has_next), so a refused state stops it: a caller
+        # that catches the error must not keep threads reading for a state it refused.
+        try:
+            check_state_digest(state)
+        except BaseException:
+            close_graph(self.root)
+            raise
+        if ended:
+            self._iterator.reset(None)  # the state was an epoch's end: begin the next one
+
+    def _closing(self, iterator: Iterator[T]) -> Iterator[T]:
+        handed = 0
+        try:
+            for item in iterator:
+                self._fresh = False
+                yield item
+                handed += 1
+                if self._stats_hook is not None and handed % self._stats_hook[1] == 0:
+                    self._stats_hook[0](self.scalar_stats())
+        except BaseException:  # break (GeneratorExit), an error, or garbage collection
+            self.close()
+            raise
+        close_graph(self.root, epoch_ended=True)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resume from `state_dict` at the next `iter()`. Its own layout is checked now;
+        each node checks its part when it takes it up, at that `iter()`. A state of every
+        rank (`all_ranks_state=True`, or `loader.rank_states.gather_rank_states`) resumes from
+        this process's entry; one of another number of ranks than this loader's resumes
+        the rest of its epoch re-dealt to this loader's ranks (`loader.elastic_resume`: every
+        not-yet-seen sample once; the pool shuffle only).
+
+        Args:
+            state_dict: what `state_dict()` returned (through a checkpoint file or not).
+        """
+        if is_rank_states(state_dict):
+            node = self._epoch_node()
+            rank, world_size = process_rank()
+            if callable(getattr(node, "process_rank", None)):
+                rank, world_size = node.process_rank()
+            entries = rank_state_entries(state_dict)
+            if len(entries) != world_size and callable(getattr(node, "begin_rest", None)):
+                resume_rest(node, entries)
+                self._state_to_load = None
+                self._started_for_state_dict = False  # the next iter() starts the rest
+                return
+            state_dict = own_rank_state(state_dict, rank, world_size)
+        keys = (PeekingIterator.ROOT_KEY, PeekingIterator.NUM_YIELDED_KEY)
+        state = check_node_state(self, state_dict, keys, named=False)
+        check_cursor(self, state, PeekingIterator.NUM_YIELDED_KEY, 0)
+        self._state_to_load = state_dict
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the latest `iter()` stands; before any, where the first would start.
+        With `all_ranks_state`, every rank's, gathered (see the class)."""
+        if self._iterator is None:
+            self._start()
+            self._started_for_state_dict = True
+        assert self._iterator is not None
+        state = with_digest(self._iterator.state_dict())
+        return gather_rank_states(state) if self.all_ranks_state else state
+
+    def stats(self) -> dict[str, Any]:
+        """This epoch so far, as plain numbers (`core.stage_report.epoch_stats`): batches,
+        samples per second, the share of time the consumer waited for data, chunks and
+        bytes read, reads in flight (mean, max, target), read latency quantiles, retries,
+        decode CPU, gather time, read amplification, block memory held, the share of time
+        the fetch loop worked (`fetch_loop_busy_fraction`), the `limiting_stage` with its
+        `evidence`, and how mixed the batches are against a
+        uniform global shuffle of the split (`distinct_units_per_batch`, `time_distance`,
+        each with `_uniform` and `_ratio`, and `gap_score`; `core.quality.MixingTally`).
+        Cheap enough to call every step; counting costs two clock reads and O(batch)
+        numpy work per batch, and the stages' counters are kept anyway."""
+        counters: dict[str, Any] = {}
+        for node in graph_nodes(self.root):
+            report = getattr(node, "stage_counters", None)
+            if callable(report):
+                counters.update(report())
+        if self._iterator is not None:
+            counters.update(self._iterator.stage_counters())
+        stats = epoch_stats(EpochActivity(**counters))
+        for node in graph_nodes(self.root):
+            figures = getattr(node, "mixing_figures", None)
+            if callable(figures):
+                stats.update(figures())
+        return stats
+
+    def scalar_stats(self) -> dict[str, float]:
+        """`stats()`'s numbers as floats, for a metrics logger (the verdict and its
+        evidence, which are words, left out)."""
+        return {
+            key: float(value)
+            for key, value in self.stats().items()
+            if isinstance(value, int | float) and not isinstance(value, bool)
+        }
+
+    def log_stats_every(self, batches: int, hook: Callable[[dict[str, float]], None]) -> None:
+        """Call `hook(loader.scalar_stats())` after every `batches` batches an iteration
+        hands out, in the consumer's thread, between batches: e.g. `lambda s: [writer
+        .add_scalar(f"loader/{k}", v, step) for k, v in s.items()]` for TensorBoard.
+
+        Args:
+            batches: how many batches apart (an int >= 1).
+            hook: what takes the figures.
+        """
+        self._stats_hook = (hook, as_int("batches", batches, minimum=1))
+
+    def __len__(self) -> int:
+        """Batches one epoch yields on this rank (the last may be short), computed without
+        reading: what `ShuffleBlockNode.batches_per_epoch` says, the nodes after it handing
+        on one item per batch (gather, stack, device copy, normalise, a torchdata Mapper).
+        Training frameworks size progress bars and schedules with it, and Lightning
+        fetches no batch ahead of the step when it has it.
+
+        Raises:
+            TypeError: the graph has no `ShuffleBlockNode` (or several), so it cannot say
+                (the error `len()` of an unsized object raises).
+        """
+        counters = [
+            node
+            for node in graph_nodes(self.root)
+            if callable(getattr(node, "batches_per_epoch", None))
+        ]
+        if len(counters) != 1:
+            raise TypeError(
+                f"this Loader's graph has {len(counters)} nodes that count an epoch's "
+                f"batches (a ShuffleBlockNode does) where len() needs exactly one"
+            )
+        return counters[0].batches_per_epoch()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make `epoch` the epoch this loader yields: the current `iter()`'s if it has
+        handed nothing out yet (it starts again there), else the next `iter()`'s (instead
+        of the epoch after this one; a state loaded before it says the epoch instead).
+        What `DistributedSampler.set_epoch` means to a DataLoader: Lightning calls it at
+        every epoch's start (through `sampler`), and resumes a checkpoint saved at an
+        epoch's end this way rather than with the loader's state. A bare loop does not
+        need it: each `iter()` moves one epoch on.
+
+        Args:
+            epoch: the epoch (an int >= 0).
+
+        Raises:
+            TypeError: the graph has no `ChunkPermuteNode` (or several) to set it on.
+        """
+        epoch = as_int("epoch", epoch, minimum=0)
+        if self._epoch_node() is None:
+            raise TypeError(
+                "this Loader's graph has no single ChunkPermuteNode (a node with "
+                "begin_epoch) to set the epoch on"
+            )
+        if self._iterator is not None and self._fresh and self._state_to_load is None:
+            self._move_to_epoch(epoch)
+        else:
+            self._next_epoch = epoch
+
+    def _move_to_epoch(self, epoch: int) -> None:
+        """Start the current iteration, which has handed nothing out, again at `epoch`."""
+        assert self._iterator is not None
+        node = self._epoch_node()
+        if node.epoch != epoch:
+            node.begin_epoch(epoch)
+            self._iterator.reset(None)
+
+    def _epoch_node(self) -> Any:
+        """The one node of the graph that keeps the epoch, or None."""
+        nodes = [n for n in graph_nodes(self.root) if callable(getattr(n, "begin_epoch", None))]
+        return nodes[0] if len(nodes) == 1 else None
+
+    @property
+    def sampler(self) -> EpochSetter | None:
+        """What Lightning calls `set_epoch` on at every epoch's start, as on a DataLoader's
+        sampler: an `EpochSetter` for this loader, or None for a graph without a
+        `ChunkPermuteNode`. The loader is like a `DataLoader(batch_size=None)` there: its
+        items are whole batches, so it has no `batch_sampler` (None)."""
+        return EpochSetter(self) if self._epoch_node() is not None else None
+
+    batch_sampler: None = None
+
+    @property
+    def dataset(self) -> NoReturn:
+        """Not there: asking for it is refused with an `AttributeError` that says why.
+        accelerate's `skip_first_batches` starts by asking for it; on this loader it would
+        skip the batches that `load_state_dict` already resumed after a second time.
+        (`hasattr(loader, "dataset")` stays False, as for any object without one.)"""
+        raise AttributeError(
+            "insitubatch_nodes.Loader has no dataset: it reads, shards and shuffles by "
+            "itself and resumes from load_state_dict(). Do not call accelerate's "
+            "skip_first_batches on it: after a load the loader already starts at the "
+            "batch after the saved one, and skipping would skip those batches twice"
+        )
+
+    def close(self) -> None:
+        """Stop all background IO now; iterating again picks up where it stopped."""
+        close_graph(self.root)
+
+    def __enter__(self) -> Loader[T]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class EpochSetter:
+    """`Loader.sampler`: what a framework that handles the loader like a DataLoader calls
+    `set_epoch` on at each epoch's start (Lightning does, as for a `DistributedSampler`).
+
+    Args:
+        loader: the loader whose epoch it sets.
+    """
+
+    def __init__(self, loader: Loader[Any]) -> None:
+        self.loader = loader
+
+    def set_epoch(self, epoch: int) -> None:
+        """`Loader.set_epoch`.
+
+        Args:
+            epoch: the epoch (an int >= 0).
+        """
+        self.loader.set_epoch(epoch)
