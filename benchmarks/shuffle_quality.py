@@ -1,5 +1,5 @@
 """Shuffle quality of the block order against the pool order (issue 17), from the pure
-orders (the loader yields exactly these, `tests/test_pool_shuffle.py`): a year of hourly
+orders (the loader yields exactly these, `tests/nodes/test_pool_shuffle.py`): a year of hourly
 ERA5-shaped steps (4 x float32 (121, 240)), batch 32, the default block size and pool, and
 the pool with revisits (its units are visits of a chunk; distinct units still count the
 store's chunks of `steps_per_chunk` steps, against a uniform shuffle over them).

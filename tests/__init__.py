@@ -1,0 +1,2 @@
+"""The tests, in folders that mirror the package's layers, plus end-to-end runs and shared
+helpers."""

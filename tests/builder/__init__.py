@@ -1,0 +1,1 @@
+"""build_loader's settings and the defaults it chooses."""

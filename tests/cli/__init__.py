@@ -1,0 +1,1 @@
+"""The insitubatch command as users run it."""

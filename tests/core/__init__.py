@@ -1,0 +1,1 @@
+"""The pure core: index math against brute force and properties."""

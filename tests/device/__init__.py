@@ -1,0 +1,1 @@
+"""Staging, copies and GPU decode (the CUDA parts skip without CUDA)."""

@@ -1,0 +1,515 @@
+"""Each wrong input a user can give gets an error that names it and says what to do."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+
+from insitubatch_nodes import ZarrSource, build_loader, make_manifest, open_icechunk
+from tests.helpers.paths import README
+from tests.helpers.stores import write_store
+
+
+def test_unknown_variable(memory_url: Any) -> None:
+    url, _ = memory_url()
+    with pytest.raises(ValueError, match=r"unknown variable\(s\) \['z500'\].*\['t2m', 'u10'\]"):
+        build_loader(url, ["t2m", "z500"])
+
+
+def test_variables_with_different_sample_axes(memory_url: Any) -> None:
+    url, _ = memory_url({"a": ((20, 2), (2, 2), "float32"), "b": ((21, 1), (3, 1), "float32")})
+    with pytest.raises(ValueError, match=r"same length along the sample axis.*a=20, b=21"):
+        build_loader(url, ["a", "b"])
+    with pytest.raises(ValueError, match=r"differ in length along axis 0.*variables=\["):
+        build_loader(url)  # the default selection refuses to guess
+
+
+def test_fractions_not_summing_to_one(memory_url: Any) -> None:
+    url, _ = memory_url()
+    geometry = ZarrSource.open(url).geometry
+    with pytest.raises(ValueError, match="must sum to 1"):
+        make_manifest(geometry, {"train": 0.7, "val": 0.1})
+
+
+def test_an_empty_split(memory_url: Any) -> None:
+    url, _ = memory_url({"a": ((12, 2), (4, 2), "float32")})  # 3 units: no room for a test split
+    with pytest.raises(ValueError, match="split 'test' is empty"):
+        build_loader(url, split="test")
+    with pytest.raises(ValueError, match="unknown split 'holdout'"):
+        build_loader(url, split="holdout")
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ({"batch_size": 0}, "batch_size must be >= 1"),
+        ({"block_chunks": 0}, "block_chunks must be >= 1"),
+        ({"max_inflight": 0}, "max_inflight must be >= 1"),
+        ({"rank": 2, "world_size": 2}, r"rank must be in \[0, 2\)"),
+    ],
+)
+def test_bad_sizes(memory_url: Any, option: dict[str, int], message: str) -> None:
+    url, _ = memory_url()
+    with pytest.raises(ValueError, match=message):
+        build_loader(url, **option)
+
+
+def test_more_ranks_than_units(memory_url: Any) -> None:
+    url, _ = memory_url({"a": ((8, 1), (4, 1), "float32")})
+    with pytest.raises(ValueError, match="fewer than world_size=3"):
+        build_loader(url, split="all", rank=0, world_size=3)
+
+
+def test_drop_last_with_no_full_batch(memory_url: Any) -> None:
+    url, _ = memory_url({"a": ((8, 1), (4, 1), "float32")})
+    with pytest.raises(ValueError, match="leaves no full batch"):
+        build_loader(url, split="all", batch_size=9, drop_last=True)
+
+
+def test_a_manifest_from_another_store(memory_url: Any) -> None:
+    url, _ = memory_url()
+    other_url, _ = memory_url({"t2m": ((60, 3, 4), (3, 3, 2), "float32")})
+    manifest = ZarrSource.open(other_url).manifest
+    with pytest.raises(ValueError, match=r"does not match this store.*'t2m' is now shape=\(88"):
+        build_loader(url, ["t2m"], manifest=manifest)
+
+
+def test_manifest_round_trips_through_a_json_file(memory_url: Any, tmp_path: Path) -> None:
+    url, _ = memory_url()
+    path = tmp_path / "splits.json"
+    path.write_text(
+        make_manifest(ZarrSource.open(url).geometry, {"train": 0.5, "val": 0.5}).dumps()
+    )
+    first = [b["sample_index"].tolist() for b in build_loader(url, split="val", manifest=path)]
+    second = [
+        b["sample_index"].tolist() for b in build_loader(url, split="val", manifest=str(path))
+    ]
+    assert first == second and sum(len(b) for b in first) > 0
+
+
+def test_unsupported_url_scheme() -> None:
+    with pytest.raises(ValueError, match=r"unsupported URL scheme 'ftp'.*s3://"):
+        build_loader("ftp://example.org/data.zarr")
+
+
+def test_a_path_that_is_not_a_zarr_group(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("not zarr")
+    with pytest.raises(ValueError, match="is not a Zarr group"):
+        build_loader(str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="is not a directory"):
+        build_loader(str(tmp_path / "missing.zarr"))
+
+
+def test_a_path_to_an_array_rather_than_a_group(tmp_path: Path) -> None:
+    zarr.create_array(str(tmp_path / "a.zarr"), shape=(4,), dtype="float32")
+    with pytest.raises(ValueError, match="is not a Zarr group"):
+        build_loader(f"file://{tmp_path / 'a.zarr'}")
+
+
+def test_unknown_memory_store() -> None:
+    with pytest.raises(FileNotFoundError, match="no in-memory store named 'nope'"):
+        build_loader("memory://nope")
+
+
+def test_cuda_device_without_cuda(memory_url: Any) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA; the error is for machines without it")
+    url, _ = memory_url()
+    with pytest.raises(ValueError, match="asks for CUDA"):
+        build_loader(url, device="cuda")
+
+
+def test_plain_path_and_file_url_read_the_same(tmp_path: Path) -> None:
+    url, truth = write_store(tmp_path / "s.zarr")
+    via_path = [b["sample_index"].tolist() for b in build_loader(str(tmp_path / "s.zarr"))]
+    via_url = [b["sample_index"].tolist() for b in build_loader(url)]
+    assert via_path == via_url
+    assert np.asarray(truth["t2m"]).shape[0] == 88
+
+
+# --- The README's "Bad input" table: every row is run here, and its error text must be
+# exactly what the user gets ("…" stands for the parts that depend on paths and ports).
+
+
+@dataclass
+class Context:
+    memory_url: Any
+    tmp_path: Path
+    s3: Any
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _s3_group(ctx: Context) -> str:
+    url = f"s3://{ctx.s3.new_bucket()}/era5.zarr"
+    write_store(ctx.s3.writable_store(url))
+    return url
+
+
+def _unsupported_scheme(ctx: Context) -> None:
+    build_loader("ftp://host/era5.zarr")
+
+
+def _missing_local_path(ctx: Context) -> None:
+    build_loader(str(ctx.tmp_path / "missing.zarr"))
+
+
+def _not_a_zarr_group(ctx: Context) -> None:
+    (ctx.tmp_path / "notes.txt").write_text("not zarr")
+    build_loader(str(ctx.tmp_path))
+
+
+def _empty_bucket_prefix(ctx: Context) -> None:
+    url = f"s3://{ctx.s3.new_bucket()}/nothing-here.zarr"
+    build_loader(url, storage_options=ctx.s3.options())
+
+
+def _missing_bucket(ctx: Context) -> None:
+    build_loader("s3://no-such-bucket/era5.zarr", storage_options=ctx.s3.options())
+
+
+def _unreachable_endpoint(ctx: Context) -> None:
+    options = ctx.s3.options(endpoint=f"http://127.0.0.1:{_free_port()}")
+    build_loader(f"s3://{ctx.s3.new_bucket()}/era5.zarr", storage_options=options)
+
+
+def _missing_credentials(ctx: Context) -> None:
+    options = ctx.s3.options(metadata_endpoint=f"http://127.0.0.1:{_free_port()}")
+    del options["access_key_id"], options["secret_access_key"]
+    build_loader(_s3_group(ctx), storage_options=options)
+
+
+def _misspelled_option(ctx: Context) -> None:
+    build_loader("s3://bucket/era5.zarr", storage_options={"acess_key_id": "AKIA..."})
+
+
+def _wrong_variable(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    build_loader(url, ["t2m", "z500"])
+
+
+def _misaligned_arrays(ctx: Context) -> None:
+    url, _ = ctx.memory_url(
+        {"t2m": ((88, 3, 4), (3, 3, 2), "float32"), "tp": ((87, 3, 4), (3, 3, 2), "float32")}
+    )
+    build_loader(url, ["t2m", "tp"])
+
+
+def _manifest_from_another_store(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    other, _ = ctx.memory_url({"t2m": ((60, 3, 4), (3, 3, 2), "float32")})
+    build_loader(url, ["t2m"], manifest=ZarrSource.open(other).manifest)
+
+
+def _store_changed_since_the_manifest(ctx: Context) -> None:
+    path = ctx.tmp_path / "era5.zarr"
+    url, _ = write_store(path)
+    manifest = ZarrSource.open(url).manifest
+    zarr.open_group(str(path), mode="r+")["t2m"].resize((96, 3, 4))  # new days appended
+    build_loader(url, ["t2m"], manifest=manifest)
+
+
+def _unknown_icechunk_tag(ctx: Context) -> None:
+    import icechunk
+
+    path = ctx.tmp_path / "repo"
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(path)))
+    session = repo.writable_session("main")
+    zarr.open_group(session.store, mode="w").create_array("t2m", shape=(4, 2), dtype="f4")
+    session.commit("first")
+    open_icechunk(path, tag="v9")
+
+
+def _overlapping_splits(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    manifest = ZarrSource.open(url).manifest.to_json()
+    manifest["splits"] = {"train": [[0, 12]], "val": [[10, 15]]}
+    build_loader(url, manifest=manifest)
+
+
+def _manifest_range_past_the_end(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    manifest = ZarrSource.open(url).manifest.to_json()
+    manifest["splits"] = {"train": [[0, 20]]}
+    build_loader(url, manifest=manifest)
+
+
+def _manifest_file_not_json(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    lines = ZarrSource.open(url).manifest.dumps().splitlines()
+    lines[2] = lines[2].rstrip(",")  # a comma lost in a hand edit
+    path = ctx.tmp_path / "splits.json"
+    path.write_text("\n".join(lines))
+    build_loader(url, manifest=path)
+
+
+def _missing_manifest_file(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    build_loader(url, manifest=str(ctx.tmp_path / "splits.json"))
+
+
+def _manifest_of_the_wrong_type(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    build_loader(url, manifest=[[0, 12]])  # type: ignore[arg-type]
+
+
+def _state_from_another_store(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    other, _ = ctx.memory_url({"t2m": ((96, 3, 4), (3, 3, 2), "float32")})
+    saved = build_loader(url, ["t2m"])
+    next(iter(saved))
+    loader = build_loader(other, ["t2m"])
+    loader.load_state_dict(saved.state_dict())
+    next(iter(loader))
+
+
+def _state_from_a_graph_with_a_stage_more(ctx: Context) -> None:
+    url, _ = ctx.memory_url({"t2m": ((88, 3, 4), (3, 3, 2), "float32")})
+    saved = build_loader(url, stack=True)
+    next(iter(saved))
+    loader = build_loader(url)
+    loader.load_state_dict(saved.state_dict())
+    next(iter(loader))
+
+
+def _state_cursor_out_of_range(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    loader = build_loader(url, device="cpu")
+    next(iter(loader))
+    state = loader.state_dict()
+    state["root"]["source"]["source"]["samples_yielded"] = 1000000  # the ShuffleBlockNode's
+    loader.load_state_dict(state)
+    next(iter(loader))
+
+
+def _state_edited_by_hand(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    loader = build_loader(url, device="cpu")
+    next(iter(loader))
+    state = loader.state_dict()
+    shuffle = state["root"]["source"]["source"]  # the ShuffleBlockNode's
+    assert shuffle["samples_yielded"] == 32
+    shuffle["samples_yielded"] = 24  # in range: 8 samples would be drawn twice
+    loader.load_state_dict(state)
+    next(iter(loader))
+
+
+def _state_not_a_dict(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    build_loader(url).load_state_dict([0, 1])  # type: ignore[arg-type]
+
+
+def _training_state_in_an_evaluation_loader(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    training = build_loader(url, split="all")
+    next(iter(training))
+    loader = build_loader(url, split="all", evaluation=True)
+    loader.load_state_dict(training.state_dict())
+    next(iter(loader))
+
+
+def _another_ranks_state(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    rank_0 = build_loader(url, split="all", rank=0, world_size=2)
+    next(iter(rank_0))
+    rank_1 = build_loader(url, split="all", rank=1, world_size=2)
+    rank_1.load_state_dict(rank_0.state_dict())
+    next(iter(rank_1))
+
+
+def _block_shuffle_states_on_fewer_ranks(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    states = [
+        build_loader(url, split="all", rank=r, world_size=2, shuffle="block").state_dict()
+        for r in range(2)
+    ]
+    build_loader(url, split="all", shuffle="block").load_state_dict({"rank_states": states})
+
+
+def _evaluation_with_drop_last(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    build_loader(url, split="val", evaluation=True, drop_last=True)
+
+
+def _skip_first_batches(ctx: Context) -> None:
+    from accelerate import Accelerator
+
+    url, _ = ctx.memory_url()
+    Accelerator(cpu=True).skip_first_batches(build_loader(url), 3)
+
+
+def _batch_size_not_an_int(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    build_loader(url, batch_size=32.0)  # type: ignore[arg-type]
+
+
+def _seed_not_an_int(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    build_loader(url, seed="42")  # type: ignore[arg-type]
+
+
+def _rank_not_an_int(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    with mock.patch.dict(os.environ, {"RANK": "abc"}):
+        build_loader(url)
+
+
+def _dtype_torch_cannot_hold(ctx: Context) -> None:
+    url, _ = ctx.memory_url(extra_arrays={"when": np.zeros((88, 2), dtype="datetime64[ns]")})
+    build_loader(url, ["t2m", "when"])
+
+
+def _chunk_cut_short(ctx: Context) -> None:
+    url, _ = write_store(ctx.tmp_path / "era5.zarr")
+    chunk = ctx.tmp_path / "era5.zarr" / "t2m" / "c" / "2" / "0" / "0"
+    one_step = np.zeros((1, 3, 2), dtype="float32")  # of the chunk's 3 steps
+    chunk.write_bytes(bytes(numcodecs.Zstd().encode(one_step)))
+    list(build_loader(url, split="all"))
+
+
+def _dtype_edited_in_the_metadata(ctx: Context) -> None:
+    url, _ = write_store(ctx.tmp_path / "era5.zarr")
+    metadata_file = ctx.tmp_path / "era5.zarr" / "t2m" / "zarr.json"
+    metadata = json.loads(metadata_file.read_text())
+    metadata["data_type"] = "float64"
+    metadata_file.write_text(json.dumps(metadata))
+    list(build_loader(url, ["t2m"], split="all"))
+
+
+def _metadata_not_json(ctx: Context) -> None:
+    url, _ = write_store(ctx.tmp_path / "era5.zarr")
+    metadata_file = ctx.tmp_path / "era5.zarr" / "t2m" / "zarr.json"
+    metadata_file.write_text(metadata_file.read_text().replace('"shape"', '"shape",', 1))
+    build_loader(url)
+
+
+def _shard_index_past_its_shard(ctx: Context) -> None:
+    path = ctx.tmp_path / "sharded.zarr"
+    sharding = zarr.codecs.ShardingCodec(
+        chunk_shape=(2, 4), index_codecs=[zarr.codecs.BytesCodec()]
+    )
+    zarr.open_group(str(path), mode="w").create_array(
+        "x", shape=(16, 4), chunks=(8, 4), dtype="float32", serializer=sharding, compressors=None
+    )[...] = 1.0
+    shard = path / "x" / "c" / "0" / "0"
+    stored = bytearray(shard.read_bytes())
+    stored[-16:-8] = struct.pack("<Q", len(stored) + 100)  # the last entry's offset
+    shard.write_bytes(bytes(stored))
+    list(build_loader(str(path), split="all"))
+
+
+def _credentials_in_a_url(ctx: Context) -> None:
+    url = "s3://AKIAIOSFODNN7EXAMPLE:wJalrXUtnFEMI@no-such-bucket/era5.zarr"
+    build_loader(url, storage_options=ctx.s3.options())
+
+
+def _signed_url_with_no_group(ctx: Context) -> None:
+    host = ctx.s3.endpoint.removeprefix("http://")
+    url = (
+        f"http://{host}/{ctx.s3.new_bucket()}/nothing-here.zarr"
+        f"?X-Amz-Credential=AKIAIOSFODNN7EXAMPLE&X-Amz-Signature=0a1b2c3d4e5f"
+    )
+    build_loader(url, storage_options={"client_options": {"allow_http": True}})
+
+
+def _unreachable_url_with_a_password(ctx: Context) -> None:
+    url = f"http://reader:hunter2-s3cret@127.0.0.1:{_free_port()}/era5.zarr?sig=c2lnbmF0dXJl"
+    options = {"client_options": {"allow_http": True}, "retry_config": {"max_retries": 0}}
+    build_loader(url, storage_options=options)
+
+
+CASES = {
+    "a URL with a scheme we do not read": _unsupported_scheme,
+    "a local path that does not exist": _missing_local_path,
+    "a directory that is not a Zarr group": _not_a_zarr_group,
+    "a bucket prefix with no Zarr group": _empty_bucket_prefix,
+    "a bucket that does not exist": _missing_bucket,
+    "an endpoint that does not answer": _unreachable_endpoint,
+    "no credentials": _missing_credentials,
+    "a misspelled storage option": _misspelled_option,
+    "a variable the store does not have": _wrong_variable,
+    "variables of different lengths": _misaligned_arrays,
+    "a manifest made for another store": _manifest_from_another_store,
+    "a store changed since its manifest was made": _store_changed_since_the_manifest,
+    "an Icechunk tag that does not exist": _unknown_icechunk_tag,
+    "a manifest whose splits overlap": _overlapping_splits,
+    "a manifest range past the store's end": _manifest_range_past_the_end,
+    "a manifest file that is not valid JSON": _manifest_file_not_json,
+    "a manifest file that does not exist": _missing_manifest_file,
+    "a manifest of another type": _manifest_of_the_wrong_type,
+    "a loader state saved on another store": _state_from_another_store,
+    "a loader state from a graph with a stage more or less": _state_from_a_graph_with_a_stage_more,
+    "a loader state with a cursor out of range": _state_cursor_out_of_range,
+    "a loader state edited by hand": _state_edited_by_hand,
+    "a loader state that is not a dict": _state_not_a_dict,
+    "a training state in an evaluation loader": _training_state_in_an_evaluation_loader,
+    "another rank's state": _another_ranks_state,
+    "a block-shuffle state of every rank, on fewer ranks": _block_shuffle_states_on_fewer_ranks,
+    "drop_last in an evaluation loader": _evaluation_with_drop_last,
+    "accelerate's skip_first_batches on the loader": _skip_first_batches,
+    "a batch_size that is not an int": _batch_size_not_an_int,
+    "a seed that is not an int": _seed_not_an_int,
+    "a RANK that is not an int": _rank_not_an_int,
+    "a variable whose dtype torch cannot hold": _dtype_torch_cannot_hold,
+    "a chunk cut short in the store": _chunk_cut_short,
+    "a dtype edited in an array's metadata": _dtype_edited_in_the_metadata,
+    "an array's metadata file that is not valid JSON": _metadata_not_json,
+    "a shard index that points past its shard": _shard_index_past_its_shard,
+    "a URL with credentials in it": _credentials_in_a_url,
+    "a signed URL with no Zarr group": _signed_url_with_no_group,
+    "a URL with a password whose server does not answer": _unreachable_url_with_a_password,
+}
+
+
+def _readme_rows() -> dict[str, str]:
+    """{what you pass: the error text} from the README's "Bad input" table."""
+    section = README.read_text().split("\n## Bad input\n", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0] not in ("You pass", "") and not cells[0].startswith("-"):
+            rows[cells[0]] = cells[2].strip("`").strip()
+    return rows
+
+
+def test_every_readme_row_is_a_case_and_every_case_a_row() -> None:
+    assert list(_readme_rows()) == list(CASES)
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"), list(_readme_rows().items()), ids=list(_readme_rows())
+)
+def test_readme_bad_input_row(
+    row: str,
+    expected: str,
+    memory_url: Any,
+    tmp_path: Path,
+    s3_server: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in [n for n in os.environ if n.startswith("AWS_")]:
+        monkeypatch.delenv(name)  # credentials must come from storage_options only
+    kind, _, text = expected.partition(": ")
+    pattern = ".*".join(re.escape(part) for part in text.split("…"))
+    with pytest.raises(Exception) as raised:
+        CASES[row](Context(memory_url, tmp_path, s3_server))
+    assert type(raised.value).__name__ == kind, str(raised.value)
+    assert re.fullmatch(pattern, str(raised.value), flags=re.S), str(raised.value)

@@ -1,0 +1,55 @@
+"""The resume check every stage and loader must pass, shared by the test modules.
+
+A brand-new graph loaded with a state saved after any number of items yields exactly
+what the uninterrupted run yields from there: the rest of that epoch, then the next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from torchdata.nodes import BaseNode
+
+from insitubatch_nodes import Loader
+from tests.helpers.batches import torch_roundtrip
+from tests.helpers.graphs import fingerprint
+
+MakeGraph = Callable[[], BaseNode[Any]]
+
+
+def uninterrupted(make: MakeGraph, epochs: int) -> list[list[Any]]:
+    """Fingerprints of `epochs` whole epochs of one loader over `make()`."""
+    loader = Loader(make())
+    return [[fingerprint(x) for x in loader] for _ in range(epochs)]
+
+
+def check_every_cut(
+    make: MakeGraph, cuts: list[int] | None = None, *, epochs_differ: bool = True
+) -> None:
+    """Cut an epoch after each of `cuts` items (all of them, end included, by default),
+    save the state through a checkpoint round trip, load it into a fresh graph, and
+    check what it yields against an uninterrupted run: the items before the cut, the
+    rest of the epoch and the whole next epoch (an end-of-epoch state goes straight on
+    with the next one)."""
+    epoch0, epoch1, epoch2 = uninterrupted(make, 3)
+    assert epoch0
+    if epochs_differ:  # not so for degenerate shares (e.g. one unit of two samples per rank)
+        assert epoch0 != epoch1
+    for cut in cuts if cuts is not None else range(len(epoch0) + 1):
+        loader = Loader(make())
+        iterator = iter(loader)
+        taken = [fingerprint(next(iterator)) for _ in range(cut)]
+        assert taken == epoch0[:cut]
+        state = torch_roundtrip(loader.state_dict())
+        del iterator, loader
+        fresh = Loader(make())
+        fresh.load_state_dict(state)
+        rest = [fingerprint(x) for x in fresh]
+        following = [fingerprint(x) for x in fresh]
+        if cut < len(epoch0):
+            assert rest == epoch0[cut:], f"cut {cut}: the rest of the epoch differs"
+            assert following == epoch1, f"cut {cut}: the next epoch differs"
+        else:  # an end-of-epoch state goes straight on with the next epoch
+            assert rest == epoch1
+            assert following == epoch2

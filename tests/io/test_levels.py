@@ -1,0 +1,169 @@
+"""Pressure levels picked by value on real stores (xarray's `to_zarr`, v2 and v3, and
+zarr-python's): the batches hold exactly `ds.sel(level=[...])`, only the level chunks
+that hold a picked level are read, channels and statistics are per level
+(`z_500`), and what cannot be picked is refused by name."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import xarray as xr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import insitubatch_nodes as ib
+from tests.helpers.batches import as_numpy
+from tests.helpers.stores import write_store
+from tests.helpers.time_stores import LEVELS, hourly, write_native, write_xarray
+
+TIMES = hourly("2016-01-01T00", 24, hours=6)
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> Iterator[None]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("levels")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return {
+            "xarray-v2": write_xarray(root / "x2.zarr", TIMES, zarr_format=2),
+            "xarray-v3": write_xarray(root / "x3.zarr", TIMES, zarr_format=3),
+            "native-v3": write_native(root / "n3.zarr", TIMES),
+        }
+
+
+def _in_order(url: str, **settings: Any) -> tuple[np.ndarray, dict[str, np.ndarray], Any]:
+    loader = ib.build_loader(
+        url, split="all", batch_size=5, evaluation=True, device="cpu", **settings
+    )
+    batches = list(loader)
+    steps = np.concatenate([b["sample_index"].numpy() for b in batches])
+    keys = [k for k in batches[0] if k != "sample_index"]
+    return steps, {k: np.concatenate([as_numpy(b[k]) for b in batches]) for k in keys}, loader
+
+
+@pytest.mark.parametrize("kind", ["xarray-v2", "xarray-v3", "native-v3"])
+def test_levels_picked_by_value_are_what_ds_sel_picks(stores: dict[str, str], kind: str) -> None:
+    url = stores[kind]
+    steps, values, _ = _in_order(url, variables=["t2m", "z"], levels=[850, 250])
+    ds = xr.open_zarr(url, consolidated=False)
+    np.testing.assert_array_equal(values["z"], ds.z.sel(level=[250, 850]).values[steps])
+    np.testing.assert_array_equal(values["t2m"], ds.t2m.values[steps])  # no level axis
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.sets(st.sampled_from(LEVELS), min_size=1))
+def test_any_levels_hold_ds_sel_and_read_only_their_chunks(
+    stores: dict[str, str], chosen: set[int]
+) -> None:
+    url = stores["xarray-v3"]
+    steps, values, loader = _in_order(url, variables=["z"], levels={"z": sorted(chosen)})
+    ds = xr.open_zarr(url, consolidated=False)
+    np.testing.assert_array_equal(values["z"], ds.z.sel(level=sorted(chosen)).values[steps])
+    # levels are chunked by 2: a level chunk is read only when it holds a picked level
+    level_chunks = {LEVELS.index(v) // 2 for v in chosen}
+    time_chunks = -(-TIMES.size // 4)
+    assert loader.stats()["chunks_read"] == time_chunks * len(level_chunks)
+
+
+def test_channels_and_statistics_are_per_level(stores: dict[str, str]) -> None:
+    url = stores["xarray-v3"]
+    source = ib.ZarrSource.open(url, ["t2m", "z"], levels=[500, 850])
+    assert ib.batch_channels(source.layouts, None, stacked=True) == {
+        "fields": ["t2m", "z_500", "z_850"]
+    }
+    stats = ib.compute_stats(url, ["t2m", "z"], split="all", levels=[500, 850])
+    assert stats.channels["z"] == ["z_500", "z_850"]
+    ds = xr.open_zarr(url, consolidated=False)
+    expected = ds.z.sel(level=[500, 850]).mean(dim=("time", "lat", "lon")).values
+    np.testing.assert_allclose(stats.mean["z"], expected, rtol=1e-6)
+    loader = ib.build_loader(
+        url, ["t2m", "z"], "all", levels=[500, 850], stack=True, normalise=stats, device="cpu"
+    )
+    batch = next(iter(loader))
+    assert batch["fields"].shape[1:] == (3, 3, 4)
+
+
+def test_a_state_saved_with_other_levels_is_refused(stores: dict[str, str]) -> None:
+    url = stores["native-v3"]
+    loader = ib.build_loader(url, ["z"], levels=[500], batch_size=4, device="cpu")
+    next(iter(loader))
+    state = loader.state_dict()
+    other = ib.build_loader(url, ["z"], levels=[850], batch_size=4, device="cpu")
+    with pytest.raises(ValueError, match=r"array 'z' kept positions \(levels\) were \[1, \[3\]\]"):
+        other.load_state_dict(state)
+        next(iter(other))
+
+
+def test_what_cannot_be_picked_is_refused_by_name(stores: dict[str, str], tmp_path: Path) -> None:
+    url = stores["xarray-v3"]
+    with pytest.raises(
+        ValueError,
+        match=r"level 925 is not in 'z''s 'level' coordinate \(50, 100, 250, 500, 700, 850, "
+        r"1000\); pick levels from those values",
+    ):
+        ib.build_loader(url, ["z"], levels=[500, 925])
+    with pytest.raises(ValueError, match=r"levels for 'z' name a level twice: \[500, 500.0\]"):
+        ib.build_loader(url, ["z"], levels=[500, 500.0])
+    with pytest.raises(ValueError, match=r"levels= names 't2m', which has no axis between time"):
+        ib.build_loader(url, ["t2m", "z"], levels={"t2m": [500]})
+    with pytest.raises(ValueError, match=r"levels= names variable\(s\) \['q'\] that are not"):
+        ib.build_loader(url, ["z"], levels={"q": [500]})
+    with pytest.raises(ValueError, match="levels for 'z' is empty"):
+        ib.build_loader(url, ["z"], levels=[])
+    with pytest.raises(TypeError, match="must be a list of level values"):
+        ib.build_loader(url, ["z"], levels="500")
+    with pytest.raises(ValueError, match=r"none of \['t2m'\] has a level axis"):
+        ib.build_loader(url, ["t2m"], levels=[500])
+    plain, _ = write_store(tmp_path / "plain.zarr", {"q": ((8, 3, 2, 2), (4, 3, 2, 2), "f4")})
+    with pytest.raises(ValueError, match=r"levels= needs 'q''s level axis: .* no dimension names"):
+        ib.build_loader(plain, levels=[500])
+
+
+def test_levels_of_a_subset_read_through_a_fine_grid_manifest(tmp_path: Path) -> None:
+    """t2m chunked 5 hours and z chunked 7 (units of 35) over 84 hours get a manifest on
+    the fine grid of 5; z alone with picked levels reads that manifest's val hours,
+    exactly `ds.sel(level=...)`."""
+    times = hourly("2020-01-01T00", 84)
+    t2m = np.arange(84 * 6, dtype=np.float32).reshape(84, 2, 3)
+    z = np.arange(84 * 3 * 6, dtype=np.float32).reshape(84, 3, 2, 3)
+    ds = xr.Dataset(
+        {"t2m": (("time", "lat", "lon"), t2m), "z": (("time", "level", "lat", "lon"), z)},
+        coords={"time": times, "level": [1000, 850, 500], "lat": [0.0, 1.0], "lon": [0.0, 1, 2]},
+    )
+    url = str(tmp_path / "s.zarr")
+    encoding = {"t2m": {"chunks": (5, 2, 3)}, "z": {"chunks": (7, 1, 2, 3)}}
+    ds.to_zarr(url, zarr_format=3, encoding=encoding, consolidated=False)
+    opened = ib.ZarrSource.open(url)
+    assert opened.manifest.unit_length == 5
+    saved = tmp_path / "manifest.json"
+    saved.write_text(opened.manifest.dumps())
+    loader = ib.build_loader(
+        url,
+        variables=["z"],
+        levels=[500, 1000],
+        manifest=saved,
+        split="val",
+        batch_size=4,
+        evaluation=True,
+        device="cpu",
+    )
+    batches = list(loader)
+    steps = np.concatenate([b["sample_index"].numpy() for b in batches])
+    (first, stop), *_ = opened.step_ranges("val").tolist()
+    np.testing.assert_array_equal(steps, np.arange(first, stop))
+    got = np.concatenate([as_numpy(b["z"]) for b in batches])
+    np.testing.assert_array_equal(got, ds.z.sel(level=[1000, 500]).values[steps])

@@ -1,0 +1,1 @@
+"""The running loader: resume, elastic resume, framework hooks, evaluation, stats, threads."""

@@ -1,0 +1,1 @@
+"""Each stage of the graph against its pure reference, and its state."""
