@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench docs clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,5 +29,14 @@ bench: $(BIN)/.bench-installed
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.defaults $(DEFAULTS_ARGS)
 
+$(BIN)/.docs-installed: $(BIN)/.installed
+	$(BIN)/python -m pip install --quiet -e '.[dev,docs]'
+	touch $@
+
+# The site in site/: guides, design, and the API reference from the docstrings. --strict
+# turns every warning (a broken link, a name the reference cannot find) into a failure.
+docs: $(BIN)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache *.egg-info site

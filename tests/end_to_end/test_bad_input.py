@@ -18,7 +18,7 @@ import pytest
 import zarr
 
 from insitubatch_nodes import ZarrSource, build_loader, make_manifest, open_icechunk
-from tests.helpers.paths import README
+from tests.helpers.paths import REPO
 from tests.helpers.stores import write_store
 
 
@@ -141,7 +141,7 @@ def test_plain_path_and_file_url_read_the_same(tmp_path: Path) -> None:
     assert np.asarray(truth["t2m"]).shape[0] == 88
 
 
-# --- The README's "Bad input" table: every row is run here, and its error text must be
+# --- The "Bad input" table (docs/bad-input.md): every row is run here, and its error text must be
 # exactly what the user gets ("…" stands for the parts that depend on paths and ports).
 
 
@@ -479,25 +479,26 @@ CASES = {
 }
 
 
-def _readme_rows() -> dict[str, str]:
-    """{what you pass: the error text} from the README's "Bad input" table."""
-    section = README.read_text().split("\n## Bad input\n", 1)[1].split("\n## ", 1)[0]
+BAD_INPUT = REPO / "docs" / "bad-input.md"
+
+
+def _table_rows() -> dict[str, str]:
+    """{what you pass: the error text} from the "Bad input" page's table."""
+    page = BAD_INPUT.read_text()
     rows = {}
-    for line in section.splitlines():
+    for line in page.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 3 and cells[0] not in ("You pass", "") and not cells[0].startswith("-"):
             rows[cells[0]] = cells[2].strip("`").strip()
     return rows
 
 
-def test_every_readme_row_is_a_case_and_every_case_a_row() -> None:
-    assert list(_readme_rows()) == list(CASES)
+def test_every_table_row_is_a_case_and_every_case_a_row() -> None:
+    assert list(_table_rows()) == list(CASES)
 
 
-@pytest.mark.parametrize(
-    ("row", "expected"), list(_readme_rows().items()), ids=list(_readme_rows())
-)
-def test_readme_bad_input_row(
+@pytest.mark.parametrize(("row", "expected"), list(_table_rows().items()), ids=list(_table_rows()))
+def test_bad_input_row(
     row: str,
     expected: str,
     memory_url: Any,

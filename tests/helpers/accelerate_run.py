@@ -1,4 +1,4 @@
-"""A Hugging Face accelerate training loop over the loader, as the README writes it: the
+"""A Hugging Face accelerate training loop over the loader, as the docs write it: the
 loader registered for checkpointing, `save_state` every few steps, `load_state` to resume,
 and no `skip_first_batches`. tests/test_accelerate.py runs `train` in its own process, and
 this script under `torchrun --nproc_per_node 2` (gloo, CPU):

@@ -284,7 +284,7 @@ INDEX_DAMAGES = {
 
 # Without a checksum on the index, swapped entries of equal-size chunks and an entry marked
 # never-written are valid indexes that no reader can tell from the real one (zarr writes
-# the checksum by default; DESIGN.md, Known limits): those two are checked with it only.
+# the checksum by default; docs/design/faults.md, Limits): those two are checked with it only.
 INDEX_CASES = [
     pytest.param(damage, checksum, id=f"{damage}-{'crc32c' if checksum else 'plain'}-index")
     for damage in INDEX_DAMAGES

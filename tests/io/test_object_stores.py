@@ -180,7 +180,7 @@ def test_the_server_going_away_mid_epoch_raises_once_in_bounded_time() -> None:
 def test_cloud_urls_and_options_reach_the_object_store_client(
     url: str, options: dict[str, Any], store_type: type, expected_config: dict[str, str]
 ) -> None:
-    """The README's GCS/Azure/S3 examples, up to the client: no network needed."""
+    """The stores guide's GCS/Azure/S3 examples, up to the client: no network needed."""
     client = open_store(url, options).store  # type: ignore[attr-defined]
     assert isinstance(client, store_type)
     assert client.prefix == "era5/v1.zarr"

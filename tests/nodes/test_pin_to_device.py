@@ -149,8 +149,9 @@ def test_build_loader_gathers_straight_into_the_pinned_ring(memory_url: Any) -> 
 def _composed_by_hand(
     url: str, *, device: str, pin_memory: bool, record: list[tuple[int, int]] | None = None
 ) -> tuple[GatherNode, PinToDeviceNode]:
-    """The README's graph: the builder's nodes, wired with nothing but their arguments.
-    `record` gets the staging slot (address, bytes) of each batch the gather writes."""
+    """The hand-built graph of Getting started: the builder's nodes, wired with nothing
+    but their arguments. `record` gets the staging slot (address, bytes) of each batch the
+    gather writes."""
     source = ZarrSource.open(url)
     units = ChunkPermuteNode(source.geometry, source.split_units("all"), seed=0)
     plans = ReadPlanNode(units, source.geometry, block_chunks=2)
@@ -166,7 +167,7 @@ def _composed_by_hand(
 
 
 def _built(url: str, device: str, **options: Any) -> Any:
-    """The builder's loader with the README graph's order (`ShuffleBlockNode`)."""
+    """The builder's loader with the hand-built graph's order (`ShuffleBlockNode`)."""
     return build_loader(
         url, split="all", batch_size=6, block_chunks=2, device=device, shuffle="block", **options
     )
@@ -180,7 +181,7 @@ def test_on_the_cpu_nothing_is_staged_and_a_hand_composed_graph_gives_the_builde
     memory_url: Any,
 ) -> None:
     """The CPU fallback: the builder stages nothing (a CPU batch is never copied), and the
-    README's graph, which pins only where there is CUDA, gives exactly its batches."""
+    hand-built graph, which pins only where there is CUDA, gives exactly its batches."""
     url, _ = memory_url()
     built = _built(url, "cpu")
     expected = [batch_key(b) for b in built]
@@ -221,7 +222,7 @@ def test_a_pinned_gather_on_the_cpu_fallback_hands_out_its_slots_and_never_overw
 def test_a_hand_composed_graph_stages_in_pinned_memory_as_the_builder_does(
     memory_url: Any,
 ) -> None:
-    """The README's graph on CUDA: the gather writes every batch into its pinned ring and
+    """The hand-built graph on CUDA: the gather writes every batch into its pinned ring and
     the device node copies each from there; no batch is packed, as in the builder's."""
     url, _ = memory_url()
     built = _built(url, "cuda")

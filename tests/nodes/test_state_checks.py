@@ -275,7 +275,7 @@ def test_an_old_state_without_fingerprint_or_node_names_still_resumes(memory_url
 
 
 def _by_hand(url: str, with_fingerprint: bool) -> Loader[Any]:
-    """README's "The same graph, by hand", recording what it reads."""
+    """Getting started's "The same graph, by hand", recording what it reads."""
     source = ZarrSource.open(url)
     units = ChunkPermuteNode(
         source.geometry,
