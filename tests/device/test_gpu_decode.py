@@ -14,6 +14,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import numcodecs
 import numpy as np
 import pytest
 import torch
@@ -36,6 +37,7 @@ from insitubatch_nodes.device.gpu_codecs import DeviceCodec, device_codec, load_
 from insitubatch_nodes.device.nvcomp_scratch import TORCH_SCRATCH
 from insitubatch_nodes.io.reads.chunk_codec import fast_decoder
 from insitubatch_nodes.io.reads.chunk_errors import ChunkReadError, CorruptChunkError
+from insitubatch_nodes.io.reads.codecs import COMPRESSORS
 from insitubatch_nodes.io.reads.fetch_stats import FetchStats
 from insitubatch_nodes.io.reads.stored_array import StoredArray
 from insitubatch_nodes.nodes.graph import graph_nodes
@@ -430,3 +432,22 @@ def test_zstd_chunks_nvcomp_may_not_take_are_decoded_on_the_host_not_refused(
         for i, row in enumerate(plan.rows["zstd"][:, 0]):
             np.testing.assert_array_equal(outcome["zstd"][row].numpy(), truth[plan.sample_index[i]])
     assert stats.host_decoded_chunks == sum(len(p.reads["zstd"]) for p in plans) == len(chunks)
+
+
+def test_the_gpu_codec_choice_is_the_codec_tables(tmp_path: Path) -> None:
+    """`device_codec` answers from the codec table, by the compressor's registered name:
+    nvCOMP's algorithm and the table's check of what it may take where the table names
+    one, the CPU for the others, and, for a codec the table does not know, why."""
+    group = zarr.open_group(str(tmp_path), mode="w", zarr_format=2)
+    for name in [*COMPRESSORS, "bz2"]:
+        compressor = numcodecs.get_codec({"id": name})
+        group.create_array(name, shape=(8, 4), dtype="f4", compressors=compressor)
+    for name, kind in COMPRESSORS.items():
+        chosen = _codec_of(tmp_path, name, nvcomp=True)
+        if kind.nvcomp is None:
+            assert chosen == f"nvCOMP cannot decode {name!r} chunks"
+            continue
+        assert isinstance(chosen, DeviceCodec) and chosen.algorithm == kind.nvcomp.algorithm
+        assert chosen.takes is kind.nvcomp.takes
+    unknown = str(_codec_of(tmp_path, "bz2", nvcomp=True))
+    assert "not one the GPU decodes: codec 'bz2' is not one the library decodes itself" in unknown
