@@ -246,8 +246,9 @@ def _v3_chain(codecs: Iterable[Mapping[str, Any]]) -> str:
 
 
 def codecs_in_short(array: zarr.Array) -> str:
-    """The codec chain with the compressor's settings, e.g. "bytes+zstd(1)",
-    "sharding_indexed(bytes+blosc(lz4,5,shuffle))", or Zarr v2's filters then compressor.
+    """The codec chain with the compressor's settings, e.g. "bytes+zstd(level=1)",
+    "sharding_indexed(bytes+blosc(cname=lz4,clevel=5,shuffle=shuffle))", or Zarr v2's
+    filters then compressor.
     Unlike `array_metadata.codec_summary` (names only, for the fingerprint), the settings
     show here (which ones, per compressor: the codec table's `codec_text`): they decide
     how well the data compresses and how fast it decodes.
