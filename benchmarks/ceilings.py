@@ -9,10 +9,11 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numcodecs
 import numpy as np
 import zarr
 from numcodecs.abc import Codec
+
+from insitubatch_nodes.io.reads.codecs import ArrayCompressor, v3_compressor
 
 
 def zarr_sequential(path: str, variables: Sequence[str]) -> float:
@@ -27,11 +28,6 @@ def zarr_sequential(path: str, variables: Sequence[str]) -> float:
     return time.perf_counter() - start
 
 
-# numcodecs' decoder for each zarr v3 compressor the benchmark stores use; decoding needs no
-# parameters (zstd and blosc frames describe themselves).
-_DECODERS = {"ZstdCodec": numcodecs.Zstd, "BloscCodec": numcodecs.Blosc}
-
-
 def decode_only(path: str, variables: Sequence[str]) -> float:
     """Seconds to decode every stored chunk (bytes already in RAM) on all cores, with
     numcodecs (GIL released), straight into preallocated arrays."""
@@ -40,7 +36,9 @@ def decode_only(path: str, variables: Sequence[str]) -> float:
     for name in variables:
         array = group[name]
         (compressor,) = array.compressors
-        codec = _DECODERS[type(compressor).__name__]()
+        known = v3_compressor(compressor.to_dict())  # numcodecs' decoder, as the library's
+        assert isinstance(known, ArrayCompressor), known
+        codec = known.codec
         for chunk_file in sorted((Path(path) / name / "c").rglob("*")):
             if chunk_file.is_file():
                 jobs.append((codec, chunk_file.read_bytes(), array.chunks, np.dtype(array.dtype)))

@@ -59,7 +59,7 @@ async def _measure(path: Path, latency_s: float, rounds: int) -> tuple[list[floa
     reads: dict[StoredArray, tuple[ChunkRead, ...]] = {}
     for name, array in zip(names, arrays, strict=True):
         stored = stored_array(name, array)
-        assert stored is not None, f"{name} is not read by the library's own path"
+        assert isinstance(stored, StoredArray), f"{name} is read through zarr: {stored}"
         rest = (0,) * (array.ndim - 1)
         reads[stored] = tuple(ChunkRead((step, *rest), step) for step in range(STEPS))
     gets = sum(len(wanted) for wanted in reads.values())

@@ -1,9 +1,10 @@
 """`insitubatch inspect`'s text: a `StoreReport` laid out for a terminal.
 
-Two tables (the arrays' layout; their bytes per chunk), then the time range and the
-loader's defaults with the memory plan, each figure in binary units with the exact bytes
-beside those a user may copy into `build_loader`. Plain text only, no colours or
-box-drawing, so that it reads the same piped into a file or pasted into an issue.
+Two tables (the arrays' layout, with a line for each array zarr decodes rather than the
+library, and why; their bytes per chunk), then the time range and the loader's defaults
+with the memory plan, each figure in binary units with the exact bytes beside those a
+user may copy into `build_loader`. Plain text only, no colours or box-drawing, so that it
+reads the same piped into a file or pasted into an issue.
 """
 
 from __future__ import annotations
@@ -80,6 +81,11 @@ def format_report(report: StoreReport) -> str:
     lines += _table(
         ["name", "dims", "shape", "dtype", "chunk", "shard", "codecs"], layout_rows, set()
     )
+    lines += [
+        f"  {a.name}: read through zarr, at more CPU per chunk ({a.read_through_zarr})"
+        for a in report.arrays
+        if a.read_through_zarr is not None
+    ]
     lines += [
         "",
         "bytes per chunk (stored: measured on the sampled chunks, mean (min .. max); "

@@ -39,6 +39,8 @@ from insitubatch_nodes.io.metadata.dimensions import dimension_names
 from insitubatch_nodes.io.metadata.time_axis import cf_attributes, find_time_array
 from insitubatch_nodes.io.metadata.zarr_compat import run_on_zarr_loop
 from insitubatch_nodes.io.metadata.zarr_layout import arrays_of, open_root_group
+from insitubatch_nodes.io.reads.codecs import ZarrDecodes, codec_text
+from insitubatch_nodes.io.reads.stored_array import stored_array
 from insitubatch_nodes.io.reads.stored_sizes import (
     DEFAULT_SAMPLED_CHUNKS,
     StoredSizes,
@@ -61,6 +63,8 @@ class ArrayReport:
         chunks: its chunk shape (the inner chunk when sharded): what one decode yields.
         shards: its shard shape (one stored object), or None when not sharded.
         codecs: the codec chain in short, with the compressor's settings.
+        read_through_zarr: why zarr, not the library's own decoder, decodes its chunks
+            (zarr's path costs more Python per chunk), or None when the library does.
         chunk_count: chunks (inner chunks when sharded) in the array.
         decoded_chunk_bytes: bytes of one decoded chunk.
         stored_chunk: stored bytes per chunk, sampled.
@@ -76,6 +80,7 @@ class ArrayReport:
     chunks: tuple[int, ...]
     shards: tuple[int, ...] | None
     codecs: str
+    read_through_zarr: str | None
     chunk_count: int
     decoded_chunk_bytes: int
     stored_chunk: StoredSizes
@@ -229,30 +234,6 @@ def _spec(variables: list[str], window_steps: int, lead_steps: int) -> SampleSpe
 # --- the arrays ---------------------------------------------------------------------------
 
 
-_COMPRESSOR_SETTINGS = {
-    "zstd": ("level",),
-    "blosc": ("cname", "clevel", "shuffle"),
-    "gzip": ("level",),
-    "zlib": ("level",),
-    "bz2": ("level",),
-    "lzma": ("preset",),
-    "lz4": ("acceleration",),
-}
-_V2_SHUFFLE = {0: "noshuffle", 1: "shuffle", 2: "bitshuffle", -1: "autoshuffle"}
-
-
-def _codec_text(name: str, config: Mapping[str, Any]) -> str:
-    values = []
-    for key in _COMPRESSOR_SETTINGS.get(name, ()):
-        value = config.get(key)
-        if value is None:
-            continue
-        if name == "blosc" and key == "shuffle" and isinstance(value, int):
-            value = _V2_SHUFFLE.get(value, value)  # v2 numcodecs numbers its shuffles
-        values.append(f"{key}={value}")
-    return f"{name}({','.join(values)})" if values else name
-
-
 def _v3_chain(codecs: Iterable[Mapping[str, Any]]) -> str:
     parts = []
     for codec in codecs:
@@ -260,15 +241,17 @@ def _v3_chain(codecs: Iterable[Mapping[str, Any]]) -> str:
         if config.get("codecs"):
             parts.append(f"{codec['name']}({_v3_chain(config['codecs'])})")
         else:
-            parts.append(_codec_text(str(codec["name"]), config))
+            parts.append(codec_text(str(codec["name"]), config))
     return "+".join(parts)
 
 
 def codecs_in_short(array: zarr.Array) -> str:
-    """The codec chain with the compressor's settings, e.g. "bytes+zstd(1)",
-    "sharding_indexed(bytes+blosc(lz4,5,shuffle))", or Zarr v2's filters then compressor.
+    """The codec chain with the compressor's settings, e.g. "bytes+zstd(level=1)",
+    "sharding_indexed(bytes+blosc(cname=lz4,clevel=5,shuffle=shuffle))", or Zarr v2's
+    filters then compressor.
     Unlike `array_metadata.codec_summary` (names only, for the fingerprint), the settings
-    show here: they decide how well the data compresses and how fast it decodes.
+    show here (which ones, per compressor: the codec table's `codec_text`): they decide
+    how well the data compresses and how fast it decodes.
 
     Args:
         array: an opened zarr array.
@@ -277,7 +260,13 @@ def codecs_in_short(array: zarr.Array) -> str:
     if "codecs" in metadata:
         return _v3_chain(metadata["codecs"] or ()) or "none"
     chain = [*(metadata.get("filters") or ()), metadata.get("compressor")]
-    return "+".join(_codec_text(str(c["id"]), c) for c in chain if c is not None) or "none"
+    return "+".join(codec_text(str(c["id"]), c) for c in chain if c is not None) or "none"
+
+
+def _zarr_reason(name: str, array: zarr.Array) -> str | None:
+    """Why the loader reads `array` through zarr, by the rule its readers follow."""
+    stored = stored_array(name, array.async_array)
+    return stored.reason if isinstance(stored, ZarrDecodes) else None
 
 
 def _array_report(
@@ -294,6 +283,7 @@ def _array_report(
         chunks=chunks,
         shards=shards,
         codecs=codecs_in_short(array),
+        read_through_zarr=_zarr_reason(name, array),
         chunk_count=stored_chunk.of,
         decoded_chunk_bytes=math.prod(chunks) * dtype.itemsize,
         stored_chunk=stored_chunk,

@@ -84,10 +84,10 @@ class DeviceBlockReader:
                 fallback = {}
                 for name, array in zip(names, arrays, strict=True):
                     stored = stored_array(name, array)
-                    decoder = None if stored is None else stored.decoder
+                    decoder = stored.decoder if isinstance(stored, StoredArray) else stored
                     chosen = device_codec(decoder, nvcomp_available=nvcomp_ok)
                     if isinstance(chosen, DeviceCodec):
-                        assert stored is not None
+                        assert isinstance(stored, StoredArray)
                         codecs[name] = chosen
                         self._stored[name] = stored
                     else:

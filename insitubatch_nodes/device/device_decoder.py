@@ -8,9 +8,10 @@ because its input, a `BlockBytes`, is all it needs, it can decode any number of 
 one call (`grouped_calls`), which is where nvCOMP is fast.
 
 nvCOMP decodes only well-formed input, reports no sizes and checks no checksums, so every
-chunk is checked on the host first (crc32c, length, one zstd frame declaring the chunk's
-size); anything nvCOMP cannot be given checked is decoded on the host by libzstd and
-copied over. Whole chunks
+chunk is checked on the host first: its crc32c, then what the codec table says the device
+may take (`DeviceCodec.takes`: the exact length uncompressed, one zstd frame declaring the
+chunk's size); anything else is decoded on the host, by the CPU's own checked decode
+(`ChunkDecoder.decode_into`), and copied over. Whole chunks
 decode straight into the block buffer; chunks only part of which is kept decode into a
 scratch arena of bounded size, round by round, and their part is copied over.
 """
@@ -36,12 +37,10 @@ from insitubatch_nodes.io.reads.chunk_errors import (
     ChunkBytesError,
     ChunkReadError,
     chunk_read_error,
-    size_mismatch,
 )
 from insitubatch_nodes.io.reads.fetch_stats import FetchStats
 from insitubatch_nodes.io.reads.stored_array import StoredArray
 from insitubatch_nodes.io.reads.verified_decode import strip_crc32c
-from insitubatch_nodes.io.reads.zstd_frames import frame_at
 from insitubatch_nodes.io.stores.redact import scrubbed
 
 DEVICE_SCRATCH_BYTES = 64 << 20  # device scratch for partly kept chunks, per round
@@ -230,28 +229,18 @@ class DeviceDecoder:
     def _device_stream(self, payload: FetchedChunk) -> memoryview | None:
         """The chunk's stream, checked on the host, if the device may decode it; `None`
         if the host must. nvCOMP decodes only well-formed input, reports no sizes and checks
-        no checksums, so it gets a stream only when the host has checked its crc32c and
-        its length (uncompressed) or that it is one well-formed zstd frame declaring the
-        chunk's size with no content checksum. Anything else valid (several frames, no
-        declared size, a checksum in the frame) is decoded by libzstd on the host, which
-        checks it all; anything invalid is a `CorruptChunkError`."""
-        decoder = self._codec(payload.name).decoder
+        no checksums, so it gets a stream only when the host has checked its crc32c and the
+        codec table's check for the device takes it (`DeviceCodec.takes`). Anything else,
+        valid (several frames, no declared size, a checksum in the frame, skippable frames)
+        or not, is decoded on the host, whose decode checks it all: an invalid chunk is a
+        `CorruptChunkError` either way."""
+        codec = self._codec(payload.name)
+        decoder = codec.decoder
         try:
             stream = strip_crc32c(payload.data) if decoder.checksum else memoryview(payload.data)
-            expected = decoder.chunk_nbytes
-            if decoder.compressor is None:
-                if len(stream) != expected:
-                    raise size_mismatch(expected, len(stream), "is")
-                return stream
-            frame = frame_at(stream)
-            one_frame = frame.end == len(stream)
-            if one_frame and frame.content_size not in (None, expected):
-                raise size_mismatch(expected, frame.content_size, "declares")
-            if one_frame and frame.content_size == expected and not frame.has_checksum:
-                return stream
         except ChunkBytesError as err:
             raise self._error(payload, err) from scrubbed(err)
-        return None
+        return stream if codec.takes(stream, decoder.chunk_nbytes) else None
 
     def _decode_on_host(self, payload: FetchedChunk, out: dict[str, torch.Tensor]) -> None:
         """Decode one chunk on the host (verified there) and copy its part to the device."""

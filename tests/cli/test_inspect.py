@@ -697,3 +697,37 @@ def test_revisits_are_planned_as_the_loader_builds_them(
 def test_revisits_must_divide_the_unit(era5: Path, capsys: pytest.CaptureFixture[str]) -> None:
     err = refused(capsys, str(era5), "--device", "cpu", "--revisits", "3")
     assert "revisits=3 must divide the unit length of 2 steps" in err
+
+
+@pytest.mark.filterwarnings("ignore:Numcodecs codecs are not in the Zarr version 3")
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_an_array_zarr_decodes_is_named_with_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], zarr_format: int
+) -> None:
+    """An array whose codec the library does not decode itself is read through zarr, and
+    inspect says so, in the text and the JSON; the library's own arrays are not named."""
+    store = tmp_path / "mixed.zarr"
+    group = zarr.open_group(store, mode="w", zarr_format=zarr_format)
+    if zarr_format == 2:
+        codecs: dict[str, Any] = {"fast": numcodecs.Zstd(), "slow": numcodecs.BZ2(level=1)}
+        unknown = "bz2"
+    else:
+        codecs = {"fast": zarr.codecs.ZstdCodec(), "slow": zarr.codecs.numcodecs.BZ2(level=1)}
+        unknown = "numcodecs.bz2"
+    for name, compressor in codecs.items():
+        array = group.create_array(
+            name, shape=(24, 4, 8), chunks=(4, 4, 8), dtype="float32", compressors=compressor
+        )
+        array[...] = np.random.default_rng(2).standard_normal((24, 4, 8), dtype=np.float32)
+    reason = f"codec {unknown!r} is not one the library decodes itself"
+    report = inspect_json(capsys, str(store))
+    assert {a["name"]: a["read_through_zarr"] for a in report["arrays"]} == {
+        "fast": None,
+        "slow": reason,
+    }
+    code, out, _ = inspect(capsys, str(store))
+    assert code == 0
+    assert f"  slow: read through zarr, at more CPU per chunk ({reason})" in out.splitlines()
+    assert "fast: read through zarr" not in out
+    if zarr_format == 2:
+        assert "bz2(level=1)" in out  # the settings of a codec zarr decodes, as before

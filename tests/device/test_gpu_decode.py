@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 from pathlib import Path
 from typing import Any
 
+import numcodecs
 import numpy as np
 import pytest
 import torch
@@ -30,10 +32,14 @@ from insitubatch_nodes import (
     window,
 )
 from insitubatch_nodes.device.device_block_reader import DeviceBlockReader
+from insitubatch_nodes.device.device_decoder import BlockBytes, DeviceDecoder, FetchedChunk
 from insitubatch_nodes.device.gpu_codecs import DeviceCodec, device_codec, load_nvcomp
 from insitubatch_nodes.device.nvcomp_scratch import TORCH_SCRATCH
 from insitubatch_nodes.io.reads.chunk_codec import fast_decoder
 from insitubatch_nodes.io.reads.chunk_errors import ChunkReadError, CorruptChunkError
+from insitubatch_nodes.io.reads.codecs import COMPRESSORS
+from insitubatch_nodes.io.reads.fetch_stats import FetchStats
+from insitubatch_nodes.io.reads.stored_array import StoredArray
 from insitubatch_nodes.nodes.graph import graph_nodes
 from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
 from tests.helpers.batches import batch_key
@@ -384,3 +390,64 @@ def test_partly_kept_chunks_of_different_dtypes_share_a_scratch_round(tmp_path: 
                 assert np.array_equal(np.asarray(batch[name]), values[index]), name
             drawn.append(index)
         assert np.array_equal(np.sort(np.concatenate(drawn)), np.arange(50))
+
+
+def test_zstd_chunks_nvcomp_may_not_take_are_decoded_on_the_host_not_refused(
+    tmp_path: Path,
+) -> None:
+    """A skippable frame before a chunk's zstd frame is valid zarr (libzstd passes over it,
+    and so do zarr and the CPU reader), but nvCOMP must not be given it: the device decoder
+    decodes such chunks on the host, as it does chunks of several frames, rather than
+    refusing them as damaged. Runs on the CPU: no chunk here reaches nvCOMP."""
+    url = _write(tmp_path, {"zstd": "zstd"})
+    skippable = struct.pack("<II", 0x184D2A50, 4) + b"note"
+    chunks = [c for c in (tmp_path / "zstd" / "c").rglob("*") if c.is_file()]
+    for chunk in chunks:
+        chunk.write_bytes(skippable + chunk.read_bytes())
+    codec = _codec_of(tmp_path, "zstd", nvcomp=True)
+    assert isinstance(codec, DeviceCodec) and codec.algorithm == "Zstd"
+    opened = asyncio.run(zarr.api.asynchronous.open_array(store=str(tmp_path), path="zstd"))
+    stats = FetchStats()
+    decoder = DeviceDecoder(
+        {"zstd": codec},
+        {"zstd": StoredArray("zstd", opened, codec.decoder)},
+        ZarrSource.open(url).layouts,
+        torch.device("cpu"),
+        url,
+        stats,
+    )
+    plans = list(Loader(build_stage(url, "plan", block_chunks=2)))
+    blocks = []
+    for plan in plans:
+        payloads = []
+        for read in plan.reads["zstd"]:
+            stored = (tmp_path / "zstd" / "c").joinpath(*map(str, read.coords)).read_bytes()
+            held = torch.from_numpy(np.frombuffer(stored, dtype=np.uint8).copy())
+            payloads.append(FetchedChunk("zstd", read, held))
+        blocks.append(BlockBytes(plan.buffer_rows, payloads, {}))
+    outcomes = decoder.decode_blocks(blocks)
+    truth = zarr.open_array(str(tmp_path), path="zstd", mode="r")[...]
+    for plan, outcome in zip(plans, outcomes, strict=True):
+        assert isinstance(outcome, dict), outcome
+        for i, row in enumerate(plan.rows["zstd"][:, 0]):
+            np.testing.assert_array_equal(outcome["zstd"][row].numpy(), truth[plan.sample_index[i]])
+    assert stats.host_decoded_chunks == sum(len(p.reads["zstd"]) for p in plans) == len(chunks)
+
+
+def test_the_gpu_codec_choice_is_the_codec_tables(tmp_path: Path) -> None:
+    """`device_codec` answers from the codec table, by the compressor's registered name:
+    nvCOMP's algorithm and the table's check of what it may take where the table names
+    one, the CPU for the others, and, for a codec the table does not know, why."""
+    group = zarr.open_group(str(tmp_path), mode="w", zarr_format=2)
+    for name in [*COMPRESSORS, "bz2"]:
+        compressor = numcodecs.get_codec({"id": name})
+        group.create_array(name, shape=(8, 4), dtype="f4", compressors=compressor)
+    for name, kind in COMPRESSORS.items():
+        chosen = _codec_of(tmp_path, name, nvcomp=True)
+        if kind.nvcomp is None:
+            assert chosen == f"nvCOMP cannot decode {name!r} chunks"
+            continue
+        assert isinstance(chosen, DeviceCodec) and chosen.algorithm == kind.nvcomp.algorithm
+        assert chosen.takes is kind.nvcomp.takes
+    unknown = str(_codec_of(tmp_path, "bz2", nvcomp=True))
+    assert "not one the GPU decodes: codec 'bz2' is not one the library decodes itself" in unknown

@@ -19,11 +19,6 @@ import zarr
 T = TypeVar("T")
 
 
-def plain_value(value: Any) -> Any:
-    """Enum members in 3.1 (`Endian.little`, `BloscCname.lz4`) are plain strings in 3.4."""
-    return getattr(value, "value", value)
-
-
 def native_dtype(metadata: Any) -> np.dtype[Any]:
     """The numpy dtype of stored elements: `metadata.dtype` is a zarr ZDType from 3.1 on."""
     dtype = metadata.dtype

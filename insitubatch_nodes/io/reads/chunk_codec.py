@@ -3,10 +3,11 @@
 zarr's own read path costs 100-860 us of Python per chunk; for the layouts nearly every
 archive uses (one compressor or none, optionally a crc32c checksum, no filters, C order,
 no sharding) a chunk is just `decompress -> reinterpret -> copy`, which numcodecs does
-with the GIL released. Every decode is verified (`verified_decode`): a chunk that does not
-decode to exactly its bytes is an error, never values. Arrays with any other layout, or a
-compressor whose output we cannot check, get `None` from `fast_decoder`: sharded arrays
-whose inner chunks qualify are read by `shard_reader`, the rest through zarr.
+with the GIL released. Which compressors qualify, and how each stream is checked, is the
+codec table's to say (`codecs`); every decode is verified (`verified_decode`): a chunk
+that does not decode to exactly its bytes is an error, never values. For an array of any
+other layout `fast_decoder` gives the reason instead (`ZarrDecodes`): sharded arrays whose
+inner chunks qualify are read by `shard_reader`, the rest through zarr.
 """
 
 from __future__ import annotations
@@ -14,17 +15,28 @@ from __future__ import annotations
 import functools
 import math
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numcodecs
 import numpy as np
 import zarr
-from numcodecs.abc import Codec
 
 from insitubatch_nodes.core.read_plan import Keep
-from insitubatch_nodes.io.metadata.zarr_compat import fill_scalar, native_dtype, plain_value
-from insitubatch_nodes.io.reads.verified_decode import CHECKED_CODECS, decode_exact, strip_crc32c
+from insitubatch_nodes.io.metadata.zarr_compat import fill_scalar, native_dtype
+from insitubatch_nodes.io.reads.codecs import (
+    CHECKSUM,
+    COMPRESSORS,
+    SERIALIZER,
+    SHARDING,
+    ArrayCompressor,
+    ZarrDecodes,
+    not_decoded,
+    v2_compressor,
+    v3_compressor,
+)
+from insitubatch_nodes.io.reads.stream_checks import copy_exact
+from insitubatch_nodes.io.reads.verified_decode import strip_crc32c
 
 
 @dataclass(frozen=True)
@@ -32,7 +44,8 @@ class ChunkDecoder:
     """How to turn one stored chunk of an array into numbers.
 
     Args:
-        compressor: the numcodecs codec of the stored bytes (`None`: stored as they are).
+        compressor: the compressor of the stored bytes, as the codec table decodes it
+            (`None`: stored as they are).
         dtype: the stored element type, byte order included.
         chunk_shape: the shape every stored chunk has (edge chunks are padded to it).
         fill_value: what a chunk never written reads as.
@@ -40,7 +53,7 @@ class ChunkDecoder:
             `crc32c` codec), verified before decoding.
     """
 
-    compressor: Codec | None
+    compressor: ArrayCompressor | None
     dtype: np.dtype[Any]
     chunk_shape: tuple[int, ...]
     fill_value: Any
@@ -77,11 +90,18 @@ class ChunkDecoder:
         stored = strip_crc32c(data) if self.checksum else data
         whole = destination.shape == self.chunk_shape and destination.flags.c_contiguous
         if whole and destination.dtype == self.dtype:
-            decode_exact(self.compressor, stored, destination)  # no intermediate copy
+            self._decode(stored, destination)  # no intermediate copy
             return
         chunk = _scratch_chunk(self.chunk_shape, self.dtype)
-        decode_exact(self.compressor, stored, chunk)
+        self._decode(stored, chunk)
         destination[...] = chunk[keep]
+
+    @functools.cached_property
+    def _decode(self) -> Callable[[Any, np.ndarray], None]:
+        """The stream's checked decode, bound once: a chunk's decode makes no look-up."""
+        if self.compressor is None:
+            return copy_exact
+        return functools.partial(self.compressor.kind.stream.decode, self.compressor.codec)
 
 
 _scratches = threading.local()
@@ -98,65 +118,90 @@ def _scratch_chunk(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
     return scratch[:nbytes].view(dtype).reshape(shape)
 
 
-def _v3_compressor(codec: Any) -> Codec | None:
-    name = type(codec).__name__
-    if name == "ZstdCodec":
-        return numcodecs.Zstd(level=codec.level, checksum=bool(codec.checksum))
-    if name == "BloscCodec":
-        return numcodecs.Blosc(
-            cname=str(plain_value(codec.cname)),
-            clevel=codec.clevel,
-            shuffle={"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}[
-                str(plain_value(codec.shuffle))
-            ],
-            blocksize=codec.blocksize,
-        )
-    if name == "GzipCodec":
-        return numcodecs.GZip(level=codec.level)
-    raise LookupError(name)
-
-
-def decoder_for_v3_codecs(
-    codecs: tuple[Any, ...], dtype: np.dtype[Any], chunk_shape: tuple[int, ...], fill: Any
-) -> ChunkDecoder | None:
-    """A decoder for a v3 codec chain `BytesCodec` [+ one compressor] [+ `Crc32cCodec`],
-    else `None`.
+def numeric_dtype(metadata: Any) -> np.dtype[Any] | ZarrDecodes:
+    """The stored element type of an array whose values the library decodes itself
+    (numbers), or why zarr decodes them (strings, dates as objects).
 
     Args:
-        codecs: the array's (or a shard's inner) codec chain.
+        metadata: the array's zarr metadata.
+    """
+    dtype = native_dtype(metadata)
+    if dtype.hasobject or dtype.kind in "USV":
+        return ZarrDecodes(f"its values ({dtype}) are not numbers the library decodes itself")
+    return dtype
+
+
+def chain_decoder(
+    codecs: Sequence[Mapping[str, Any]],
+    dtype: np.dtype[Any],
+    chunk_shape: tuple[int, ...],
+    fill: Any,
+) -> ChunkDecoder | ZarrDecodes:
+    """A decoder for a v3 codec chain `bytes` [+ one compressor] [+ `crc32c`], or why
+    zarr decodes the chunks.
+
+    Args:
+        codecs: the array's (or a shard's inner) codec chain, as its metadata holds it:
+            each codec's `name` and `configuration`.
         dtype: the stored element type.
         chunk_shape: the stored chunk shape.
         fill: the fill value.
     """
-    serializer, *rest = codecs or (None,)
-    checksum = bool(rest) and type(rest[-1]).__name__ == "Crc32cCodec"
-    if checksum:
-        rest = rest[:-1]
-    if type(serializer).__name__ != "BytesCodec" or len(rest) > 1:
-        return None  # sharding, transpose, filters: not ours to decode
-    endian = plain_value(getattr(serializer, "endian", None))
+    names = [str(codec["name"]) for codec in codecs] or ["no serializer"]
+    if names[0] != SERIALIZER:
+        if names[0] == SHARDING:
+            return ZarrDecodes("its chunks are sharded")
+        return not_decoded(names[0])
+    checksum = len(names) > 1 and names[-1] == CHECKSUM
+    serializer, *compressors = codecs[:-1] if checksum else codecs
+    if len(compressors) > 1:
+        unknown = [n for n in names[1:] if n not in COMPRESSORS and n != CHECKSUM]
+        if unknown:
+            return not_decoded(unknown[0])
+        return ZarrDecodes(
+            f"its chunks pass through {' then '.join(names)}: the library decodes one "
+            f"compressor at most, and a crc32c only last"
+        )
+    compressor = v3_compressor(compressors[0]) if compressors else None
+    if isinstance(compressor, ZarrDecodes):
+        return compressor
+    endian = (serializer.get("configuration") or {}).get("endian")
     if endian is not None and dtype.itemsize > 1:
         dtype = dtype.newbyteorder("<" if endian == "little" else ">")
-    try:
-        compressor = _v3_compressor(rest[0]) if rest else None
-    except LookupError:
-        return None
     return ChunkDecoder(compressor, dtype, chunk_shape, fill, checksum)
 
 
-def fast_decoder(array: zarr.AsyncArray) -> ChunkDecoder | None:  # type: ignore[type-arg]
-    """A decoder for `array`'s stored chunks if their layout is one we decode ourselves."""
+def v3_codecs(metadata: Any) -> list[dict[str, Any]]:
+    """A Zarr v3 array's codec chain as its metadata stores it (`name`, `configuration`):
+    what the codec table is keyed by.
+
+    Args:
+        metadata: the array's zarr metadata.
+    """
+    return [codec.to_dict() for codec in metadata.codecs]
+
+
+def fast_decoder(array: zarr.AsyncArray) -> ChunkDecoder | ZarrDecodes:  # type: ignore[type-arg]
+    """A decoder for `array`'s stored chunks if their layout is one we decode ourselves,
+    else why zarr decodes them.
+
+    Args:
+        array: the opened array.
+    """
     metadata = array.metadata
-    dtype = native_dtype(metadata)
-    if dtype.hasobject or dtype.kind in "USV":
-        return None
+    dtype = numeric_dtype(metadata)
+    if isinstance(dtype, ZarrDecodes):
+        return dtype
     fill = fill_scalar(metadata, dtype)
-    if metadata.zarr_format == 2:
-        compressor = metadata.compressor
-        if metadata.filters or metadata.order != "C":
-            return None
-        if compressor is not None and str(compressor.codec_id) not in CHECKED_CODECS:
-            return None  # zarr decodes it, and checks the chunk's shape
-        return ChunkDecoder(compressor, dtype, tuple(metadata.chunks), fill)
-    chunk_shape = tuple(metadata.chunk_grid.chunk_shape)
-    return decoder_for_v3_codecs(tuple(metadata.codecs), dtype, chunk_shape, fill)
+    if metadata.zarr_format == 3:
+        chunk_shape = tuple(metadata.chunk_grid.chunk_shape)
+        return chain_decoder(v3_codecs(metadata), dtype, chunk_shape, fill)
+    if metadata.filters:
+        named = ", ".join(str(f.codec_id) for f in metadata.filters)
+        return ZarrDecodes(f"its filters ({named}) are zarr's to apply")
+    if metadata.order != "C":
+        return ZarrDecodes("its chunks are stored in F order")
+    compressor = None if metadata.compressor is None else v2_compressor(metadata.compressor)
+    if isinstance(compressor, ZarrDecodes):
+        return compressor  # zarr decodes it, and checks the chunk's shape
+    return ChunkDecoder(compressor, dtype, tuple(metadata.chunks), fill)

@@ -6,7 +6,8 @@ Two paths, chosen per array once:
   ranges) and decoded by numcodecs straight into the block buffer in the decode pool,
   several chunks per thread hop, starting while other reads are still in flight;
 - zarr: `AsyncArray.getitem` per chunk, for layouts we do not decode ourselves (filters,
-  F order, unusual codecs, nested sharding), through the named codec pipeline if any.
+  F order, codecs the codec table does not know, nested sharding: `stored_array` says
+  which and why), through the named codec pipeline if any.
   zarr decodes in the loop's default executor too.
 
 Arrays are opened by the first read, inside the loop they belong to.
@@ -87,7 +88,7 @@ class ChunkReader:
         rerouted = []
         for name, array in zip(names, found, strict=True):
             stored = stored_array(name, array) if self._context.fast_path else None
-            if stored is not None:
+            if isinstance(stored, StoredArray):
                 self._stored[name] = stored
             elif pipeline is not None and pipeline_can_read(pipeline, array.metadata):
                 rerouted.append(name)  # zarr decodes it, through the named pipeline

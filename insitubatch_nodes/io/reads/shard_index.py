@@ -13,9 +13,15 @@ from dataclasses import dataclass
 import numpy as np
 import zarr
 
-from insitubatch_nodes.io.metadata.zarr_compat import fill_scalar, native_dtype, plain_value
-from insitubatch_nodes.io.reads.chunk_codec import ChunkDecoder, decoder_for_v3_codecs
+from insitubatch_nodes.io.metadata.zarr_compat import fill_scalar
+from insitubatch_nodes.io.reads.chunk_codec import (
+    ChunkDecoder,
+    chain_decoder,
+    numeric_dtype,
+    v3_codecs,
+)
 from insitubatch_nodes.io.reads.chunk_errors import ChunkBytesError
+from insitubatch_nodes.io.reads.codecs import CHECKSUM, SERIALIZER, SHARDING, ZarrDecodes
 from insitubatch_nodes.io.reads.verified_decode import strip_crc32c
 
 EMPTY = np.uint64(2**64 - 1)
@@ -117,31 +123,44 @@ class ShardLayout:
         )
 
 
-def shard_layout(array: zarr.AsyncArray) -> ShardLayout | None:  # type: ignore[type-arg]
+def shard_layout(array: zarr.AsyncArray) -> ShardLayout | ZarrDecodes | None:  # type: ignore[type-arg]
     """The layout of `array`'s shards if it is sharded once with inner chunks we decode
-    ourselves and a plain index; `None` otherwise (zarr reads those)."""
+    ourselves and a plain index, else why zarr decodes them; `None` if it is not sharded.
+
+    Args:
+        array: the opened array.
+    """
     metadata = array.metadata
-    if metadata.zarr_format != 3 or len(metadata.codecs) != 1:
+    if metadata.zarr_format != 3:
         return None
-    sharding = metadata.codecs[0]
-    if type(sharding).__name__ != "ShardingCodec":
+    codecs = v3_codecs(metadata)
+    if codecs[0]["name"] != SHARDING:
         return None
-    dtype = native_dtype(metadata)
-    if dtype.hasobject or dtype.kind in "USV":
-        return None
-    inner_shape = tuple(sharding.chunk_shape)
-    inner = decoder_for_v3_codecs(
-        tuple(sharding.codecs), dtype, inner_shape, fill_scalar(metadata, dtype)
-    )
-    index_codecs = [type(codec).__name__ for codec in sharding.index_codecs]
-    if inner is None or index_codecs not in (["BytesCodec"], ["BytesCodec", "Crc32cCodec"]):
-        return None
-    endian = plain_value(getattr(sharding.index_codecs[0], "endian", "little"))
+    if len(codecs) > 1:
+        after = " then ".join(str(codec["name"]) for codec in codecs[1:])
+        return ZarrDecodes(f"its shards pass whole through {after}")
+    dtype = numeric_dtype(metadata)
+    if isinstance(dtype, ZarrDecodes):
+        return dtype
+    config = codecs[0]["configuration"]
+    inner_shape = tuple(config["chunk_shape"])
+    if config["codecs"][0]["name"] == SHARDING:
+        return ZarrDecodes("its shards' chunks are sharded again")
+    inner = chain_decoder(config["codecs"], dtype, inner_shape, fill_scalar(metadata, dtype))
+    if isinstance(inner, ZarrDecodes):
+        return inner
+    index_codecs = [str(codec["name"]) for codec in config["index_codecs"]]
+    if index_codecs not in ([SERIALIZER], [SERIALIZER, CHECKSUM]):
+        return ZarrDecodes(
+            f"its shard index is stored through {' then '.join(index_codecs)}, where the "
+            f"library reads bytes and an optional crc32c"
+        )
+    endian = (config["index_codecs"][0].get("configuration") or {}).get("endian", "little")
     shard_shape = tuple(metadata.chunk_grid.chunk_shape)
     return ShardLayout(
         inner=inner,
         chunks_per_shard=tuple(s // c for s, c in zip(shard_shape, inner_shape, strict=True)),
-        index_at_end=plain_value(sharding.index_location) == "end",
+        index_at_end=config.get("index_location", "end") == "end",
         index_byteorder=">" if endian == "big" else "<",
         index_checksum=len(index_codecs) == 2,
     )

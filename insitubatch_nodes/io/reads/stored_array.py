@@ -1,10 +1,12 @@
 """The arrays the library reads itself, and what takes their fetched chunks.
 
 An array qualifies when its stored chunks decode with the library's own verified decoder
-(one compressor or none, an optional crc32c, no filters, C order), directly or as the
-inner chunks of one level of sharding; everything else is read through zarr. The fetcher
-(`stored_chunks`), the chunk cache in front of it (`cached_chunks`) and both block
-readers share these two names, so they live apart from all of them.
+(one compressor the codec table knows or none, an optional crc32c, no filters, C order),
+directly or as the inner chunks of one level of sharding. Everything else is read through
+zarr, by the one rule here (`stored_array`), which says why: the readers take zarr's path
+for it, and `insitubatch inspect` prints the reason. The fetcher (`stored_chunks`), the
+chunk cache in front of it (`cached_chunks`) and both block readers share these names, so
+they live apart from all of them.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import zarr
 
 from insitubatch_nodes.io.metadata.zarr_compat import chunk_key
 from insitubatch_nodes.io.reads.chunk_codec import ChunkDecoder, fast_decoder
+from insitubatch_nodes.io.reads.codecs import ZarrDecodes
 from insitubatch_nodes.io.reads.shard_index import ShardLayout, shard_layout
 from insitubatch_nodes.io.reads.shard_reader import Loaded
 
@@ -46,20 +49,22 @@ class StoredArray:
         return chunk_key(self.array.metadata, self.array.store_path.path, stored)
 
 
-def stored_array(name: str, array: zarr.AsyncArray) -> StoredArray | None:  # type: ignore[type-arg]
-    """`array` as the library reads it, or None when zarr must decode it (filters, F order,
-    codecs whose output cannot be checked, nested sharding).
+def stored_array(name: str, array: zarr.AsyncArray) -> StoredArray | ZarrDecodes:  # type: ignore[type-arg]
+    """`array` as the library reads it, or why zarr must decode it (filters, F order,
+    codecs the codec table does not know, nested sharding).
 
     Args:
         name: the variable's name.
         array: the opened zarr array.
     """
-    decoder = fast_decoder(array)
-    if decoder is not None:
-        return StoredArray(name, array, decoder)
     layout = shard_layout(array)
-    if layout is None:
-        return None
+    if layout is None:  # not sharded
+        decoder = fast_decoder(array)
+        if isinstance(decoder, ZarrDecodes):
+            return decoder
+        return StoredArray(name, array, decoder)
+    if isinstance(layout, ZarrDecodes):
+        return layout
     return StoredArray(name, array, layout.inner, layout)
 
 

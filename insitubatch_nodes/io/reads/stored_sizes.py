@@ -21,7 +21,7 @@ from zarr.core.buffer import default_buffer_prototype
 
 from insitubatch_nodes.io.metadata.zarr_compat import chunk_key
 from insitubatch_nodes.io.reads.chunk_errors import ChunkBytesError
-from insitubatch_nodes.io.reads.shard_index import EMPTY, shard_layout
+from insitubatch_nodes.io.reads.shard_index import EMPTY, ShardLayout, shard_layout
 
 DEFAULT_SAMPLED_CHUNKS = 3  # stored objects measured per array: a size request each
 
@@ -136,7 +136,7 @@ async def _index_sizes(store: Store, key: str, array: zarr.AsyncArray) -> list[i
     """Stored bytes of each inner chunk of shard `key` (None where never written), from
     the shard's index: one ranged read of a few bytes per inner chunk."""
     layout = shard_layout(array)
-    assert layout is not None
+    assert isinstance(layout, ShardLayout)
     size = layout.index_nbytes
     where = SuffixByteRequest(size) if layout.index_at_end else RangeByteRequest(0, size)
     try:
@@ -178,7 +178,7 @@ async def _measure(
     shard_count = math.prod(-(-s // c) for s, c in zip(array.shape, outer, strict=True))
     per_shard = math.prod(s // c for s, c in zip(outer, inner, strict=True))
     stored_shard = StoredSizes.of_sizes("shard objects", sizes, shard_count)
-    if shard_layout(array.async_array) is None:
+    if not isinstance(shard_layout(array.async_array), ShardLayout):
         averaged = [None if s is None else round(s / per_shard) for s in sizes]
         how = "shard size / chunks per shard"
         return StoredSizes.of_sizes(how, averaged, chunk_count), stored_shard

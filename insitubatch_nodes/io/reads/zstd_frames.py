@@ -3,10 +3,15 @@
 A stored chunk is one or more zstd frames (most writers make one; seekable and parallel
 writers make several), possibly with skippable frames between them. Each frame header
 may declare the frame's decoded size. Reading these lets the library check a chunk's
-decoded size before decoding (so a stream of half a chunk, or a decompression bomb, is
-refused up front) and check a stream's structure before a decoder that does not
-validate its input (nvCOMP) sees it. Python work here is per frame and per block of up to
-128 KiB: it scales with chunk bytes, never with samples.
+decoded size before decoding (`declared_size`: so a stream of half a chunk, or a
+decompression bomb, is refused up front) and check a stream's structure before a decoder
+that does not validate its input (nvCOMP) sees it (`is_one_declared_frame`). Python work
+here is per frame and per block of up to 128 KiB: it scales with chunk bytes, never with
+samples.
+
+What zarr reads as valid is read: chunks of several frames, with skippable frames, or
+whose frames declare no size (libzstd then decodes by streaming into the exact
+destination and checks that it filled it).
 """
 
 from __future__ import annotations
@@ -149,3 +154,39 @@ def total_content_size(data: Any) -> int | None:
     """
     sizes = [frame.content_size for frame in frames(data)]
     return None if None in sizes else sum(size for size in sizes if size is not None)
+
+
+def declared_size(data: Any, length: int, expected: int) -> int | None:
+    """The decoded size a zstd chunk declares, all frames together, or `None` if one
+    declares none (`stream_checks.DeclaredSizeReader`). The first frame's header settles
+    the usual one-frame chunk: numcodecs decodes into the sum of all frames' sizes, so more
+    frames after a first that declares the whole chunk make it fail, never fill short.
+
+    Args:
+        data: the stored stream.
+        length: its length in bytes.
+        expected: the bytes the chunk must decode to.
+    """
+    try:
+        if first_frame_content_size(data, length) == expected:
+            return expected
+    except ChunkBytesError:
+        pass  # a skippable frame first, or damage: the walk over every frame says which
+    return total_content_size(data)
+
+
+def is_one_declared_frame(data: Any, expected: int) -> bool:
+    """Whether `data` is exactly one frame, its block headers well formed, that declares
+    `expected` decoded bytes and carries no content checksum: all a decoder that checks
+    nothing (nvCOMP) may be given. `False` for any other stream, valid or not, never an
+    error: the host decodes those, and its decode checks them (`declared_size`).
+
+    Args:
+        data: the stored stream (a crc32c codec's checksum already stripped).
+        expected: the bytes the chunk must decode to.
+    """
+    try:
+        frame = frame_at(data)
+    except ChunkBytesError:
+        return False
+    return frame.end == len(data) and frame.content_size == expected and not frame.has_checksum
