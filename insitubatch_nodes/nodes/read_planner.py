@@ -1,4 +1,8 @@
-"""ReadPlanNode: groups units into blocks and plans each block's chunk reads once."""
+"""ReadPlanNode: groups units into blocks and plans each block's chunk reads once.
+
+The plan itself, which chunks a block reads and where each lands, is the pure
+`core.read_plan`; this node is the stage that makes plans from the units dealt to it.
+"""
 
 from __future__ import annotations
 
