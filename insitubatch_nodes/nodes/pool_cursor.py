@@ -48,7 +48,7 @@ _KEYS = (SHUFFLE_SOURCE_KEY, NEXT_KEY, RESIDENT_KEY, YIELDED_KEY, SHUFFLE_TARGET
 
 
 @dataclass(frozen=True)
-class PoolCursor:
+class SavedPoolCursor:
     """Where a pool shuffle stands in a rank's epoch, as its state saves it.
 
     Args:
@@ -103,7 +103,7 @@ def restore_cursor(
     order_version: int,
     pool_ramp: int,
     pool_interleave: bool,
-) -> PoolCursor:
+) -> SavedPoolCursor:
     """Take up a saved cursor: the node's source is restored first, so that a state from
     other data or settings upstream is refused for that (`restore_shuffle_state`), then
     the order version, the keys, the config and the cursors are checked.
@@ -150,7 +150,7 @@ def restore_cursor(
     if not pairs_ok or len({p[0] for p in resident}) != len(resident):
         allowed = "distinct [position, given] pairs of ints >= 0, positions < next_unit"
         raise cursor_out_of_range(node, RESIDENT_KEY, resident, allowed)
-    return PoolCursor(next_unit, {p[0]: p[1] for p in resident}, yielded, target)
+    return SavedPoolCursor(next_unit, {p[0]: p[1] for p in resident}, yielded, target)
 
 
 def leave_out_drained(node: object, source: BaseNode[Any], drained: DrainedUnits | None) -> None:

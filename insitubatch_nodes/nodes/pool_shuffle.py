@@ -44,7 +44,7 @@ from insitubatch_nodes.core.pool_order import (
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.nodes import pool_cursor
 from insitubatch_nodes.nodes.items import BatchDraw, FetchedBlock
-from insitubatch_nodes.nodes.pool_cursor import PoolCursor, leave_out_drained, restore_cursor
+from insitubatch_nodes.nodes.pool_cursor import SavedPoolCursor, leave_out_drained, restore_cursor
 from insitubatch_nodes.nodes.shuffle_block import count_batches
 from insitubatch_nodes.nodes.state_checks import (
     ORDER_KEY,
@@ -381,5 +381,5 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
             source_state = self.source.state_dict()
         resident = {u.position: u.given for u in self._pool}
         resident.update(sorted(self._restore_given.items()))
-        cursor = PoolCursor(self._next, resident, self._yielded, self._target)
+        cursor = SavedPoolCursor(self._next, resident, self._yielded, self._target)
         return cursor.saved(self, source_state, self._config())
