@@ -24,6 +24,7 @@ from insitubatch_nodes.core.quality import MixingTally, UniformMixing
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.device.copy_ahead import CUDA_PREFETCH, staging_slots
 from insitubatch_nodes.device.staging_ring import StagingRing, page_locked
+from insitubatch_nodes.nodes import state_names
 from insitubatch_nodes.nodes.items import Batch, BatchDraw, FetchedBlock
 from insitubatch_nodes.nodes.reused_buffers import ReusedBuffers
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
@@ -75,6 +76,7 @@ class GatherNode(BaseNode[Batch]):
             counted in `mixing` (`core.quality.MixingTally`, O(batch) numpy work).
     """
 
+    STATE_NAME = state_names.GATHER
     SOURCE_KEY = "source"
 
     def __init__(

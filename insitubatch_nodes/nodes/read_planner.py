@@ -16,6 +16,7 @@ from insitubatch_nodes.core.drained_units import DrainedUnits
 from insitubatch_nodes.core.geometry import SampleGeometry
 from insitubatch_nodes.core.read_plan import ReadPlan, plan_block
 from insitubatch_nodes.core.settings import as_int
+from insitubatch_nodes.nodes import state_names
 from insitubatch_nodes.nodes.items import UnitTicket
 from insitubatch_nodes.nodes.state_checks import (
     CONFIG_KEY,
@@ -48,6 +49,7 @@ class ReadPlanNode(BaseNode[ReadPlan]):
         block_chunks: units per block (an int >= 1).
     """
 
+    STATE_NAME = state_names.READ_PLAN
     SOURCE_KEY = "source"
 
     def __init__(
