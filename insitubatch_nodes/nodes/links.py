@@ -82,7 +82,7 @@ class CountedStage(Protocol):
 @runtime_checkable
 class MixingReport(Protocol):
     """Says how mixed this epoch's batches are against a uniform global shuffle (the
-    gather)."""
+    gather, through `nodes.batch_mixing`)."""
 
     def mixing_figures(self) -> dict[str, float]: ...
 

@@ -28,7 +28,7 @@ from insitubatch_nodes.core.memory_bound import DEFAULT_MEMORY_BUDGET
 from insitubatch_nodes.core.pool_order import POOL_RAMP
 from insitubatch_nodes.core.read_plan import ReadPlan
 from insitubatch_nodes.io.reads.block_reader import ReadContext
-from insitubatch_nodes.nodes.gather import draw_samples_and_units
+from insitubatch_nodes.nodes.batch_mixing import draw_samples_and_units
 from insitubatch_nodes.nodes.items import BatchDraw, FetchedBlock, UnitTicket
 from tests.helpers.batches import batch_key
 
