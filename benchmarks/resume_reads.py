@@ -19,6 +19,7 @@ import zarr
 
 import insitubatch_nodes as ib
 from insitubatch_nodes.nodes.graph import graph_nodes
+from insitubatch_nodes.nodes.state_checks import NODE_KEY
 
 TIME_STEPS = 9600
 STEPS_PER_CHUNK = 24
@@ -38,7 +39,7 @@ def _store() -> str:
 def _saved_position(state: dict[str, Any]) -> int:
     """The unit position the saved source state resumes the unit order at."""
     part = state["root"]
-    while part.get("node") != "ChunkPermuteNode":
+    while part.get(NODE_KEY) != ib.ChunkPermuteNode.STATE_NAME:
         part = part["source"]
     return int(part["position"])
 

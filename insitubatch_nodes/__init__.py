@@ -27,7 +27,7 @@ from insitubatch_nodes.nodes.items import Batch
 from insitubatch_nodes.nodes.normalise import NormaliseNode
 from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode
 from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
-from insitubatch_nodes.nodes.read_plan import ReadPlanNode
+from insitubatch_nodes.nodes.read_planner import ReadPlanNode
 from insitubatch_nodes.nodes.shuffle_block import ShuffleBlockNode
 from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
 

@@ -42,7 +42,7 @@ from insitubatch_nodes.nodes.gather import GatherNode
 from insitubatch_nodes.nodes.normalise import NormaliseNode
 from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode, resolve_device
 from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
-from insitubatch_nodes.nodes.read_plan import ReadPlanNode
+from insitubatch_nodes.nodes.read_planner import ReadPlanNode
 from insitubatch_nodes.nodes.shuffle_block import ShuffleBlockNode
 from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
 
@@ -368,8 +368,9 @@ def build_loader(
         cache_queue_bytes=memory.cache_queue_bytes,
         unit_length=grid.unit_length,
     )
+    plans = ReadPlanNode(permute, anchors, block_chunks=chosen.block_chunks)
     blocks = AsyncFetchNode(
-        ReadPlanNode(permute, anchors, block_chunks=chosen.block_chunks),
+        plans,
         reading,
         prefetch_blocks=prefetch_blocks,
         memory_budget=memory.read_ahead_bytes,
@@ -378,7 +379,9 @@ def build_loader(
     )
     draws: BaseNode[Any]
     if chosen.pool_size is None:
-        draws = ShuffleBlockNode(blocks, batch_size=batch_size, drop_last=drop_last)
+        draws = ShuffleBlockNode(
+            blocks, batch_size=batch_size, drop_last=drop_last, epoch_keeper=permute
+        )
     else:
         draws = PoolShuffleNode(
             blocks,
@@ -387,6 +390,8 @@ def build_loader(
             drop_last=drop_last,
             pool_ramp=pool_ramp,
             pool_interleave=pool_interleave,
+            epoch_keeper=permute,
+            block_planner=plans,
         )
     # Host batches bound for a GPU are written page-locked by whichever node writes them last.
     pin = target.type == "cuda" and decode_on is None

@@ -35,7 +35,7 @@ from insitubatch_nodes.loader.loader import Loader
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 from insitubatch_nodes.nodes.graph import graph_nodes
 from insitubatch_nodes.nodes.pin_to_device import resolve_device
-from insitubatch_nodes.nodes.read_plan import ReadPlanNode
+from insitubatch_nodes.nodes.read_planner import ReadPlanNode
 
 DEFAULT_SECONDS = 30.0
 POINTS = 120  # points of the time series over a run, at most 4 a second

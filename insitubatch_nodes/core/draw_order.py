@@ -19,6 +19,9 @@ from insitubatch_nodes.core.geometry import UnitSamples
 from insitubatch_nodes.core.partition import EpochAssignment
 from insitubatch_nodes.core.seeding import rng_for
 
+BLOCK_ORDER = "block"  # the name a state records this order by (`build_loader(shuffle=)`)
+BLOCK_ORDER_VERSION = 1
+
 
 def block_units(units: np.ndarray, block_chunks: int) -> list[np.ndarray]:
     """Consecutive groups of `block_chunks` units (the last group may be shorter)."""

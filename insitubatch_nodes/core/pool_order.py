@@ -201,10 +201,12 @@ def enters_pool(
 
 
 @dataclass(frozen=True)
-class PoolCursor:
-    """Where a rank's pool stands after some batches, as `PoolShuffleNode` saves it: the
-    position of the next unit to enter, the resident units as [position, given] pairs in
-    pool order, and the samples yielded (padding included)."""
+class PoolDrawCursor:
+    """Where `pool_draw` stopped: the position of the next unit to enter, the resident
+    units as [position, given] pairs in pool order, and the samples yielded (padding
+    included): the pure order's account of a pool after some batches. The node keeps its
+    own, as its state saves it (`nodes.pool_cursor.SavedPoolCursor`: a dict of resident
+    units, the epoch's target, the state's format)."""
 
     next_unit: int
     resident: list[list[int]]
@@ -225,7 +227,7 @@ def pool_draw(
     ramp: int = POOL_RAMP,
     interleave: bool = True,
     batches: int | None = None,
-) -> tuple[np.ndarray, PoolCursor]:
+) -> tuple[np.ndarray, PoolDrawCursor]:
     """Global sample ids a rank yields from `units` under the pool shuffle, in order, and
     the pool's cursor after them: the rule of the module, for any list of units, each
     entering the pool having given `starts` of its draw already (a share re-dealt after a
@@ -295,7 +297,7 @@ def pool_draw(
         yielded += want
         batch += 1
     order = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
-    cursor = PoolCursor(next_unit, [[p, given[p]] for p in pool], yielded)
+    cursor = PoolDrawCursor(next_unit, [[p, given[p]] for p in pool], yielded)
     return order, cursor
 
 

@@ -16,9 +16,7 @@ data), one epoch, and every rank once.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
-
-import numpy as np
+from typing import Any
 
 from insitubatch_nodes.core.elastic import (
     RankCut,
@@ -29,7 +27,9 @@ from insitubatch_nodes.core.elastic import (
     share_samples,
     share_units,
 )
-from insitubatch_nodes.core.geometry import UnitSamples
+from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
+from insitubatch_nodes.nodes.links import EpochKeeper
+from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
 from insitubatch_nodes.nodes.state_checks import (
     CONFIG_KEY,
     NODE_KEY,
@@ -37,34 +37,14 @@ from insitubatch_nodes.nodes.state_checks import (
     check_state_digest,
 )
 
-POOL_NODE = "PoolShuffleNode"
-PERMUTE_NODE = "ChunkPermuteNode"
-
-
-class EpochNode(Protocol):
-    """What this module needs of the graph's `ChunkPermuteNode`."""
-
-    geometry: UnitSamples
-    split_units: np.ndarray
-    seed: int
-    partitions: int
-    fingerprint: Mapping[str, Any] | None
-    evaluation: bool
-
-    def process_rank(self) -> tuple[int, int]: ...
-
-    def begin_epoch(self, epoch: int) -> None: ...
-
-    def begin_rest(self, epoch: int, share: RestShare, least: int, most: int) -> None: ...
-
 
 def find_node_state(state: Any, node: str) -> Mapping[str, Any] | None:
-    """The first part of a nested state saved by a node named `node` (depth first), or
-    None.
+    """The first part of a nested state saved by a node whose states are saved under the
+    name `node` (depth first), or None.
 
     Args:
         state: a loader state or a part of one.
-        node: the node's class name.
+        node: the name the node's class declares (`STATE_NAME`, `nodes.state_names`).
     """
     stack = [state]
     while stack:
@@ -87,20 +67,20 @@ def _refuse(why: str) -> ValueError:
 
 
 def _old_rank(
-    node: EpochNode, entry: Any, index: int, world_size: int
+    node: EpochKeeper, entry: Any, index: int, world_size: int
 ) -> tuple[int, RankCut, Mapping[str, Any]]:
     """One old rank's epoch, cut and pool settings, from its loader state, checked."""
     if not isinstance(entry, Mapping):
         raise _refuse(f"rank states: entry {index} is a {type(entry).__name__}, not a dict")
     check_state_digest(entry)
-    pool = find_node_state(entry, POOL_NODE)
+    pool = find_node_state(entry, PoolShuffleNode.STATE_NAME)
     if pool is None:
         raise ValueError(
             "resuming on another number of ranks needs the pool shuffle's cursors, and "
             "these states were saved by a loader with the block shuffle: resume them on "
             "as many ranks as saved them, or train with shuffle='pool'"
         )
-    permute = find_node_state(pool.get("source"), PERMUTE_NODE)
+    permute = find_node_state(pool.get("source"), ChunkPermuteNode.STATE_NAME)
     config = None if permute is None else permute.get(CONFIG_KEY)
     if not isinstance(config, Mapping):
         raise _refuse(f"rank states: entry {index} has no ChunkPermuteNode settings")
@@ -130,13 +110,13 @@ def _old_rank(
     return epoch, cut, pool
 
 
-def resume_rest(node: EpochNode, entries: list[Any]) -> None:
+def resume_rest(node: EpochKeeper, entries: list[Any]) -> None:
     """Set `node` to begin this rank's share of the rest of the epoch the old ranks'
     states were cut in (or the next epoch, if nothing is left of it; or that epoch afresh,
     if no rank had yielded anything).
 
     Args:
-        node: the graph's `ChunkPermuteNode`.
+        node: the graph's epoch keeper (its `ChunkPermuteNode`).
         entries: every old rank's loader state, in rank order.
 
     Raises:

@@ -13,11 +13,16 @@ taken after a restored state turned out to be an epoch's end would resume at the
 place, meta-pytorch/data#1552). `state_dict()` has the same layout as torchdata's.
 
 For the training frameworks: `len(loader)` is the batches an epoch yields on this rank,
-known before anything is read (from the graph's `ShuffleBlockNode`). Lightning fetches a
+known before anything is read (from the graph's shuffle node). Lightning fetches a
 batch ahead of the training step only when an iterable has no length, so with it the
 state Lightning saves is the state after the step's batch. `all_ranks_state=True` makes
 `state_dict()` one state holding every rank's (`loader.rank_states`), since Lightning and
 accelerate write rank 0's checkpoint only.
+
+What the loader asks of its graph (the epoch keeper, the batch counter, the stages'
+counters, the stages to stop) it holds as links resolved once, when it is built
+(`loader.graph_links`), which also hands a graph composed by hand the links between its
+nodes that it lacks.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from torchdata.nodes import BaseNode
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.core.stage_report import EpochActivity, epoch_stats
 from insitubatch_nodes.loader.elastic_resume import resume_rest
+from insitubatch_nodes.loader.graph_links import GraphLinks, resolve_links
 from insitubatch_nodes.loader.peeking_iterator import PeekingIterator
 from insitubatch_nodes.loader.rank_states import (
     gather_rank_states,
@@ -39,7 +45,6 @@ from insitubatch_nodes.loader.rank_states import (
     process_rank,
     rank_state_entries,
 )
-from insitubatch_nodes.nodes.graph import graph_nodes
 from insitubatch_nodes.nodes.state_checks import (
     check_cursor,
     check_node_state,
@@ -48,41 +53,6 @@ from insitubatch_nodes.nodes.state_checks import (
 )
 
 T = TypeVar("T")
-
-
-def close_graph(root: BaseNode[Any], *, epoch_ended: bool = False) -> None:
-    """Call `interrupt()`, then `close()`, on every node of the graph that has them (e.g.
-    `AsyncFetchNode`). Interrupting first lets a producer thread that waits on a slow read
-    (`PinToDeviceNode`) stop at once, before its node waits for it. Every node is closed
-    even if one fails to; the first failure is raised after.
-
-    Args:
-        root: the graph's last node.
-        epoch_ended: the epoch ran to its end, so nodes that read across epochs are left
-            running, and nodes with an `end_epoch()` method are ended with it instead of
-            `close()` (the fetch node keeps its block memory for the next epoch).
-    """
-    nodes = [
-        node
-        for node in graph_nodes(root)
-        if not (epoch_ended and getattr(node, "read_across_epochs", False))
-    ]
-    for node in nodes:
-        interrupt = getattr(node, "interrupt", None)
-        if callable(interrupt):
-            interrupt()
-    failure: Exception | None = None
-    for node in nodes:
-        close = getattr(node, "close", None)
-        if epoch_ended:  # a node may keep what the next epoch reuses (`end_epoch`)
-            close = getattr(node, "end_epoch", close)
-        if callable(close):
-            try:
-                close()
-            except Exception as error:
-                failure = failure or error
-    if failure is not None:
-        raise failure
 
 
 class Loader(torchdata.nodes.Loader[T]):
@@ -98,7 +68,13 @@ class Loader(torchdata.nodes.Loader[T]):
             Lightning's and accelerate's checkpointing do), so that the one checkpoint
             those frameworks write (rank 0's) resumes every rank. `load_state_dict` takes
             either kind of state.
+
+    Raises:
+        ValueError: the graph's links cannot be told apart (`loader.graph_links`: two
+            epoch keepers, two batch counters, two planners upstream of a pool shuffle).
     """
+
+    STATE_NAME = "Loader"  # named in refusals; its state, torchdata's layout, names no node
 
     def __init__(
         self,
@@ -109,6 +85,7 @@ class Loader(torchdata.nodes.Loader[T]):
     ) -> None:
         super().__init__(root, restart_on_stop_iteration)
         self.all_ranks_state = as_bool("all_ranks_state", all_ranks_state)
+        self._links: GraphLinks = resolve_links(root)
         self._iterator: PeekingIterator[T] | None = None
         self._state_to_load: dict[str, Any] | None = None
         self._started_for_state_dict = False
@@ -148,7 +125,7 @@ class Loader(torchdata.nodes.Loader[T]):
         try:
             check_state_digest(state)
         except BaseException:
-            close_graph(self.root)
+            self._links.close()
             raise
         if ended:
             self._iterator.reset(None)  # the state was an epoch's end: begin the next one
@@ -165,7 +142,7 @@ class Loader(torchdata.nodes.Loader[T]):
         except BaseException:  # break (GeneratorExit), an error, or garbage collection
             self.close()
             raise
-        close_graph(self.root, epoch_ended=True)
+        self._links.end_epoch()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Resume from `state_dict` at the next `iter()`. Its own layout is checked now;
@@ -179,13 +156,11 @@ class Loader(torchdata.nodes.Loader[T]):
             state_dict: what `state_dict()` returned (through a checkpoint file or not).
         """
         if is_rank_states(state_dict):
-            node = self._epoch_node()
-            rank, world_size = process_rank()
-            if callable(getattr(node, "process_rank", None)):
-                rank, world_size = node.process_rank()
+            keeper = self._links.epoch_keeper
+            rank, world_size = process_rank() if keeper is None else keeper.process_rank()
             entries = rank_state_entries(state_dict)
-            if len(entries) != world_size and callable(getattr(node, "begin_rest", None)):
-                resume_rest(node, entries)
+            if len(entries) != world_size and keeper is not None:
+                resume_rest(keeper, entries)
                 self._state_to_load = None
                 self._started_for_state_dict = False  # the next iter() starts the rest
                 return
@@ -217,17 +192,13 @@ class Loader(torchdata.nodes.Loader[T]):
         Cheap enough to call every step; counting costs two clock reads and O(batch)
         numpy work per batch, and the stages' counters are kept anyway."""
         counters: dict[str, Any] = {}
-        for node in graph_nodes(self.root):
-            report = getattr(node, "stage_counters", None)
-            if callable(report):
-                counters.update(report())
+        for stage in self._links.counted:
+            counters.update(stage.stage_counters())
         if self._iterator is not None:
             counters.update(self._iterator.stage_counters())
         stats = epoch_stats(EpochActivity(**counters))
-        for node in graph_nodes(self.root):
-            figures = getattr(node, "mixing_figures", None)
-            if callable(figures):
-                stats.update(figures())
+        for stage in self._links.mixing:
+            stats.update(stage.mixing_figures())
         return stats
 
     def scalar_stats(self) -> dict[str, float]:
@@ -252,26 +223,23 @@ class Loader(torchdata.nodes.Loader[T]):
 
     def __len__(self) -> int:
         """Batches one epoch yields on this rank (the last may be short), computed without
-        reading: what `ShuffleBlockNode.batches_per_epoch` says, the nodes after it handing
-        on one item per batch (gather, stack, device copy, normalise, a torchdata Mapper).
-        Training frameworks size progress bars and schedules with it, and Lightning
-        fetches no batch ahead of the step when it has it.
+        reading: what the graph's batch counter (`ShuffleBlockNode.batches_per_epoch`)
+        says, the nodes after it handing on one item per batch (gather, stack, device
+        copy, normalise, a torchdata Mapper). Training frameworks size progress bars and
+        schedules with it, and Lightning fetches no batch ahead of the step when it has it.
 
         Raises:
-            TypeError: the graph has no `ShuffleBlockNode` (or several), so it cannot say
-                (the error `len()` of an unsized object raises).
+            TypeError: the graph has no batch counter (no shuffle node), or its counter
+                has no epoch keeper, so it cannot say (the error `len()` of an unsized
+                object raises).
         """
-        counters = [
-            node
-            for node in graph_nodes(self.root)
-            if callable(getattr(node, "batches_per_epoch", None))
-        ]
-        if len(counters) != 1:
+        counter = self._links.batch_counter
+        if counter is None:
             raise TypeError(
-                f"this Loader's graph has {len(counters)} nodes that count an epoch's "
-                f"batches (a ShuffleBlockNode does) where len() needs exactly one"
+                "this Loader's graph has no node that counts an epoch's batches (a "
+                "ShuffleBlockNode or PoolShuffleNode does), so it has no len()"
             )
-        return counters[0].batches_per_epoch()
+        return counter.batches_per_epoch()
 
     def set_epoch(self, epoch: int) -> None:
         """Make `epoch` the epoch this loader yields: the current `iter()`'s if it has
@@ -286,13 +254,13 @@ class Loader(torchdata.nodes.Loader[T]):
             epoch: the epoch (an int >= 0).
 
         Raises:
-            TypeError: the graph has no `ChunkPermuteNode` (or several) to set it on.
+            TypeError: the graph has no epoch keeper (`ChunkPermuteNode`) to set it on.
         """
         epoch = as_int("epoch", epoch, minimum=0)
-        if self._epoch_node() is None:
+        if self._links.epoch_keeper is None:
             raise TypeError(
-                "this Loader's graph has no single ChunkPermuteNode (a node with "
-                "begin_epoch) to set the epoch on"
+                "this Loader's graph has no node that deals epochs (a ChunkPermuteNode "
+                "does) to set the epoch on"
             )
         if self._iterator is not None and self._fresh and self._state_to_load is None:
             self._move_to_epoch(epoch)
@@ -301,16 +269,11 @@ class Loader(torchdata.nodes.Loader[T]):
 
     def _move_to_epoch(self, epoch: int) -> None:
         """Start the current iteration, which has handed nothing out, again at `epoch`."""
-        assert self._iterator is not None
-        node = self._epoch_node()
-        if node.epoch != epoch:
-            node.begin_epoch(epoch)
+        keeper = self._links.epoch_keeper
+        assert self._iterator is not None and keeper is not None
+        if keeper.epoch != epoch:
+            keeper.begin_epoch(epoch)
             self._iterator.reset(None)
-
-    def _epoch_node(self) -> Any:
-        """The one node of the graph that keeps the epoch, or None."""
-        nodes = [n for n in graph_nodes(self.root) if callable(getattr(n, "begin_epoch", None))]
-        return nodes[0] if len(nodes) == 1 else None
 
     @property
     def sampler(self) -> EpochSetter | None:
@@ -318,7 +281,7 @@ class Loader(torchdata.nodes.Loader[T]):
         sampler: an `EpochSetter` for this loader, or None for a graph without a
         `ChunkPermuteNode`. The loader is like a `DataLoader(batch_size=None)` there: its
         items are whole batches, so it has no `batch_sampler` (None)."""
-        return EpochSetter(self) if self._epoch_node() is not None else None
+        return EpochSetter(self) if self._links.epoch_keeper is not None else None
 
     batch_sampler: None = None
 
@@ -337,7 +300,7 @@ class Loader(torchdata.nodes.Loader[T]):
 
     def close(self) -> None:
         """Stop all background IO now; iterating again picks up where it stopped."""
-        close_graph(self.root)
+        self._links.close()
 
     def __enter__(self) -> Loader[T]:
         return self

@@ -44,6 +44,7 @@ from insitubatch_nodes.io.reads.block_reader import BlockReader, ReadContext
 from insitubatch_nodes.io.reads.block_slots import BlockMemory
 from insitubatch_nodes.io.reads.chunk_reader import ChunkReader
 from insitubatch_nodes.io.reads.event_loop import EventLoopThread
+from insitubatch_nodes.nodes import state_names
 from insitubatch_nodes.nodes.items import FetchedBlock
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
 
@@ -82,6 +83,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
             False).
     """
 
+    STATE_NAME = state_names.ASYNC_FETCH
     SOURCE_KEY = "source"
 
     def __init__(

@@ -28,6 +28,7 @@ from insitubatch_nodes.core.partition import (
     rank_sample_counts,
 )
 from insitubatch_nodes.core.settings import as_bool, as_int
+from insitubatch_nodes.nodes import state_names
 from insitubatch_nodes.nodes.chunk_permute_state import (
     POSITION_KEY,
     SavedRest,
@@ -90,6 +91,8 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
             dealt to before ranks take them (`core.partition`), in [world_size, the
             split's units]; None takes `default_partition_count`. Recorded in the state.
     """
+
+    STATE_NAME = state_names.CHUNK_PERMUTE
 
     def __init__(
         self,

@@ -24,6 +24,7 @@ from insitubatch_nodes.core.elastic import RestShare
 from insitubatch_nodes.nodes.state_checks import (
     CONFIG_KEY,
     FINGERPRINT_KEY,
+    NamedNode,
     check_cursor,
     check_fingerprint,
     check_node_state,
@@ -130,7 +131,7 @@ class SavedRest:
 
 
 def saved_state(
-    node: object,
+    node: NamedNode,
     *,
     epoch: int,
     position: int,
@@ -157,7 +158,7 @@ def saved_state(
 
 
 def restore_state(
-    node: object,
+    node: NamedNode,
     initial_state: Any,
     config: Mapping[str, Any],
     fingerprint: Mapping[str, Any] | None,

@@ -3,7 +3,6 @@ run of blocks sharing an array (per array, in a draw that says its order)."""
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 import weakref
@@ -20,10 +19,12 @@ from insitubatch_nodes.core.batch_fields import (
     batch_shape,
     crop_index,
 )
-from insitubatch_nodes.core.quality import MixingTally, UniformMixing
+from insitubatch_nodes.core.quality import UniformMixing
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.device.copy_ahead import CUDA_PREFETCH, staging_slots
 from insitubatch_nodes.device.staging_ring import StagingRing, page_locked
+from insitubatch_nodes.nodes import state_names
+from insitubatch_nodes.nodes.batch_mixing import BatchMixing
 from insitubatch_nodes.nodes.items import Batch, BatchDraw, FetchedBlock
 from insitubatch_nodes.nodes.reused_buffers import ReusedBuffers
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
@@ -71,10 +72,11 @@ class GatherNode(BaseNode[Batch]):
             `prefetch` + 1 (fewer makes the gather wait for copies).
         uniform_mixing: what a uniform global shuffle of the split gives (called once,
             when figures are first asked for), or None to keep no mixing figures (an
-            evaluation loader's batches are in order by design). With it, every batch is
-            counted in `mixing` (`core.quality.MixingTally`, O(batch) numpy work).
+            evaluation loader's batches are in order by design). With it, every batch's
+            draw is handed to `mixing` (`nodes.batch_mixing`, O(batch) numpy work).
     """
 
+    STATE_NAME = state_names.GATHER
     SOURCE_KEY = "source"
 
     def __init__(
@@ -95,33 +97,31 @@ class GatherNode(BaseNode[Batch]):
             weakref.WeakKeyDictionary()
         )  # each live block's index table (`gather`)
         self._gather_s = 0.0  # this epoch's time in the gather
-        self._uniform_mixing = None if uniform_mixing is None else functools.cache(uniform_mixing)
-        self.mixing = MixingTally()  # this epoch's batches
+        self.mixing = None if uniform_mixing is None else BatchMixing(uniform_mixing)
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         self.source.reset(source_part(self, initial_state, self.SOURCE_KEY))
         self._gather_s = 0.0
-        self.mixing = MixingTally()
+        if self.mixing is not None:
+            self.mixing.restart()
 
     def next(self) -> Batch:
         draw = next(self.source)
         started = time.perf_counter()
         try:
             batch = self._gathered(draw)
-            if self._uniform_mixing is not None:
-                self.mixing.add(*draw_samples_and_units(draw))
+            if self.mixing is not None:
+                self.mixing.count(draw)
             return batch
         finally:
             self._gather_s += time.perf_counter() - started
 
     def mixing_figures(self) -> dict[str, float]:
         """This epoch's mixing so far against a uniform global shuffle's
-        (`MixingTally.figures`: distinct units per batch, time distance, gap score), or
-        nothing without `uniform_mixing`."""
-        if self._uniform_mixing is None:
-            return {}
-        return self.mixing.figures(self._uniform_mixing())
+        (`BatchMixing.figures`), or nothing without `uniform_mixing`: what the `Loader`
+        reads through its link (`nodes.links.MixingReport`)."""
+        return {} if self.mixing is None else self.mixing.figures()
 
     def _gathered(self, draw: BatchDraw) -> Batch:
         device = draw.parts[0][0].device
@@ -152,27 +152,6 @@ class GatherNode(BaseNode[Batch]):
 
     def get_state(self) -> dict[str, Any]:
         return named_state(self, {self.SOURCE_KEY: self.source.state_dict()})
-
-
-def draw_samples_and_units(draw: BatchDraw) -> tuple[np.ndarray, np.ndarray]:
-    """The draw's sample ids in batch order, and the unit each lies in: one search per
-    block, vectorised.
-
-    Args:
-        draw: the batch's rows, by block.
-    """
-    samples, units = [], []
-    for block, rows in draw.parts:
-        plan = block.plan
-        samples.append(plan.sample_index[rows])
-        if plan.unit_starts is None:
-            units.append(np.full(rows.size, plan.block_index, dtype=np.int64))
-        else:
-            at = np.searchsorted(plan.unit_starts, rows, side="right") - 1
-            units.append(plan.units[at])
-    if draw.order is None:
-        return np.concatenate(samples), np.concatenate(units)
-    return np.concatenate(samples)[draw.order], np.concatenate(units)[draw.order]
 
 
 def batch_shapes(draw: BatchDraw) -> Shapes:

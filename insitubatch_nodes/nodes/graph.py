@@ -1,4 +1,10 @@
-"""The nodes of a graph, found from its last node."""
+"""The nodes of a graph, found from its last node.
+
+A plain list, by the graph's structure (each node's public node attributes, `source` by
+convention): the `Loader` walks it once, when it is built, to resolve its links
+(`loader.graph_links`), and tools and tests find a node of a given class in it. Nothing
+looks a peer up in it by method name.
+"""
 
 from __future__ import annotations
 

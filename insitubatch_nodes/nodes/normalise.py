@@ -16,6 +16,7 @@ from torchdata.nodes import BaseNode
 
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
 from insitubatch_nodes.core.settings import as_int
+from insitubatch_nodes.nodes import state_names
 from insitubatch_nodes.nodes.channel_stats import StatsLike, load_stats
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
 
@@ -31,6 +32,7 @@ class NormaliseNode(BaseNode[dict[str, torch.Tensor]]):
         spatial_dims: the trailing grid axes of each variable (an int >= 0).
     """
 
+    STATE_NAME = state_names.NORMALISE
     SOURCE_KEY = "source"
 
     def __init__(

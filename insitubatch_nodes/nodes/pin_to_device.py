@@ -42,6 +42,7 @@ from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.device.batch_copy import BatchCopier
 from insitubatch_nodes.device.copy_ahead import default_prefetch, staging_slots
 from insitubatch_nodes.device.staging_ring import StagedBatch
+from insitubatch_nodes.nodes import state_names
 from insitubatch_nodes.nodes.items import as_batch
 from insitubatch_nodes.nodes.producer_thread import ProducerThread
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
@@ -122,6 +123,7 @@ class PinToDeviceNode(BaseNode[dict[str, torch.Tensor]]):
             `prefetch` > 0).
     """
 
+    STATE_NAME = state_names.PIN_TO_DEVICE
     SOURCE_KEY = "source"
 
     def __init__(

@@ -1,16 +1,17 @@
 """The pool shuffle's saved cursor: the state `PoolShuffleNode` saves, how a saved one is
-taken up, and what it tells the node upstream that plans blocks.
+taken up, and which units it says were drained.
 
 The node draws batches; this module holds the format of where it stands. It exists apart
 so that the format lives in one place: the keys, the checks a loaded state passes before
 any of it is used, which states of earlier order versions resume under which settings
 (the rules a new order version has to extend), and which units a restored cursor says
-were drained, so that the `ReadPlanNode` upstream plans the rest of the epoch without them
-(`core.drained_units`). The cursor is O(P) plain ints: the position of the next unit to
-enter, the resident units as [position, given] pairs, the samples yielded and the samples
-the epoch yields; the source state from just before the oldest block still needed goes
-with it. The checks that need the epoch's data (a unit's size, the epoch's units and
-samples) are made by the node once its first block is here.
+were drained (`core.drained_units`), which the node tells the block planner it is linked
+to (the `ReadPlanNode` upstream), so that the rest of the epoch is planned without them.
+The cursor is O(P) plain ints: the position of the next unit to enter, the resident units
+as [position, given] pairs, the samples yielded and the samples the epoch yields; the
+source state from just before the oldest block still needed goes with it. The checks that
+need the epoch's data (a unit's size, the epoch's units and samples) are made by the node
+once its first block is here.
 """
 
 from __future__ import annotations
@@ -20,19 +21,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from torchdata.nodes import BaseNode
-
 from insitubatch_nodes.core.drained_units import DrainedUnits
 from insitubatch_nodes.core.pool_order import (
     POOL_ORDER,
     POOL_ORDER_VERSION,
     POOL_ORDER_VERSION_GROUPED,
 )
-from insitubatch_nodes.nodes.graph import graph_nodes
 from insitubatch_nodes.nodes.state_checks import (
     CONFIG_KEY,
     SHUFFLE_SOURCE_KEY,
     SHUFFLE_TARGET_KEY,
+    NamedNode,
     check_cursor,
     cursor_out_of_range,
     named_state,
@@ -48,7 +47,7 @@ _KEYS = (SHUFFLE_SOURCE_KEY, NEXT_KEY, RESIDENT_KEY, YIELDED_KEY, SHUFFLE_TARGET
 
 
 @dataclass(frozen=True)
-class PoolCursor:
+class SavedPoolCursor:
     """Where a pool shuffle stands in a rank's epoch, as its state saves it.
 
     Args:
@@ -72,7 +71,7 @@ class PoolCursor:
         return DrainedUnits.of(self.next_unit, self.resident, self.samples_target)
 
     def saved(
-        self, node: object, source_state: Mapping[str, Any], config: Mapping[str, Any]
+        self, node: NamedNode, source_state: Mapping[str, Any], config: Mapping[str, Any]
     ) -> dict[str, Any]:
         """The node's state for this cursor (`get_state`).
 
@@ -103,7 +102,7 @@ def restore_cursor(
     order_version: int,
     pool_ramp: int,
     pool_interleave: bool,
-) -> PoolCursor:
+) -> SavedPoolCursor:
     """Take up a saved cursor: the node's source is restored first, so that a state from
     other data or settings upstream is refused for that (`restore_shuffle_state`), then
     the order version, the keys, the config and the cursors are checked.
@@ -150,29 +149,4 @@ def restore_cursor(
     if not pairs_ok or len({p[0] for p in resident}) != len(resident):
         allowed = "distinct [position, given] pairs of ints >= 0, positions < next_unit"
         raise cursor_out_of_range(node, RESIDENT_KEY, resident, allowed)
-    return PoolCursor(next_unit, {p[0]: p[1] for p in resident}, yielded, target)
-
-
-def leave_out_drained(node: object, source: BaseNode[Any], drained: DrainedUnits | None) -> None:
-    """Tell the node upstream that plans blocks which units not to read; the source was
-    reset and has read nothing yet (`AsyncFetchNode` starts reading at its first
-    `next()`). Without such a node (a graph built otherwise) drained units are read, and
-    the pool shuffle drops them as they arrive.
-
-    Args:
-        node: the pool shuffle node telling it (named in the error).
-        source: the node's source, the graph upstream of it.
-        drained: the drained units of the restored epoch, or None (plan every unit).
-
-    Raises:
-        TypeError: more than one node upstream plans blocks.
-    """
-    planners = [n for n in graph_nodes(source) if callable(getattr(n, "leave_out_drained", None))]
-    if len(planners) > 1:
-        raise TypeError(
-            f"the {type(node).__name__} found {len(planners)} nodes upstream that plan "
-            f"blocks (a ReadPlanNode does), where it can tell at most one which units "
-            f"a resume leaves out"
-        )
-    for planner in planners:
-        planner.leave_out_drained(drained)
+    return SavedPoolCursor(next_unit, {p[0]: p[1] for p in resident}, yielded, target)

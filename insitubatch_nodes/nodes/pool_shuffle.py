@@ -15,9 +15,13 @@ State is small and plain, a cursor of O(P) ints (`nodes.pool_cursor`, which hold
 format and its checks): the source state from just before the oldest block still needed,
 the position of the next unit to enter, the resident units as [position, given] pairs,
 and how many samples the epoch has yielded. Resume reads from that block on, and only the
-units still needed: the cursor says which units were drained, and the `ReadPlanNode`
-upstream plans the blocks without them; the resident units take up their counts. No array
-data is ever checkpointed.
+units still needed: the cursor says which units were drained, and the block planner the
+node is linked to (the `ReadPlanNode` upstream) plans the blocks without them; the
+resident units take up their counts. No array data is ever checkpointed.
+
+Its peers are links (`nodes.links`), given to the constructor or linked by the `Loader`
+the node is iterated through: the block planner it tells (without one, drained units are
+read and dropped as they arrive) and the epoch keeper it counts its batches from.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
+from insitubatch_nodes.core.drained_units import DrainedUnits
 from insitubatch_nodes.core.draw_order import padding_positions
 from insitubatch_nodes.core.partition import EpochAssignment
 from insitubatch_nodes.core.pool_order import (
@@ -42,9 +47,10 @@ from insitubatch_nodes.core.pool_order import (
     unit_draw,
 )
 from insitubatch_nodes.core.settings import as_bool, as_int
-from insitubatch_nodes.nodes import pool_cursor
+from insitubatch_nodes.nodes import pool_cursor, state_names
 from insitubatch_nodes.nodes.items import BatchDraw, FetchedBlock
-from insitubatch_nodes.nodes.pool_cursor import PoolCursor, leave_out_drained, restore_cursor
+from insitubatch_nodes.nodes.links import BlockPlanner, EpochKeeper, checked_link
+from insitubatch_nodes.nodes.pool_cursor import SavedPoolCursor, restore_cursor
 from insitubatch_nodes.nodes.shuffle_block import count_batches
 from insitubatch_nodes.nodes.state_checks import (
     ORDER_KEY,
@@ -110,8 +116,15 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
             `core.pool_order.batch_interleave`, order version 3), so that any contiguous
             slice of a batch (a micro-batch) is as mixed as the whole; False keeps them
             grouped by unit, the order of version 2, whose states resume only with it.
+        epoch_keeper: the node that deals this rank's share upstream (the
+            `ChunkPermuteNode`), which `batches_per_epoch` counts from; None: the `Loader`
+            the node is iterated through links the one upstream.
+        block_planner: the node upstream that plans blocks (the `ReadPlanNode`), told
+            which units a restored state drained so that none of them is read; None: the
+            `Loader` links the one upstream, if there is one.
     """
 
+    STATE_NAME = state_names.POOL_SHUFFLE
     SOURCE_KEY = SHUFFLE_SOURCE_KEY
     NEXT_KEY = pool_cursor.NEXT_KEY
     RESIDENT_KEY = pool_cursor.RESIDENT_KEY
@@ -129,6 +142,8 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
         drop_last: bool = False,
         pool_ramp: int = POOL_RAMP,
         pool_interleave: bool = True,
+        epoch_keeper: EpochKeeper | None = None,
+        block_planner: BlockPlanner | None = None,
     ) -> None:
         super().__init__()
         self.source = source
@@ -140,6 +155,8 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
         self.order_version = (
             POOL_ORDER_VERSION if self.pool_interleave else POOL_ORDER_VERSION_GROUPED
         )
+        self._epoch_keeper = checked_link(self, "epoch_keeper", epoch_keeper, EpochKeeper)
+        self._block_planner = checked_link(self, "block_planner", block_planner, BlockPlanner)
         self._assignment: EpochAssignment | None = None
         self._positions: tuple[np.ndarray, np.ndarray] | None = None
         self._pool: list[_Unit] = []  # in entry (position) order
@@ -164,7 +181,7 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
             self._next, self._yielded, self._target = 0, 0, None
             self._restore_given = {}
         else:
-            leave_out_drained(self, self.source, None)  # until this state's cursor is checked
+            self._tell_planner(None)  # until this state's cursor is checked
             cursor = restore_cursor(
                 self,
                 initial_state,
@@ -175,8 +192,14 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
             )
             self._next, self._yielded = cursor.next_unit, cursor.samples_yielded
             self._target, self._restore_given = cursor.samples_target, dict(cursor.resident)
-            leave_out_drained(self, self.source, cursor.drained_units())
+            self._tell_planner(cursor.drained_units())
         self._source_state = self.source.state_dict()
+
+    def _tell_planner(self, drained: DrainedUnits | None) -> None:
+        """Tell the block planner which units not to read; the source was reset and has
+        read nothing yet (`AsyncFetchNode` starts reading at its first `next()`)."""
+        if self._block_planner is not None:
+            self._block_planner.leave_out_drained(drained)
 
     def _unit_positions(self, block: FetchedBlock) -> np.ndarray:
         """Where each unit of the block stands in the rank's unit order."""
@@ -363,14 +386,43 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
             ORDER_VERSION_KEY: self.order_version,
         }
 
+    @property
+    def epoch_keeper(self) -> EpochKeeper | None:
+        """The node this one counts its batches from (`nodes.links.NeedsEpochKeeper`)."""
+        return self._epoch_keeper
+
+    def link_epoch_keeper(self, keeper: EpochKeeper) -> None:
+        """Count batches from `keeper`: what a `Loader` calls, once, when it is built over
+        a graph whose shuffle node was given none.
+
+        Args:
+            keeper: the epoch keeper upstream.
+        """
+        self._epoch_keeper = checked_link(self, "epoch_keeper", keeper, EpochKeeper)
+
+    @property
+    def block_planner(self) -> BlockPlanner | None:
+        """The planner a restored state's drained units are told to
+        (`nodes.links.NeedsBlockPlanner`)."""
+        return self._block_planner
+
+    def link_block_planner(self, planner: BlockPlanner) -> None:
+        """Tell `planner` which units a restored state drained: what a `Loader` calls,
+        once, when it is built over a graph whose pool shuffle was given none.
+
+        Args:
+            planner: the block planner upstream.
+        """
+        self._block_planner = checked_link(self, "block_planner", planner, BlockPlanner)
+
     def batches_per_epoch(self) -> int:
         """Batches this node yields per epoch on this rank (the last one may be short),
-        computed from the share upstream without reading anything.
+        computed from the share its epoch keeper deals, without reading anything.
 
         Raises:
-            TypeError: no node upstream tells this rank's share, or more than one does.
+            TypeError: no epoch keeper is linked (see `epoch_keeper`).
         """
-        return count_batches(self, self.source, self.batch_size, self.drop_last)
+        return count_batches(self, self._epoch_keeper, self.batch_size, self.drop_last)
 
     def get_state(self) -> dict[str, Any]:
         if self._blocks:
@@ -381,5 +433,5 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
             source_state = self.source.state_dict()
         resident = {u.position: u.given for u in self._pool}
         resident.update(sorted(self._restore_given.items()))
-        cursor = PoolCursor(self._next, resident, self._yielded, self._target)
+        cursor = SavedPoolCursor(self._next, resident, self._yielded, self._target)
         return cursor.saved(self, source_state, self._config())

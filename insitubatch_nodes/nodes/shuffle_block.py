@@ -11,8 +11,10 @@ into that block drawing has gone, and how many samples this epoch has yielded. R
 re-fetches that block; no array data is ever checkpointed.
 
 The node also knows how many batches an epoch holds before anything is read
-(`batches_per_epoch`, what `len(loader)` returns): its batch settings and the share the
-`ChunkPermuteNode` upstream deals this rank.
+(`batches_per_epoch`, what `len(loader)` returns): its batch settings and the share its
+epoch keeper (the `ChunkPermuteNode` upstream) deals this rank. The keeper is a link
+(`nodes.links`): given to the constructor, or linked by the `Loader` the node is iterated
+through; the node never looks for it.
 """
 
 from __future__ import annotations
@@ -25,11 +27,17 @@ from typing import Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
-from insitubatch_nodes.core.draw_order import block_order, padding_positions
+from insitubatch_nodes.core.draw_order import (
+    BLOCK_ORDER,
+    BLOCK_ORDER_VERSION,
+    block_order,
+    padding_positions,
+)
 from insitubatch_nodes.core.settings import as_bool, as_int
+from insitubatch_nodes.nodes import state_names
 from insitubatch_nodes.nodes.chunk_permute import EVALUATION_DROP_LAST
-from insitubatch_nodes.nodes.graph import graph_nodes
 from insitubatch_nodes.nodes.items import BatchDraw, FetchedBlock
+from insitubatch_nodes.nodes.links import EpochKeeper, checked_link
 from insitubatch_nodes.nodes.state_checks import (
     CONFIG_KEY,
     ORDER_KEY,
@@ -41,9 +49,6 @@ from insitubatch_nodes.nodes.state_checks import (
     named_state,
     restore_shuffle_state,
 )
-
-BLOCK_ORDER = "block"
-BLOCK_ORDER_VERSION = 1
 
 
 @dataclass
@@ -58,30 +63,32 @@ class _Resident:
         return self.draw.size - self.drawn
 
 
-def count_batches(node: object, source: BaseNode[Any], batch_size: int, drop_last: bool) -> int:
+def count_batches(
+    node: object, keeper: EpochKeeper | None, batch_size: int, drop_last: bool
+) -> int:
     """Batches a shuffle node yields per epoch on this rank (the last one may be short),
-    from the share the `ChunkPermuteNode` upstream deals, without reading anything.
+    from the share its epoch keeper deals, without reading anything.
 
     Args:
         node: the shuffle node (named in the error).
-        source: its source.
+        keeper: the epoch keeper linked to it, or None.
         batch_size: samples per batch.
         drop_last: whether only full batches are yielded.
 
     Raises:
-        TypeError: no node upstream tells this rank's share, or more than one does.
+        TypeError: no epoch keeper is linked to the node.
     """
-    counters = [n for n in graph_nodes(source) if callable(getattr(n, "samples_per_epoch", None))]
-    if len(counters) != 1:
+    if keeper is None:
+        name = type(node).__name__
         raise TypeError(
-            f"the {type(node).__name__} cannot count its batches: {len(counters)} nodes "
-            f"upstream of it tell a rank's share of the epoch (a ChunkPermuteNode does), "
-            f"where it needs exactly one"
+            f"the {name} cannot count its batches: it has no epoch keeper (the "
+            f"ChunkPermuteNode upstream, nodes.links.EpochKeeper); pass it as "
+            f"{name}(..., epoch_keeper=...), or iterate the graph through an "
+            f"insitubatch_nodes.Loader, which links the one upstream"
         )
-    (counter,) = counters
-    if drop_last and getattr(counter, "evaluation", False):
+    if drop_last and keeper.evaluation:
         raise ValueError(EVALUATION_DROP_LAST)
-    samples = counter.samples_per_epoch(batch_size, drop_last)
+    samples = keeper.samples_per_epoch(batch_size, drop_last)
     return -(-samples // batch_size)
 
 
@@ -92,20 +99,30 @@ class ShuffleBlockNode(BaseNode[BatchDraw]):
         source: the fetched blocks (`AsyncFetchNode`).
         batch_size: samples per batch (an int >= 1).
         drop_last: yield only full batches, the same number on every rank (True or False).
+        epoch_keeper: the node that deals this rank's share upstream (the
+            `ChunkPermuteNode`), which `batches_per_epoch` counts from; None: the `Loader`
+            the node is iterated through links the one upstream.
     """
 
+    STATE_NAME = state_names.SHUFFLE_BLOCK
     SOURCE_KEY = SHUFFLE_SOURCE_KEY
     DRAWN_KEY = "drawn_in_oldest_block"
     YIELDED_KEY = "samples_yielded"
     TARGET_KEY = SHUFFLE_TARGET_KEY
 
     def __init__(
-        self, source: BaseNode[FetchedBlock], *, batch_size: int, drop_last: bool = False
+        self,
+        source: BaseNode[FetchedBlock],
+        *,
+        batch_size: int,
+        drop_last: bool = False,
+        epoch_keeper: EpochKeeper | None = None,
     ) -> None:
         super().__init__()
         self.source = source
         self.batch_size = as_int("batch_size", batch_size, minimum=1)
         self.drop_last = as_bool("drop_last", drop_last)
+        self._epoch_keeper = checked_link(self, "epoch_keeper", epoch_keeper, EpochKeeper)
         self._window: deque[_Resident] = deque()
         self._yielded = 0
         self._target: int | None = None
@@ -224,16 +241,29 @@ class ShuffleBlockNode(BaseNode[BatchDraw]):
             ORDER_VERSION_KEY: BLOCK_ORDER_VERSION,
         }
 
+    @property
+    def epoch_keeper(self) -> EpochKeeper | None:
+        """The node this one counts its batches from (`nodes.links.NeedsEpochKeeper`)."""
+        return self._epoch_keeper
+
+    def link_epoch_keeper(self, keeper: EpochKeeper) -> None:
+        """Count batches from `keeper`: what a `Loader` calls, once, when it is built over
+        a graph whose shuffle node was given none.
+
+        Args:
+            keeper: the epoch keeper upstream.
+        """
+        self._epoch_keeper = checked_link(self, "epoch_keeper", keeper, EpochKeeper)
+
     def batches_per_epoch(self) -> int:
         """Batches this node yields per epoch on this rank (the last one may be short),
-        computed from the share upstream without reading anything: the same number an
-        epoch yields, in training and in evaluation.
+        computed from the share its epoch keeper deals, without reading anything: the same
+        number an epoch yields, in training and in evaluation.
 
         Raises:
-            TypeError: no node upstream tells this rank's share (a `ChunkPermuteNode`
-                does), or more than one does.
+            TypeError: no epoch keeper is linked (see `epoch_keeper`).
         """
-        return count_batches(self, self.source, self.batch_size, self.drop_last)
+        return count_batches(self, self._epoch_keeper, self.batch_size, self.drop_last)
 
     def get_state(self) -> dict[str, Any]:
         drawn = self._window[0].drawn if self._window else (self._restore_drawn or 0)

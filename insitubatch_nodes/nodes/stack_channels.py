@@ -34,6 +34,7 @@ from insitubatch_nodes.core.sample_spec import SampleSpec, batch_key
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.device.copy_ahead import CUDA_PREFETCH, staging_slots
 from insitubatch_nodes.device.staging_ring import StagingRing, page_locked
+from insitubatch_nodes.nodes import state_names
 from insitubatch_nodes.nodes.items import Batch, as_batch
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
 
@@ -52,6 +53,7 @@ class StackChannelsNode(BaseNode[Batch]):
             node's `prefetch` + 1 (see `GatherNode`).
     """
 
+    STATE_NAME = state_names.STACK_CHANNELS
     SOURCE_KEY = "source"
 
     def __init__(

@@ -20,9 +20,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
+from insitubatch_nodes.core.draw_order import BLOCK_ORDER
 from insitubatch_nodes.core.fingerprint import fingerprint_differences
+from insitubatch_nodes.core.pool_order import POOL_ORDER
+from insitubatch_nodes.nodes import state_names
 
 CONFIG_KEY = "config"
 DIGEST_KEY = "digest"
@@ -32,12 +35,23 @@ FINGERPRINT_KEY = "fingerprint"
 _SAVED_AS_IS = "pass the dict loader.state_dict() returned, as it was saved"
 
 
-def node_name(node: object) -> str:
-    """The name a node's state is saved under, and refusals name it by: its class's."""
-    return type(node).__name__
+class NamedNode(Protocol):
+    """What a node whose state is checked here declares: the name its state is saved
+    under, and refusals name it by (`nodes.state_names`)."""
+
+    STATE_NAME: ClassVar[str]
 
 
-def named_state(node: object, entries: Mapping[str, Any]) -> dict[str, Any]:
+def node_name(node: NamedNode) -> str:
+    """The name a node's state is saved under, and refusals name it by.
+
+    Args:
+        node: the node.
+    """
+    return node.STATE_NAME
+
+
+def named_state(node: NamedNode, entries: Mapping[str, Any]) -> dict[str, Any]:
     """`entries` with the node's name, for `get_state`.
 
     Args:
@@ -53,7 +67,7 @@ def _shown(value: Any) -> str:
 
 
 def check_node_state(
-    node: object, state: Any, keys: Sequence[str], *, named: bool = True
+    node: NamedNode, state: Any, keys: Sequence[str], *, named: bool = True
 ) -> Mapping[str, Any]:
     """`state` if it is a dict saved by this kind of node with all of `keys`; else an
     error naming the node and what is wrong. A state without a node name (saved before
@@ -92,7 +106,7 @@ def check_node_state(
     return state
 
 
-def source_part(node: object, state: Any, key: str = "source") -> Any:
+def source_part(node: NamedNode, state: Any, key: str = "source") -> Any:
     """The part of a node's state that its source takes up, for the nodes that hold
     nothing else; None (a fresh start) for no state.
 
@@ -105,7 +119,7 @@ def source_part(node: object, state: Any, key: str = "source") -> Any:
 
 
 def check_cursor(
-    node: object, state: Mapping[str, Any], key: str, minimum: int, maximum: int | None = None
+    node: NamedNode, state: Mapping[str, Any], key: str, minimum: int, maximum: int | None = None
 ) -> int:
     """The int at `state[key]`, refused unless it is an int in [minimum, maximum].
 
@@ -132,7 +146,7 @@ def check_cursor(
     return value
 
 
-def cursor_out_of_range(node: object, key: str, value: int, allowed: str) -> ValueError:
+def cursor_out_of_range(node: NamedNode, key: str, value: int, allowed: str) -> ValueError:
     """The error for a cursor outside what the node can be at, for checks that can only
     be made once the data it counts is known (e.g. a block's size).
 
@@ -149,7 +163,9 @@ def cursor_out_of_range(node: object, key: str, value: int, allowed: str) -> Val
     )
 
 
-def check_saved_config(node: object, state: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+def check_saved_config(
+    node: NamedNode, state: Mapping[str, Any], current: Mapping[str, Any]
+) -> None:
     """Refuse a state saved under other settings than `current`, naming each difference.
 
     Args:
@@ -237,9 +253,10 @@ def check_state_digest(state: Mapping[str, Any]) -> None:
         )
 
 
-# Which shuffle order each shuffle node's states were made with (states saved before the
-# order was recorded in their config are the block order's, version 1).
-SHUFFLE_NODE_ORDERS = {"ShuffleBlockNode": "block", "PoolShuffleNode": "pool"}
+# Which shuffle order each shuffle node's states were made with, by the name they are saved
+# under (states saved before the order was recorded in their config are the block
+# order's, version 1).
+SHUFFLE_NODE_ORDERS = {state_names.SHUFFLE_BLOCK: BLOCK_ORDER, state_names.POOL_SHUFFLE: POOL_ORDER}
 ORDER_KEY = "order"
 ORDER_VERSION_KEY = "order_version"
 

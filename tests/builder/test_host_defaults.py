@@ -29,7 +29,7 @@ from insitubatch_nodes.io.host.host_resources import (
     meminfo_available,
 )
 from insitubatch_nodes.nodes.graph import graph_nodes
-from insitubatch_nodes.nodes.read_plan import ReadPlanNode
+from insitubatch_nodes.nodes.read_planner import ReadPlanNode
 
 GIB = 1 << 30
 MIB = 1 << 20

@@ -23,7 +23,7 @@ from insitubatch_nodes.core.memory_bound import (
     plan_memory,
 )
 from insitubatch_nodes.nodes.graph import graph_nodes
-from insitubatch_nodes.nodes.read_plan import ReadPlanNode
+from insitubatch_nodes.nodes.read_planner import ReadPlanNode
 
 LAYOUTS = {
     "a": VariableLayout((100, 8, 8), (5, 8, 8), "float32"),  # 256 B per sample

@@ -28,7 +28,7 @@ from insitubatch_nodes.core.memory_bound import DEFAULT_MEMORY_BUDGET
 from insitubatch_nodes.core.pool_order import POOL_RAMP
 from insitubatch_nodes.core.read_plan import ReadPlan
 from insitubatch_nodes.io.reads.block_reader import ReadContext
-from insitubatch_nodes.nodes.gather import draw_samples_and_units
+from insitubatch_nodes.nodes.batch_mixing import draw_samples_and_units
 from insitubatch_nodes.nodes.items import BatchDraw, FetchedBlock, UnitTicket
 from tests.helpers.batches import batch_key
 
@@ -65,7 +65,9 @@ def build_stage(
 ) -> BaseNode[Any]:
     """The default graph up to `stage`; with `pool_size`, its shuffle is the pool's (filling
     as `pool_ramp` says, interleaving batches as `pool_interleave` does); with
-    `unit_length`, its units are that long (any length: a fine grid, revisits)."""
+    `unit_length`, its units are that long (any length: a fine grid, revisits). The
+    shuffle is given its peers as `build_loader` gives them, so that a stage iterated
+    without a `Loader` counts its batches and resumes as in a loader."""
     source = ZarrSource.open(url)
     if unit_length is None:
         anchors = AnchorSet.for_split(source.geometry, source.split_units(split), spec, patches)
@@ -75,6 +77,7 @@ def build_stage(
     node: BaseNode[Any] = ChunkPermuteNode(
         anchors, anchors.units, seed=seed, rank=rank, world_size=world_size
     )
+    built = {"permute": node}  # each stage's node, for the links the shuffle is given
     steps: list[tuple[str, Callable[[BaseNode[Any]], BaseNode[Any]]]] = [
         ("plan", lambda n: ReadPlanNode(n, anchors, block_chunks=block_chunks)),
         (
@@ -100,7 +103,9 @@ def build_stage(
         (
             "shuffle",
             lambda n: (
-                ShuffleBlockNode(n, batch_size=batch_size, drop_last=drop_last)
+                ShuffleBlockNode(
+                    n, batch_size=batch_size, drop_last=drop_last, epoch_keeper=built["permute"]
+                )
                 if pool_size is None
                 else PoolShuffleNode(
                     n,
@@ -109,6 +114,8 @@ def build_stage(
                     drop_last=drop_last,
                     pool_ramp=pool_ramp,
                     pool_interleave=pool_interleave,
+                    epoch_keeper=built["permute"],
+                    block_planner=built["plan"],
                 )
             ),
         ),
@@ -118,7 +125,7 @@ def build_stage(
     for name, wrap in steps:
         if STAGES.index(name) > STAGES.index(stage):
             break
-        node = wrap(node)
+        node = built[name] = wrap(node)
     return node
 
 

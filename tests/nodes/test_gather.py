@@ -23,7 +23,8 @@ from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.read_plan import plan_block
 from insitubatch_nodes.core.sample_spec import SampleSpec, VariableGroup
 from insitubatch_nodes.io.reads.block_slots import BlockMemory, BlockSlots
-from insitubatch_nodes.nodes.gather import batch_shapes, draw_samples_and_units, gather
+from insitubatch_nodes.nodes.batch_mixing import draw_samples_and_units
+from insitubatch_nodes.nodes.gather import batch_shapes, gather
 from insitubatch_nodes.nodes.items import BatchDraw, FetchedBlock
 from insitubatch_nodes.nodes.tensor_gather import gather_tensors
 

@@ -33,7 +33,7 @@ from insitubatch_nodes.core.partition import EpochAssignment, assign_epoch
 from insitubatch_nodes.loader.rank_states import RANK_STATES_KEY
 from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
 from insitubatch_nodes.nodes.graph import graph_nodes
-from insitubatch_nodes.nodes.read_plan import ReadPlanNode
+from insitubatch_nodes.nodes.read_planner import ReadPlanNode
 from tests.helpers.graphs import build_stage
 
 

@@ -1,4 +1,8 @@
-"""ReadPlanNode: groups units into blocks and plans each block's chunk reads once."""
+"""ReadPlanNode: groups units into blocks and plans each block's chunk reads once.
+
+The plan itself, which chunks a block reads and where each lands, is the pure
+`core.read_plan`; this node is the stage that makes plans from the units dealt to it.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from insitubatch_nodes.core.drained_units import DrainedUnits
 from insitubatch_nodes.core.geometry import SampleGeometry
 from insitubatch_nodes.core.read_plan import ReadPlan, plan_block
 from insitubatch_nodes.core.settings import as_int
+from insitubatch_nodes.nodes import state_names
 from insitubatch_nodes.nodes.items import UnitTicket
 from insitubatch_nodes.nodes.state_checks import (
     CONFIG_KEY,
@@ -44,6 +49,7 @@ class ReadPlanNode(BaseNode[ReadPlan]):
         block_chunks: units per block (an int >= 1).
     """
 
+    STATE_NAME = state_names.READ_PLAN
     SOURCE_KEY = "source"
 
     def __init__(
