@@ -1,4 +1,6 @@
-"""build_loader: the default six-stage graph in one call."""
+"""build_loader: the default graph in one call, made in three steps: the settings checked
+(`builder.loader_settings`), one plan of every decision (`builder.loader_plan`), and the
+nodes wired from it (`builder.wire_loader`)."""
 
 from __future__ import annotations
 
@@ -8,67 +10,26 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torchdata.nodes import BaseNode
 from zarr.abc.store import Store
 
-from insitubatch_nodes.builder.loader_choices import (
-    DEFAULT_SHUFFLE,
-    check_shuffle,
-    choose_loader_settings,
-)
-from insitubatch_nodes.builder.placement import decode_device, resolve_rank
-from insitubatch_nodes.builder.split_anchors import split_anchors, split_mixing
-from insitubatch_nodes.builder.time_selection import Duration, time_selection
-from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS, batch_channels
+from insitubatch_nodes.builder.loader_plan import plan_loader
+from insitubatch_nodes.builder.loader_settings import DEFAULT_SHUFFLE, check_settings
+from insitubatch_nodes.builder.time_selection import Duration
+from insitubatch_nodes.builder.wire_loader import wire_loader
+from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
 from insitubatch_nodes.core.date_ranges import RangeLike
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.pool_order import POOL_RAMP
 from insitubatch_nodes.core.sample_spec import SampleSpec
-from insitubatch_nodes.core.settings import as_bool, as_int, as_optional_int
-from insitubatch_nodes.device.copy_ahead import default_prefetch, staging_slots
 from insitubatch_nodes.io.cache.chunk_cache import CacheSpec
-from insitubatch_nodes.io.host.fork_guard import check_object_stores_usable
 from insitubatch_nodes.io.host.host_resources import HostResources
 from insitubatch_nodes.io.metadata.levels import LevelsLike
-from insitubatch_nodes.io.reads.object_versions import object_versions
 from insitubatch_nodes.io.reads.retry import RetryPolicy
-from insitubatch_nodes.io.xarray_source import dataset_request, is_dataset
-from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
+from insitubatch_nodes.io.zarr_source import ManifestLike
 from insitubatch_nodes.loader.loader import Loader
-from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 from insitubatch_nodes.nodes.channel_stats import StatsLike
-from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
-from insitubatch_nodes.nodes.gather import GatherNode
-from insitubatch_nodes.nodes.normalise import NormaliseNode
-from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode, resolve_device
-from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
-from insitubatch_nodes.nodes.read_planner import ReadPlanNode
-from insitubatch_nodes.nodes.shuffle_block import ShuffleBlockNode
-from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
 
 log = logging.getLogger("insitubatch_nodes.builder")  # the name the docs give
-
-
-def cache_spec(cache: Any, opened: ZarrSource) -> CacheSpec | None:
-    """`build_loader(cache=...)` checked, with a warning when the store gives no object
-    versions (a chunk rewritten in place would then be served old bytes).
-
-    Args:
-        cache: what the user gave.
-        opened: the opened source.
-    """
-    spec = CacheSpec.from_user(dict(cache) if isinstance(cache, Mapping) else cache)
-    if (
-        spec is not None
-        and not object_versions(opened.store, opened.where, RetryPolicy(), lambda: None).versioned
-    ):
-        log.warning(
-            "chunk cache: %s gives no object versions; entries are keyed by its arrays' "
-            "metadata only, so clear %s after rewriting its chunks in place",
-            opened.where,
-            spec.folder,
-        )
-    return spec
 
 
 def build_loader(
@@ -268,152 +229,10 @@ def build_loader(
         host: the host's available memory, cores and ranks the defaults follow (default
             `HostResources.read()`, once, now).
     """
-    # first: in a fork of a process that read through us, the store would hang and CUDA
-    # cannot start (resolving device="auto" asks it), so name the fork before either does
-    check_object_stores_usable()
-    if is_dataset(source):
-        request = dataset_request(
-            source, storage_options=storage_options, spatial_dims=spatial_dims
-        )
-        given = {
-            "variables": variables,
-            "splits": splits,
-            "manifest": manifest,
-            "levels": levels,
-            "stride": stride,
-            "frequency": frequency,
-            "patches": patches,
-        }
-        chosen = request.settings(split, given)
-        source, variables = request.url, chosen["variables"]
-        splits = chosen.get("splits", splits)
-        stride = chosen.get("stride", stride)
-        levels = chosen.get("levels", levels)
-        patches = chosen.get("patches", patches)
-    check_shuffle(shuffle)
-    target = resolve_device(device)
-    decode_on = decode_device(decode, target)
-    prefetch = as_optional_int("device_prefetch", device_prefetch, minimum=0)
-    prefetch = default_prefetch(target) if prefetch is None else prefetch
-    slots = staging_slots(prefetch)
-    stack = as_bool("stack", stack)
-    spatial_dims = as_int("spatial_dims", spatial_dims, minimum=0)
-    # Found before any process group exists: follow one started later (Lightning's DDP).
-    grouped = torch.distributed.is_available() and torch.distributed.is_initialized()
-    follow = rank is None and world_size is None and not grouped
-    rank, world_size = resolve_rank(rank, world_size)
-    revisits = as_int("revisits", revisits, minimum=1)
-    pool_ramp = as_int("pool_ramp", pool_ramp, minimum=0)  # checked whatever the order
-    pool_interleave = as_bool("pool_interleave", pool_interleave)  # so is this
-    if spec is not None and variables is None:
-        variables = spec.variables()
-    opened = ZarrSource.open(
-        source,
-        variables,
-        manifest=manifest,
-        storage_options=storage_options,
-        splits=splits,
-        levels=levels,
-        spatial_dims=spatial_dims,
-    )
-    grid = opened.geometry.visits(revisits)
-    timing = time_selection(
-        opened,
-        spec,
-        stride=stride,
-        frequency=frequency,
-        max_gap=max_gap,
-        unit_length=grid.unit_length,
-    )
-    spec = timing.spec
-    anchors = split_anchors(opened, split, spec, patches, timing.allowed, grid)
-    permute = ChunkPermuteNode(
-        anchors,
-        anchors.units,
-        seed=seed,
-        rank=rank,
-        world_size=world_size,
-        fingerprint=opened.fingerprint(split, anchors.anchors),
-        evaluation=evaluation,
-        follow_process_group=follow,
-        unit_grid={"unit_steps": grid.unit_length, "revisits": revisits},
-        canonical_partitions=canonical_partitions,
-    )
-    permute.check_full_batch(batch_size, drop_last, split)
-    caching = cache_spec(cache, opened)
-    chosen = choose_loader_settings(
-        anchors,
-        opened.layouts,
-        HostResources.read() if host is None else host,
-        batch_size=batch_size,
-        block_chunks=block_chunks,
-        max_inflight=max_inflight,
-        memory_budget=memory_budget,
-        decode_threads=decode_threads,
-        batches_held=slots,
-        shuffle="block" if evaluation else shuffle,
-        shuffle_window=shuffle_window,
-        world_size=world_size,
-        cache_writes=caching is not None and not caching.read_only,
-    )
-    memory = chosen.plan
-    reading = opened.read_context(
-        retry=retry,
-        max_inflight=max_inflight,
-        decode_threads=chosen.decode_threads,
-        zarr_pipeline=zarr_pipeline,
-        block_memory_bytes=memory.blocks_alive_bytes,
-        inflight_bytes=memory.inflight_bytes,
-        cache=caching,
-        cache_queue_bytes=memory.cache_queue_bytes,
-        unit_length=grid.unit_length,
-    )
-    plans = ReadPlanNode(permute, anchors, block_chunks=chosen.block_chunks)
-    blocks = AsyncFetchNode(
-        plans,
-        reading,
-        prefetch_blocks=prefetch_blocks,
-        memory_budget=memory.read_ahead_bytes,
-        decode_on=decode_on,
-        read_across_epochs=read_across_epochs,
-    )
-    draws: BaseNode[Any]
-    if chosen.pool_size is None:
-        draws = ShuffleBlockNode(
-            blocks, batch_size=batch_size, drop_last=drop_last, epoch_keeper=permute
-        )
-    else:
-        draws = PoolShuffleNode(
-            blocks,
-            pool_size=chosen.pool_size,
-            batch_size=batch_size,
-            drop_last=drop_last,
-            pool_ramp=pool_ramp,
-            pool_interleave=pool_interleave,
-            epoch_keeper=permute,
-            block_planner=plans,
-        )
-    # Host batches bound for a GPU are written page-locked by whichever node writes them last.
-    pin = target.type == "cuda" and decode_on is None
-    node: BaseNode[Any] = GatherNode(
-        draws,
-        pin_memory=pin and not stack,
-        pinned_batches=slots,
-        uniform_mixing=None if evaluation else lambda: split_mixing(anchors, batch_size),
-    )
-    if stack:
-        node = StackChannelsNode(
-            node,
-            opened.layouts,
-            spec,
-            spatial_dims=spatial_dims,
-            pin_memory=pin,
-            pinned_batches=slots,
-        )
-    node = PinToDeviceNode(node, device=target, prefetch=prefetch)
-    if normalise is not None:
-        order = batch_channels(opened.layouts, spec, stacked=stack, spatial_dims=spatial_dims)
-        node = NormaliseNode(node, normalise, order, spatial_dims=spatial_dims)
-    loader = Loader(node, all_ranks_state=all_ranks_state)
-    log.info("build_loader on %s, split %r: %s", opened.where, split, chosen.summary())
+    arguments = dict(locals())  # every parameter, by name: nothing else is bound yet
+    del arguments["host"]  # what the defaults follow, not a setting
+    plan = plan_loader(check_settings(arguments), host=host)
+    loader = wire_loader(plan)
+    where, split = plan.source.where, plan.settings.split
+    log.info("build_loader on %s, split %r: %s", where, split, plan.choices.summary())
     return loader

@@ -16,8 +16,10 @@ Two kinds of defaults, kept apart:
 
 A budget from the host that the settings do not fit in is raised to the least that fits
 while this rank's part of the available memory holds it; beyond that the loader is
-refused, with the numbers. `insitubatch inspect` reports the same choices from the same
-function (`builder.loader_defaults`).
+refused, with the numbers (`builder.host_too_small`). The plan of a loader
+(`builder.loader_plan`) takes its choices from here, and `insitubatch inspect`
+(`cli.defaults_report`) reports the same choices from the same function, with a budget
+that fits when they are refused (`builder.fitting_budget`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from insitubatch_nodes.builder.host_too_small import host_too_small
+from insitubatch_nodes.builder.loader_settings import DEFAULT_SHUFFLE, check_shuffle
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.memory_bound import (
@@ -45,37 +49,6 @@ from insitubatch_nodes.core.settings import as_int, as_optional_int
 from insitubatch_nodes.io.host.host_resources import HostResources
 
 GIVEN = "given"
-SHUFFLES = ("pool", "block")
-DEFAULT_SHUFFLE = "pool"
-
-
-def check_shuffle(shuffle: str) -> str:
-    """`shuffle` if it names an order the loader draws, else an error naming them.
-
-    Args:
-        shuffle: `"pool"` (the chunk-pool shuffle) or `"block"` (the block shuffle).
-    """
-    if shuffle not in SHUFFLES:
-        raise ValueError(
-            f"shuffle must be 'pool' (units mixed over a pool, the default) or 'block' "
-            f"(samples mixed within blocks, as loaders before the pool drew), got {shuffle!r}"
-        )
-    return shuffle
-
-
-class HostTooSmallError(ValueError):
-    """The settings need more memory than this rank's part of the host's available
-    memory: raised by `choose_loader_settings` when the budget was left to the host.
-
-    Args:
-        message: what was needed, what the host has, and what to do.
-        least_budget: the least budget the settings fit in, in bytes, or None when none
-            does.
-    """
-
-    def __init__(self, message: str, least_budget: int | None) -> None:
-        super().__init__(message)
-        self.least_budget = least_budget
 
 
 @dataclass(frozen=True)
@@ -256,7 +229,7 @@ def choose_loader_settings(
             if least is None or least > host.rank_memory_bytes:
                 keep = None if block_chunks is not None else chunks
                 named = None if shuffle_window is not None or pool_size is None else window
-                raise _host_too_small(host, least, keep, refused, named) from None
+                raise host_too_small(host, least, keep, refused, named) from None
             budget, plan = least, plan_for(least)
             memory_from = (
                 f"raised to the least these settings fit in, above {memory_from}; within "
@@ -297,34 +270,3 @@ def _pool_within(
         middle = (low + high) // 2
         low, high = (middle, high) if fits(middle) else (low, middle)
     return low
-
-
-def _host_too_small(
-    host: HostResources,
-    least: int | None,
-    block_chunks: int | None,
-    refused: ValueError,
-    shuffle_window: int | None = None,
-) -> HostTooSmallError:
-    """The refusal: what the settings need, what this rank has, the plan's numbers at the
-    default budget, and what to do. Taking the least budget anyway means naming the
-    block too when it was a default, and the pool's window (`shuffle_window`, given when
-    the pool's was a default): a budget below 1 GiB given alone would shrink them."""
-    shared = (
-        f" shared by {host.local_ranks} local ranks ({host.local_ranks_from})"
-        if host.local_ranks > 1
-        else ""
-    )
-    need = "more than any budget" if least is None else f"memory_budget >= {least} bytes"
-    anyway = ""
-    if least is not None:
-        block = "" if block_chunks is None else f", block_chunks={block_chunks}"
-        window = "" if shuffle_window is None else f", shuffle_window={shuffle_window}"
-        anyway = f", or pass memory_budget={least}{block}{window} to take it anyway"
-    return HostTooSmallError(
-        f"these settings need {need}, and this host has {host.rank_memory_bytes} bytes "
-        f"available for this rank ({host.memory_bytes} bytes, {host.memory_from}{shared}); "
-        f"at the default budget, {refused}. Free memory or run fewer ranks on this host, "
-        f"lower batch_size, block_chunks or max_inflight{anyway}",
-        least,
-    )

@@ -1,23 +1,82 @@
-"""The anchors of one split that a sample spec may use, and how mixed a uniform shuffle
-of them would make a batch.
+"""The anchors of one split that a sample spec may use, on the loader's unit grid, and how
+mixed a uniform shuffle of them would make a batch.
 
-`build_loader` reads exactly these anchors, and `insitubatch inspect`
-(`builder.loader_defaults`) reports on them, so both take them from here: a spec that names a
-variable not opened, or windows that leave a split no anchor, are refused with the same
-words wherever the split is asked for. `split_mixing` is the uniform global shuffle that
-the mixing figures of `Loader.stats()` (counted by the gather) are measured against.
+`build_loader` reads exactly these anchors (`plan_split`: the grid of its revisits, its
+time settings, the anchors), and `insitubatch inspect` (`cli.defaults_report`) reports on
+them, so both take them from here: a spec that names a variable not opened, or windows
+that leave a split no anchor, are refused with the same words wherever the split is asked
+for. `split_mixing` is the uniform global shuffle that the mixing figures of
+`Loader.stats()` (counted by the gather) are measured against.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from insitubatch_nodes.builder.time_selection import Duration, TimeSelection, time_selection
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.geometry import SampleGeometry
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.quality import UniformMixing
 from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.io.zarr_source import ZarrSource
+
+
+@dataclass(frozen=True, eq=False)
+class SplitPlan:
+    """The samples a loader draws from one split.
+
+    Args:
+        grid: the unit grid it shuffles and deals by: the source's, or its visits with
+            revisits (`SampleGeometry.visits`).
+        time: what the time settings come to: the spec in stored steps, and the steps
+            allowed as anchors (`builder.time_selection`).
+        anchors: the split's anchors under that spec and those steps, unit by unit.
+    """
+
+    grid: SampleGeometry
+    time: TimeSelection
+    anchors: AnchorSet
+
+
+def plan_split(
+    opened: ZarrSource,
+    split: str,
+    spec: SampleSpec | None,
+    *,
+    revisits: int = 1,
+    stride: int | None = None,
+    frequency: Duration | None = None,
+    max_gap: Duration | None = None,
+    patches: PatchSpec | None = None,
+) -> SplitPlan:
+    """The unit grid, the time selection and the anchors of `split`, as `build_loader`
+    reads them; an error if revisits do not divide the unit, the time settings do not fit
+    it, or the split keeps no anchor.
+
+    Args:
+        opened: the opened source.
+        split: the split's name.
+        spec: the user's sample spec (offsets counted in strides), or None.
+        revisits: visits per unit and epoch (an int >= 1 dividing the unit length).
+        stride: every `stride`-th step an anchor, or None.
+        frequency: the anchors' spacing as a duration, or None.
+        max_gap: the widest gap between dates an anchor's steps may span, or None.
+        patches: the patch spec, or None for whole samples.
+    """
+    grid = opened.geometry.visits(revisits)
+    time = time_selection(
+        opened,
+        spec,
+        stride=stride,
+        frequency=frequency,
+        max_gap=max_gap,
+        unit_length=grid.unit_length,
+    )
+    anchors = split_anchors(opened, split, time.spec, patches, time.allowed, grid)
+    return SplitPlan(grid, time, anchors)
 
 
 def split_anchors(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from insitubatch_nodes.builder.loader_defaults import LoaderDefaults
+from insitubatch_nodes.cli.defaults_report import LoaderDefaults
 from insitubatch_nodes.cli.store_report import StoreReport, TimeReport
 from insitubatch_nodes.core.byte_sizes import nbytes_text
 from insitubatch_nodes.core.memory_bound import LARGEST_BUDGET

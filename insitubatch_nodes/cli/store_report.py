@@ -10,10 +10,10 @@ and which budget would. `inspect_store` gathers that into a `StoreReport` (plain
 
 What it reads: the group's metadata, the stored sizes of a few chunks (a size request per
 chunk, or the index of a few shards of a sharded array), and three values of the time
-coordinate. The loader's settings come from the same functions `build_loader` calls
-(`builder.split_anchors`, `builder.loader_choices.choose_loader_settings`, the device
-default), so what is printed is what a loader built with the same settings on this host
-would choose.
+coordinate. The loader's settings come from the functions a loader's plan calls
+(`cli.defaults_report`: `builder.split_anchors.plan_split`,
+`builder.loader_choices.choose_loader_settings`, the device default of `builder.placement`),
+so what is printed is what a loader built with the same settings on this host would choose.
 
 Everything printed names the store as `ZarrSource.where` does: credentials redacted.
 """
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from insitubatch_nodes.builder.loader_defaults import LoaderDefaults, loader_defaults
+from insitubatch_nodes.cli.defaults_report import LoaderDefaults, loader_defaults
 from insitubatch_nodes.core.cf_time import dates_text, decode_cf_times, step_text
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.sample_spec import SampleSpec, leads, window

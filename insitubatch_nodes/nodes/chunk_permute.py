@@ -23,10 +23,8 @@ from insitubatch_nodes.core.partition import (
     assign_evaluation,
     check_rank,
     default_partition_count,
-    epoch_samples,
-    evaluation_shares,
-    rank_sample_counts,
 )
+from insitubatch_nodes.core.rank_shares import RankShares, check_full_batch, rank_shares
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.nodes import state_names
 from insitubatch_nodes.nodes.chunk_permute_state import (
@@ -38,11 +36,6 @@ from insitubatch_nodes.nodes.chunk_permute_state import (
 )
 from insitubatch_nodes.nodes.items import UnitTicket
 from insitubatch_nodes.nodes.state_checks import check_cursor
-
-EVALUATION_DROP_LAST = (
-    "drop_last=True drops samples, and an evaluation loader yields every sample of the split "
-    "once (its ranks' last batches may be short); leave drop_last False"
-)
 
 
 class ChunkPermuteNode(BaseNode[UnitTicket]):
@@ -150,16 +143,17 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
     def _count_shares(self) -> None:
         """Every rank's share of the split (the same every epoch): this rank's, the
         smallest and the largest."""
-        if self.evaluation:
-            shares = evaluation_shares(self.geometry, self.split_units, self.world_size)
-            counts = np.array([self.geometry.unit_sizes(share).sum() for share in shares])
-        else:
-            counts = rank_sample_counts(
-                self.geometry, self.split_units, self.world_size, self.partitions
-            )
-        self.rank_samples = int(counts[self.rank])
-        self.min_rank_samples = int(counts.min())
-        self.max_rank_samples = int(counts.max())
+        self._shares = rank_shares(
+            self.geometry,
+            self.split_units,
+            rank=self.rank,
+            world_size=self.world_size,
+            partitions=self.partitions,
+            evaluation=self.evaluation,
+        )
+        self.rank_samples = self._shares.rank_samples
+        self.min_rank_samples = self._shares.min_rank_samples
+        self.max_rank_samples = self._shares.max_rank_samples
 
     def _follow_process_group(self) -> None:
         """Take torch.distributed's rank and world size if the node follows the process
@@ -306,22 +300,22 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
             drop_last: whether only full batches are yielded (True or False).
         """
         self._follow_process_group()
+        return self._epoch_shares().samples_per_epoch(
+            as_int("batch_size", batch_size, minimum=1), as_bool("drop_last", drop_last)
+        )
+
+    def _epoch_shares(self) -> RankShares:
+        """The shares the coming epoch deals: the split's, or those of the rest of an
+        epoch re-dealt from another number of ranks (from `begin_rest` until the next
+        epoch's first reset)."""
         rest = self._next_rest  # begun by the next reset(None)
         if rest is None and self._rest is not None and self._rest.epoch == self._epoch:
             rest = self._rest
-        if rest is not None:  # the rest of a re-dealt epoch
-            a = self._assign_rest(rest)
-            rank_samples, least, most = a.rank_samples, a.min_rank_samples, a.max_rank_samples
-        else:
-            rank_samples = self.rank_samples
-            least, most = self.min_rank_samples, self.max_rank_samples
-        return epoch_samples(
-            rank_samples,
-            least,
-            most,
-            as_int("batch_size", batch_size, minimum=1),
-            as_bool("drop_last", drop_last),
-            evaluation=self.evaluation,
+        if rest is None:
+            return self._shares
+        a = self._assign_rest(rest)
+        return RankShares(
+            a.rank_samples, a.min_rank_samples, a.max_rank_samples, self.partitions, self.evaluation
         )
 
     def check_full_batch(self, batch_size: int, drop_last: bool, split: str) -> None:
@@ -339,15 +333,8 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         batch_size = as_int("batch_size", batch_size, minimum=1)
         drop_last = as_bool("drop_last", drop_last)
         self._full_batch_check = (batch_size, drop_last, split)
-        if self.evaluation and drop_last:
-            raise ValueError(EVALUATION_DROP_LAST)
-        if self.samples_per_epoch(batch_size, drop_last):
-            return
-        raise ValueError(
-            f"batch_size={batch_size} with drop_last=True leaves no full batch: the smallest "
-            f"rank holds {self.min_rank_samples} samples of split {split!r}; lower "
-            f"batch_size or set drop_last=False"
-        )
+        self._follow_process_group()
+        check_full_batch(self._epoch_shares(), batch_size, drop_last, split)
 
     def next(self) -> UnitTicket:
         assignment = self.assignment

@@ -33,9 +33,9 @@ from insitubatch_nodes.core.draw_order import (
     block_order,
     padding_positions,
 )
+from insitubatch_nodes.core.rank_shares import EVALUATION_DROP_LAST
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.nodes import state_names
-from insitubatch_nodes.nodes.chunk_permute import EVALUATION_DROP_LAST
 from insitubatch_nodes.nodes.items import BatchDraw, FetchedBlock
 from insitubatch_nodes.nodes.links import EpochKeeper, checked_link
 from insitubatch_nodes.nodes.state_checks import (

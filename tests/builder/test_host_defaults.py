@@ -18,7 +18,7 @@ import torch
 import zarr
 
 from insitubatch_nodes import AsyncFetchNode, build_loader
-from insitubatch_nodes.builder.loader_choices import HostTooSmallError
+from insitubatch_nodes.builder.host_too_small import HostTooSmallError
 from insitubatch_nodes.core.memory_bound import BLOCK_SIZING_BUDGET, sample_nbytes
 from insitubatch_nodes.io.host.host_resources import (
     MAX_DECODE_THREADS,

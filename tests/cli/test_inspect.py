@@ -6,6 +6,7 @@ checked against the files themselves and against what `build_loader` picks."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import subprocess
 import sys
@@ -85,6 +86,7 @@ def built_settings(url: str, **settings: Any) -> dict[str, Any]:
     nodes = graph_nodes(loader.root)
     fetch = next(n for n in nodes if isinstance(n, AsyncFetchNode))
     plan = next(n for n in nodes if isinstance(n, ReadPlanNode))
+    pools = [n.pool_size for n in nodes if isinstance(n, PoolShuffleNode)]
     context = fetch.context
     return {
         "block_chunks": plan.block_chunks,
@@ -92,7 +94,16 @@ def built_settings(url: str, **settings: Any) -> dict[str, Any]:
         "inflight_bytes": context.inflight.max_bytes,
         "blocks_alive_bytes": context.block_slots.capacity_bytes,
         "decode_threads": context.decode_threads,
+        "pool_size": pools[0] if pools else None,
     }
+
+
+def logged_budget(caplog: pytest.LogCaptureFixture) -> int:
+    """The memory budget the last loader built logged it chose (`memory_budget=N (why)`)."""
+    logged = [r.getMessage() for r in caplog.records if r.name == "insitubatch_nodes.builder"]
+    found = re.search(r"memory_budget=(\d+) \(", logged[-1])
+    assert found is not None, logged[-1]
+    return int(found[1])
 
 
 def test_the_synthetic_store_in_text(era5: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -149,10 +160,15 @@ def test_a_few_chunks_sampled_are_some_of_the_files(
 
 
 @pytest.mark.parametrize(
-    ("batch_size", "budget"), [(32, None), (8, "1MiB"), (4, "2MiB"), (32, "3000000")]
+    ("batch_size", "budget"),
+    [(32, None), (8, "1MiB"), (4, "2MiB"), (32, "3000000"), (16, "8MiB"), (2, None)],
 )
 def test_the_settings_are_those_build_loader_picks(
-    era5: Path, capsys: pytest.CaptureFixture[str], batch_size: int, budget: str | None
+    era5: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    batch_size: int,
+    budget: str | None,
 ) -> None:
     args = [str(era5), "--device", "cpu", "--batch-size", str(batch_size)]
     args += [] if budget is None else ["--memory-budget", budget]
@@ -161,7 +177,10 @@ def test_the_settings_are_those_build_loader_picks(
     settings: dict[str, Any] = {"batch_size": batch_size, "host": HostResources(**loader["host"])}
     if budget is not None:
         settings["memory_budget"] = parse_nbytes(budget)
+    caplog.set_level(logging.INFO, logger="insitubatch_nodes.builder")
     built = built_settings(str(era5), **settings)
+    assert loader["memory_budget"] == logged_budget(caplog)
+    assert loader["pool_size"] == built["pool_size"] is not None
     plan = loader["plan"]
     assert loader["refused"] is None and plan is not None
     assert loader["block_chunks"] == built["block_chunks"]

@@ -1,34 +1,37 @@
 """What `build_loader`'s defaults would choose for a store on this host, without building
 a loader: the block size, the memory plan and the decode threads, with why, or the
-refusal and a budget that fits. `insitubatch inspect` prints it; it calls the function
-`build_loader` calls (`builder.loader_choices.choose_loader_settings`), so what it says is what a
-loader would do.
+refusal and a budget that fits. `insitubatch inspect` prints it.
+
+Nothing here decides: the device default and the batches staged for it
+(`builder.placement`), the unit grid and the split's anchors
+(`builder.split_anchors.plan_split`) and the choices (`builder.loader_choices`) come from
+the functions a loader's plan (`builder.loader_plan`) calls, so what it says is what a
+loader would do. What it adds is only for the reader: the mixing a pool gives, what its
+ramp costs, and what the same settings would give without windows or revisits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 
-from insitubatch_nodes.builder.loader_choices import (
-    HostTooSmallError,
-    LoaderChoices,
-    choose_loader_settings,
-)
-from insitubatch_nodes.builder.split_anchors import split_anchors
+from insitubatch_nodes.builder.fitting_budget import budget_that_fits, defaults_fit
+from insitubatch_nodes.builder.host_too_small import HostTooSmallError
+from insitubatch_nodes.builder.loader_choices import LoaderChoices, choose_loader_settings
+from insitubatch_nodes.builder.placement import default_device_type, prefetch_for
+from insitubatch_nodes.builder.split_anchors import plan_split
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.byte_sizes import parse_nbytes, size_argument
-from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.inflight_target import CEILING
-from insitubatch_nodes.core.memory_bound import MemoryPlan, least_fitting
+from insitubatch_nodes.core.memory_bound import MemoryPlan
 from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.pool_order import POOL_RAMP
 from insitubatch_nodes.core.pool_ramp import PoolRamp, pool_ramp
 from insitubatch_nodes.core.quality import uniform_distinct_units
 from insitubatch_nodes.core.sample_spec import SampleSpec
-from insitubatch_nodes.device.copy_ahead import default_prefetch, staging_slots
+from insitubatch_nodes.device.copy_ahead import staging_slots
 from insitubatch_nodes.io.host.host_resources import HostResources
 from insitubatch_nodes.io.stores.redact import redact
 from insitubatch_nodes.io.zarr_source import ZarrSource
@@ -110,27 +113,6 @@ class LoaderDefaults:
     pool_without_revisits: int | None = None
 
 
-def _planned(
-    budget: int, anchors: AnchorSet, layouts: Mapping[str, VariableLayout], batch: int, held: int
-) -> MemoryPlan | None:
-    """The plan of `build_loader`'s defaults under `budget` given (the default shuffle's
-    pool included), or None when it is refused."""
-    try:
-        return choose_loader_settings(
-            anchors,
-            layouts,
-            HostResources(memory_bytes=budget, cores=1),  # the budget is given: unused
-            batch_size=batch,
-            block_chunks=None,
-            max_inflight=None,
-            memory_budget=budget,
-            decode_threads=1,
-            batches_held=held,
-        ).plan
-    except ValueError:
-        return None
-
-
 def _first_batches(anchors: AnchorSet, pool_size: int, batch_size: int) -> PoolRamp:
     """How `build_loader`'s default pool (seed 0, its default ramp, no `drop_last`) starts
     the first epoch of a rank holding the whole split. Every epoch ramps the same way;
@@ -143,34 +125,6 @@ def _first_batches(anchors: AnchorSet, pool_size: int, batch_size: int) -> PoolR
         batch_size=batch_size,
         drop_last=False,
         ramp=POOL_RAMP,
-    )
-
-
-def budget_that_fits(
-    anchors: AnchorSet,
-    layouts: Mapping[str, VariableLayout],
-    *,
-    batch_size: int,
-    batches_held: int,
-    above: int,
-) -> int | None:
-    """A budget above `above` that `build_loader`'s defaults fit in, and one byte less
-    does not: found by bisection, since the default block grows with the budget (so the
-    need is not a formula of the settings alone). Fitting is not quite monotone in the
-    budget (where the default block gains a unit, a byte more can need more than it
-    gives), so a somewhat smaller budget may fit too; None when nothing up to
-    `LARGEST_BUDGET` fits.
-
-    Args:
-        anchors: the split's samples.
-        layouts: the selected arrays.
-        batch_size: samples per batch.
-        batches_held: gathered batches alive at once.
-        above: a budget known not to fit.
-    """
-    return least_fitting(
-        lambda budget: _planned(budget, anchors, layouts, batch_size, batches_held) is not None,
-        above=above,
     )
 
 
@@ -207,13 +161,13 @@ def loader_defaults(
             planned for are the visits (`SampleGeometry.visits`).
     """
     if device is None:  # build_loader's default, without starting a CUDA context
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = default_device_type()
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     host = HostResources.read() if host is None else host
-    held = staging_slots(default_prefetch(torch.device(device)))
-    grid = opened.geometry.visits(revisits)
-    anchors = split_anchors(opened, split, spec, geometry=grid)
+    held = staging_slots(prefetch_for(torch.device(device), None))
+    planned = plan_split(opened, split, spec, revisits=revisits)
+    grid, anchors = planned.grid, planned.anchors
     samples = int(anchors.unit_sizes(anchors.units).sum())
     refused: str | None = None
     fitting: int | None = None
@@ -267,13 +221,13 @@ def loader_defaults(
             ramp = _first_batches(anchors, pool_size, batch_size)
         if spec is not None and pool_size is not None:
             try:
-                plain = split_anchors(opened, split, None, geometry=grid)
+                plain = plan_split(opened, split, None, revisits=revisits).anchors
                 pool_without_windows = choose(plain).pool_size
             except ValueError:
                 pool_without_windows = None
         if revisits > 1 and pool_size is not None:
             try:
-                pool_without_revisits = choose(split_anchors(opened, split, spec)).pool_size
+                pool_without_revisits = choose(plan_split(opened, split, spec).anchors).pool_size
             except ValueError:
                 pool_without_revisits = None
         block_chunks, block_from = chosen.block_chunks, chosen.block_from
@@ -282,7 +236,14 @@ def loader_defaults(
             reads = max(1, min(CEILING, int(plan.inflight_bytes // mean_read_bytes)))
     if fitting is not None:  # a rounder value above the least may not fit: check it
         argument = size_argument(fitting)
-        if _planned(parse_nbytes(argument), anchors, opened.layouts, batch_size, held) is None:
+        fits = defaults_fit(
+            parse_nbytes(argument),
+            anchors,
+            opened.layouts,
+            batch_size=batch_size,
+            batches_held=held,
+        )
+        if not fits:
             argument = str(fitting)
     return LoaderDefaults(
         split=split,

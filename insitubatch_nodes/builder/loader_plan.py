@@ -1,0 +1,174 @@
+"""A loader's plan: every decision `build_loader` makes, as one value, before any node
+exists. The second of its three steps (`builder.loader_settings`, then this, then
+`builder.wire_loader`).
+
+`plan_loader` opens the source, finds the split's anchors on the loader's unit grid
+(`builder.split_anchors.plan_split`), counts every rank's share and refuses a batch no
+rank could fill (`core.rank_shares`), and chooses the memory budget, decode threads, block
+size and pool size with why (`builder.loader_choices`, the function `insitubatch
+inspect` reports from). Wiring then only constructs what the plan says, so a plan can be
+read, compared or logged before anything runs, and the checks that the data, not a node,
+decides are made once, here.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from insitubatch_nodes.builder.loader_choices import LoaderChoices, choose_loader_settings
+from insitubatch_nodes.builder.loader_settings import LoaderSettings
+from insitubatch_nodes.builder.placement import Placement
+from insitubatch_nodes.builder.split_anchors import SplitPlan, plan_split
+from insitubatch_nodes.core.channels import batch_channels
+from insitubatch_nodes.core.rank_shares import RankShares, check_full_batch, rank_shares
+from insitubatch_nodes.io.cache.chunk_cache import CacheSpec
+from insitubatch_nodes.io.host.host_resources import HostResources
+from insitubatch_nodes.io.reads.object_versions import object_versions
+from insitubatch_nodes.io.reads.retry import RetryPolicy
+from insitubatch_nodes.io.zarr_source import ZarrSource
+
+log = logging.getLogger("insitubatch_nodes.builder")  # the name the docs give
+
+PINNED_BY_GATHER = "gather"
+PINNED_BY_STACK = "stack"
+
+
+@dataclass(frozen=True)
+class LoaderPlan:
+    """What a loader is to be, decided: the wiring (`builder.wire_loader`) reads it and
+    decides nothing. Plans compare by their decisions; the opened source and the split's
+    anchors compare through the fingerprint, which digests them.
+
+    Args:
+        settings: the checked settings, the placement (rank, world size, devices) among
+            them.
+        source: the opened source: its store, arrays, manifest (not compared).
+        samples: the split's unit grid, time selection and anchors (not compared).
+        fingerprint: what the loader reads, as plain data (`ZarrSource.fingerprint` of
+            the split and its anchors), kept in the state so that other data refuses it.
+        shares: every rank's share of the split, as this rank sees it, and the canonical
+            partition count C.
+        choices: the memory budget, decode threads, block size, shuffle and pool size,
+            each with why, and how the budget splits (`LoaderChoices.plan`).
+        pinned_by: which stage writes host batches page-locked for the copy to a GPU:
+            `"gather"`, `"stack"` (the stage whose output crosses), or None.
+        mixing_measured: whether batches are measured against a uniform shuffle of the
+            split (`Loader.stats()`'s mixing); evaluation's fixed order is not.
+        channel_order: each batch array's channel names, for `normalise`, else None.
+    """
+
+    settings: LoaderSettings
+    source: ZarrSource = field(compare=False)
+    samples: SplitPlan = field(compare=False)
+    fingerprint: dict[str, Any]
+    shares: RankShares
+    choices: LoaderChoices
+    pinned_by: str | None
+    mixing_measured: bool
+    channel_order: dict[str, list[str]] | None
+
+    @property
+    def placement(self) -> Placement:
+        """Where the loader's work runs (`settings.placement`)."""
+        return self.settings.placement
+
+    @property
+    def unit_grid(self) -> dict[str, int]:
+        """The unit grid as plain ints, recorded in the state so that a state made on
+        another grid is refused by name."""
+        return {"unit_steps": self.samples.grid.unit_length, "revisits": self.settings.revisits}
+
+
+def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> LoaderPlan:
+    """The plan of a loader with `settings` on `host`, or the first refusal of the data:
+    a store, variables, split or manifest that cannot be read, a time setting or spec the
+    split keeps no anchor under, fewer units than ranks, no full batch, a budget too small
+    (in the order the loader has always checked them).
+
+    Args:
+        settings: the checked settings (`builder.loader_settings.check_settings`).
+        host: the host's available memory, cores and ranks the defaults follow (default
+            `HostResources.read()`, when the budget is chosen).
+    """
+    placement = settings.placement
+    opened = ZarrSource.open(
+        settings.source,
+        settings.variables,
+        manifest=settings.manifest,
+        storage_options=settings.storage_options,
+        splits=settings.splits,
+        levels=settings.levels,
+        spatial_dims=settings.spatial_dims,
+    )
+    samples = plan_split(
+        opened,
+        settings.split,
+        settings.spec,
+        revisits=settings.revisits,
+        stride=settings.stride,
+        frequency=settings.frequency,
+        max_gap=settings.max_gap,
+        patches=settings.patches,
+    )
+    anchors, spec = samples.anchors, samples.time.spec
+    fingerprint = opened.fingerprint(settings.split, anchors.anchors)
+    shares = rank_shares(
+        anchors,
+        anchors.units,
+        rank=placement.rank,
+        world_size=placement.world_size,
+        partitions=settings.canonical_partitions,
+        evaluation=settings.evaluation,
+    )
+    check_full_batch(shares, settings.batch_size, settings.drop_last, settings.split)
+    if settings.cache is not None:
+        _warn_if_unversioned(settings.cache, opened)
+    choices = choose_loader_settings(
+        anchors,
+        opened.layouts,
+        HostResources.read() if host is None else host,
+        batch_size=settings.batch_size,
+        block_chunks=settings.block_chunks,
+        max_inflight=settings.max_inflight,
+        memory_budget=settings.memory_budget,
+        decode_threads=settings.decode_threads,
+        batches_held=placement.staging_slots,
+        shuffle="block" if settings.evaluation else settings.shuffle,
+        shuffle_window=settings.shuffle_window,
+        world_size=placement.world_size,
+        cache_writes=settings.cache is not None and not settings.cache.read_only,
+    )
+    pinned_by = None
+    if placement.page_locked:  # by the stage that writes the batch last
+        pinned_by = PINNED_BY_STACK if settings.stack else PINNED_BY_GATHER
+    channel_order = None
+    if settings.normalise is not None:
+        channel_order = batch_channels(
+            opened.layouts, spec, stacked=settings.stack, spatial_dims=settings.spatial_dims
+        )
+    return LoaderPlan(
+        settings=settings,
+        source=opened,
+        samples=samples,
+        fingerprint=fingerprint,
+        shares=shares,
+        choices=choices,
+        pinned_by=pinned_by,
+        mixing_measured=not settings.evaluation,
+        channel_order=channel_order,
+    )
+
+
+def _warn_if_unversioned(spec: CacheSpec, opened: ZarrSource) -> None:
+    """Warn when the store gives no object versions: a chunk rewritten in place would then
+    be served old bytes from the cache."""
+    if object_versions(opened.store, opened.where, RetryPolicy(), lambda: None).versioned:
+        return
+    log.warning(
+        "chunk cache: %s gives no object versions; entries are keyed by its arrays' "
+        "metadata only, so clear %s after rewriting its chunks in place",
+        opened.where,
+        spec.folder,
+    )

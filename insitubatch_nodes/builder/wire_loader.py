@@ -1,0 +1,117 @@
+"""The graph of a plan: the last of `build_loader`'s three steps (`builder.loader_settings`,
+`builder.loader_plan`, then this). Every node of the default graph is constructed here and
+nowhere else, from the plan alone; nothing is chosen here (the plan holds every choice),
+so a hand-built graph given the same values is the same graph.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import torch
+from torchdata.nodes import BaseNode
+
+from insitubatch_nodes.builder.loader_plan import PINNED_BY_GATHER, PINNED_BY_STACK, LoaderPlan
+from insitubatch_nodes.builder.split_anchors import split_mixing
+from insitubatch_nodes.loader.loader import Loader
+from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
+from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
+from insitubatch_nodes.nodes.gather import GatherNode
+from insitubatch_nodes.nodes.normalise import NormaliseNode
+from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode
+from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
+from insitubatch_nodes.nodes.read_planner import ReadPlanNode
+from insitubatch_nodes.nodes.shuffle_block import ShuffleBlockNode
+from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
+
+
+def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
+    """The loader `plan` describes: ChunkPermuteNode -> ReadPlanNode -> AsyncFetchNode ->
+    PoolShuffleNode (or ShuffleBlockNode) -> GatherNode [-> StackChannelsNode] ->
+    PinToDeviceNode [-> NormaliseNode], in a `Loader`.
+
+    Args:
+        plan: the plan (`builder.loader_plan.plan_loader`); each call wires a graph of its
+            own (fresh threads, block memory and counters) over the same opened source.
+    """
+    settings, placement, choices = plan.settings, plan.placement, plan.choices
+    memory, anchors = choices.plan, plan.samples.anchors
+    permute = ChunkPermuteNode(
+        anchors,
+        anchors.units,
+        seed=settings.seed,
+        rank=placement.rank,
+        world_size=placement.world_size,
+        fingerprint=plan.fingerprint,
+        evaluation=settings.evaluation,
+        follow_process_group=placement.follow_process_group,
+        unit_grid=plan.unit_grid,
+        canonical_partitions=plan.shares.partitions,
+    )
+    # the plan checked it; given to the node too, which checks it again if it takes a
+    # process group's rank and world size later
+    permute.check_full_batch(settings.batch_size, settings.drop_last, settings.split)
+    reading = plan.source.read_context(
+        retry=settings.retry,
+        max_inflight=settings.max_inflight,
+        decode_threads=choices.decode_threads,
+        zarr_pipeline=settings.zarr_pipeline,
+        block_memory_bytes=memory.blocks_alive_bytes,
+        inflight_bytes=memory.inflight_bytes,
+        cache=settings.cache,
+        cache_queue_bytes=memory.cache_queue_bytes,
+        unit_length=plan.samples.grid.unit_length,
+    )
+    plans = ReadPlanNode(permute, anchors, block_chunks=choices.block_chunks)
+    blocks = AsyncFetchNode(
+        plans,
+        reading,
+        prefetch_blocks=settings.prefetch_blocks,
+        memory_budget=memory.read_ahead_bytes,
+        decode_on=placement.decode_on,
+        read_across_epochs=settings.read_across_epochs,
+    )
+    draws: BaseNode[Any]
+    if choices.pool_size is None:
+        draws = ShuffleBlockNode(
+            blocks,
+            batch_size=settings.batch_size,
+            drop_last=settings.drop_last,
+            epoch_keeper=permute,
+        )
+    else:
+        draws = PoolShuffleNode(
+            blocks,
+            pool_size=choices.pool_size,
+            batch_size=settings.batch_size,
+            drop_last=settings.drop_last,
+            pool_ramp=settings.pool_ramp,
+            pool_interleave=settings.pool_interleave,
+            epoch_keeper=permute,
+            block_planner=plans,
+        )
+    node: BaseNode[Any] = GatherNode(
+        draws,
+        pin_memory=plan.pinned_by == PINNED_BY_GATHER,
+        pinned_batches=placement.staging_slots,
+        uniform_mixing=partial(split_mixing, anchors, settings.batch_size)
+        if plan.mixing_measured
+        else None,
+    )
+    if settings.stack:
+        node = StackChannelsNode(
+            node,
+            plan.source.layouts,
+            plan.samples.time.spec,
+            spatial_dims=settings.spatial_dims,
+            pin_memory=plan.pinned_by == PINNED_BY_STACK,
+            pinned_batches=placement.staging_slots,
+        )
+    node = PinToDeviceNode(node, device=placement.device, prefetch=placement.device_prefetch)
+    if settings.normalise is not None:
+        assert plan.channel_order is not None  # planned with normalise
+        node = NormaliseNode(
+            node, settings.normalise, plan.channel_order, spatial_dims=settings.spatial_dims
+        )
+    return Loader(node, all_ranks_state=settings.all_ranks_state)
