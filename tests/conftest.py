@@ -1,5 +1,7 @@
 """Fixtures shared by the tests: in-memory stores forgotten after each test, and a real S3
-API on loopback for the session. Helpers the tests import live in `tests.helpers`."""
+API on loopback for the session. Helpers the tests import live in `tests.helpers`; the
+profile `HYPOTHESIS_PROFILE` names ("dev" or "ci", `tests.helpers.profiles`) is loaded
+here, before any test module is collected."""
 
 from __future__ import annotations
 
@@ -10,7 +12,10 @@ import numpy as np
 import pytest
 
 from insitubatch_nodes import forget_memory_store
+from tests.helpers.profiles import load_profile
 from tests.helpers.stores import write_store
+
+load_profile()
 
 
 @pytest.fixture

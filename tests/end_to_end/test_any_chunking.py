@@ -37,6 +37,7 @@ from insitubatch_nodes.nodes.graph import graph_nodes
 from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
 from tests.helpers.graphs import build_stage
 from tests.helpers.loader_settings import batch_sizes, dealt_anchors, world_sizes
+from tests.helpers.profiles import examples
 from tests.helpers.resume_check import check_every_cut
 from tests.helpers.stores import write_store
 from tests.helpers.time_stores import hourly
@@ -176,7 +177,7 @@ def test_revisits_draw_every_sample_once_and_resume_exactly(
 
 
 @settings(
-    max_examples=25,
+    max_examples=examples(25),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

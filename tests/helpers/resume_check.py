@@ -14,6 +14,7 @@ from torchdata.nodes import BaseNode
 from insitubatch_nodes import Loader
 from tests.helpers.batches import torch_roundtrip
 from tests.helpers.graphs import fingerprint
+from tests.helpers.profiles import spread
 
 MakeGraph = Callable[[], BaseNode[Any]]
 
@@ -27,16 +28,16 @@ def uninterrupted(make: MakeGraph, epochs: int) -> list[list[Any]]:
 def check_every_cut(
     make: MakeGraph, cuts: list[int] | None = None, *, epochs_differ: bool = True
 ) -> None:
-    """Cut an epoch after each of `cuts` items (all of them, end included, by default),
-    save the state through a checkpoint round trip, load it into a fresh graph, and
-    check what it yields against an uninterrupted run: the items before the cut, the
-    rest of the epoch and the whole next epoch (an end-of-epoch state goes straight on
-    with the next one)."""
+    """Cut an epoch after each of `cuts` items (by default all of them, end included:
+    under the "dev" profile a spread of them, `tests.helpers.profiles.spread`), save the
+    state through a checkpoint round trip, load it into a fresh graph, and check what it
+    yields against an uninterrupted run: the items before the cut, the rest of the epoch
+    and the whole next epoch (an end-of-epoch state goes straight on with the next one)."""
     epoch0, epoch1, epoch2 = uninterrupted(make, 3)
     assert epoch0
     if epochs_differ:  # not so for degenerate shares (e.g. one unit of two samples per rank)
         assert epoch0 != epoch1
-    for cut in cuts if cuts is not None else range(len(epoch0) + 1):
+    for cut in cuts if cuts is not None else spread(len(epoch0) + 1):
         loader = Loader(make())
         iterator = iter(loader)
         taken = [fingerprint(next(iterator)) for _ in range(cut)]

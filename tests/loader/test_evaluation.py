@@ -30,6 +30,7 @@ from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.partition import assign_evaluation, evaluation_shares
 from tests.helpers.batches import as_numpy, torch_roundtrip
 from tests.helpers.loader_settings import batch_sizes, dealt_anchors, world_sizes
+from tests.helpers.profiles import examples
 from tests.helpers.resume_check import check_every_cut
 
 SPEC = SampleSpec({"inputs": window(["t2m"], steps=2, stride=1), "targets": leads(["t2m"], [2])})
@@ -184,7 +185,7 @@ def test_evaluation_shares_are_contiguous_balanced_and_cover_the_split(
 
 
 @settings(
-    max_examples=25,
+    max_examples=examples(25),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -14,6 +14,7 @@ from insitubatch_nodes import Loader, build_loader
 from tests.helpers.batches import torch_roundtrip
 from tests.helpers.graphs import STAGES, build_stage, fingerprint
 from tests.helpers.loader_settings import batch_sizes, dealt_anchors, world_sizes
+from tests.helpers.profiles import examples
 from tests.helpers.resume_check import check_every_cut, uninterrupted
 
 
@@ -49,7 +50,7 @@ def test_default_graph_resumes_at_every_cut(
 
 
 @settings(
-    max_examples=25,
+    max_examples=examples(25),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -36,6 +36,7 @@ from insitubatch_nodes.nodes.graph import graph_nodes
 from insitubatch_nodes.nodes.read_planner import ReadPlanNode
 from tests.helpers.graphs import build_stage
 from tests.helpers.loader_settings import batch_sizes, dealt_anchors, world_sizes
+from tests.helpers.profiles import examples
 
 
 class ChunkKeyRecorder(WrapperStore[Store]):
@@ -172,7 +173,7 @@ def test_a_resume_mid_epoch_reads_the_kept_units_chunks_once_and_nothing_else(
 
 
 @settings(
-    max_examples=30,
+    max_examples=examples(30),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

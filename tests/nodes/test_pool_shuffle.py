@@ -27,6 +27,7 @@ from insitubatch_nodes.nodes.state_checks import CONFIG_KEY, ORDER_VERSION_KEY
 from tests.helpers.batches import torch_roundtrip
 from tests.helpers.graphs import build_stage
 from tests.helpers.loader_settings import batch_sizes, dealt_anchors, world_sizes
+from tests.helpers.profiles import examples
 from tests.helpers.resume_check import check_every_cut
 
 
@@ -35,7 +36,7 @@ def _indices(loader: Loader[Any]) -> list[np.ndarray]:
 
 
 @settings(
-    max_examples=30,
+    max_examples=examples(30),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
