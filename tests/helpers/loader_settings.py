@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from insitubatch_nodes.builder.split_anchors import split_anchors
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.geometry import SampleGeometry
-from insitubatch_nodes.core.partition import rank_sample_counts
+from insitubatch_nodes.core.rank_shares import rank_shares
 from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.io.zarr_source import ZarrSource
 
@@ -65,6 +65,13 @@ def batch_sizes(
     """
     if drop_last:
         for world_size in ranks:
-            counts = rank_sample_counts(anchors, anchors.units, world_size)
-            most = min(most, int(counts.min()))
+            shares = rank_shares(
+                anchors,
+                anchors.units,
+                rank=0,
+                world_size=world_size,
+                partitions=None,
+                evaluation=False,
+            )
+            most = min(most, shares.min_rank_samples)
     return st.integers(1, most)
