@@ -31,22 +31,46 @@ LAYOUTS = {
 }
 
 
+def _least_budget(batch_size: int, block_samples: int, max_inflight: int) -> int:
+    """What the fixed parts and one block read ahead take of a budget over `LAYOUTS`: the
+    window, the batch and the block at 264 bytes a sample, a read in flight a chunk of `a`
+    (1280 bytes)."""
+    return (2 * batch_size + 3 * block_samples) * 264 + max_inflight * 5 * 64 * 4
+
+
+@given(st.integers(1, 64), st.integers(1, 80), st.integers(1, 16), st.data())
+def test_a_budget_below_the_least_is_refused_with_or_without_the_cache(
+    batch_size: int, block_samples: int, max_inflight: int, data: st.DataObject
+) -> None:
+    """Refused exactly below the least budget (`_least_budget` itself fits), and a cache's
+    write queue never makes a budget fit."""
+    settings: dict[str, Any] = dict(
+        batch_size=batch_size, block_samples=block_samples, max_inflight=max_inflight
+    )
+    least = _least_budget(batch_size, block_samples, max_inflight)
+    plan_memory(least, LAYOUTS, **settings)
+    budget = data.draw(st.integers(0, least - 1), label="budget")
+    with pytest.raises(ValueError) as refused:
+        plan_memory(budget, LAYOUTS, **settings)
+    assert f"memory_budget={budget} bytes is too small" in str(refused.value)
+    assert f"(at least {least} in all)" in str(refused.value)
+    with pytest.raises(ValueError) as also:
+        plan_memory(budget, LAYOUTS, **settings, cache_writes=True)
+    assert str(also.value) == str(refused.value)
+
+
 @given(st.integers(1, 64), st.integers(1, 80), st.integers(1, 16), st.integers(0, 1 << 20))
 def test_the_parts_add_up_to_the_budget(
-    batch_size: int, block_samples: int, max_inflight: int, budget: int
+    batch_size: int, block_samples: int, max_inflight: int, spare: int
 ) -> None:
-    try:
-        plan = plan_memory(
-            budget,
-            LAYOUTS,
-            batch_size=batch_size,
-            block_samples=block_samples,
-            max_inflight=max_inflight,
-        )
-    except ValueError as err:
-        assert f"memory_budget={budget} bytes is too small" in str(err)
-        assert budget < (2 * batch_size + 3 * block_samples) * 264 + max_inflight * 5 * 64 * 4
-        return
+    budget = _least_budget(batch_size, block_samples, max_inflight) + spare
+    plan = plan_memory(
+        budget,
+        LAYOUTS,
+        batch_size=batch_size,
+        block_samples=block_samples,
+        max_inflight=max_inflight,
+    )
     assert plan.block_bytes == block_samples * 264
     assert plan.window_bytes == (batch_size + 2 * block_samples) * 264
     assert plan.read_ahead_bytes >= plan.block_bytes
@@ -56,19 +80,14 @@ def test_the_parts_add_up_to_the_budget(
 
 @given(st.integers(1, 64), st.integers(1, 80), st.integers(1, 16), st.integers(0, 1 << 28))
 def test_the_cache_write_queue_takes_its_share_from_the_read_ahead_beyond_one_block(
-    batch_size: int, block_samples: int, max_inflight: int, budget: int
+    batch_size: int, block_samples: int, max_inflight: int, spare: int
 ) -> None:
     settings: dict[str, Any] = dict(
         batch_size=batch_size, block_samples=block_samples, max_inflight=max_inflight
     )
-    try:
-        without = plan_memory(budget, LAYOUTS, **settings)
-    except ValueError as refused:
-        with pytest.raises(ValueError) as also:  # the cache never makes a budget fit...
-            plan_memory(budget, LAYOUTS, **settings, cache_writes=True)
-        assert str(also.value) == str(refused)
-        return
-    plan = plan_memory(budget, LAYOUTS, **settings, cache_writes=True)  # ...nor refuses one
+    budget = _least_budget(batch_size, block_samples, max_inflight) + spare
+    without = plan_memory(budget, LAYOUTS, **settings)
+    plan = plan_memory(budget, LAYOUTS, **settings, cache_writes=True)  # a budget that fits
     assert without.cache_queue_bytes == 0
     assert plan.cache_queue_bytes == min(
         CACHE_QUEUE_BYTES, budget // CACHE_QUEUE_SHARE, without.read_ahead_bytes - plan.block_bytes

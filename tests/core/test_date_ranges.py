@@ -27,6 +27,7 @@ from insitubatch_nodes.core.date_ranges import (
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.manifest import SplitManifest
 from insitubatch_nodes.core.sample_spec import SampleSpec, leads, window
+from tests.helpers.profiles import examples
 
 START = np.datetime64("1999-11-20T00", "ns")
 
@@ -59,7 +60,7 @@ def _sel(axis: TimeAxis, first: str, last: str) -> list[int]:
     return steps.sel(time=slice(first, last)).values.tolist()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.data())
 def test_a_date_range_selects_the_steps_xarray_selects(data: st.DataObject) -> None:
     axis = data.draw(time_axes())

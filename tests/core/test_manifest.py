@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.manifest import SplitManifest, make_manifest, units_to_ranges
+from tests.helpers.profiles import examples
 from tests.helpers.strategies import geometries
 
 fractions_strategy = st.lists(st.integers(1, 10), min_size=1, max_size=4).map(
@@ -207,7 +208,7 @@ def broken_manifests(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
     )
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(broken_manifests())
 def test_broken_ranges_are_refused_by_name(case: tuple[dict[str, Any], str]) -> None:
     data, pattern = case

@@ -25,6 +25,7 @@ from insitubatch_nodes.core.pool_order import (
     pool_units,
 )
 from insitubatch_nodes.core.quality import gap_score
+from tests.helpers.profiles import examples
 from tests.helpers.strategies import geometries
 
 
@@ -105,7 +106,7 @@ def test_a_pool_mixes_batches_far_better_than_blocks_of_the_same_units() -> None
     assert distinct(pool) > 0.6
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     geometries(max_samples=150),
     st.integers(1, 12),

@@ -26,6 +26,7 @@ from insitubatch_nodes.core.unit_grid import (
     slot_rows,
     unit_rows_bound,
 )
+from tests.helpers.profiles import examples
 from tests.helpers.strategies import geometries, stored_chunk
 
 
@@ -58,7 +59,7 @@ def specs(draw: st.DrawFn, names: list[str]) -> SampleSpec | None:
     return SampleSpec(groups)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(grids(), st.integers(1, 4), st.data())
 def test_pieces_assemble_every_sample_within_the_memory_bound(
     geometry: SampleGeometry, block_chunks: int, data: st.DataObject

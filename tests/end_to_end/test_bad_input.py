@@ -78,6 +78,32 @@ def test_drop_last_with_no_full_batch(memory_url: Any) -> None:
         build_loader(url, split="all", batch_size=9, drop_last=True)
 
 
+def test_more_ranks_than_units_in_evaluation(memory_url: Any) -> None:
+    url, _ = memory_url({"a": ((8, 1), (4, 1), "float32")})
+    build_loader(url, split="all", rank=1, world_size=2, evaluation=True)  # a unit each
+    with pytest.raises(
+        ValueError,
+        match=r"^the split has 2 chunk-aligned units, fewer than world_size=3: every rank needs "
+        r"at least one; use fewer ranks or a larger split$",
+    ):
+        build_loader(url, split="all", rank=0, world_size=3, evaluation=True)
+
+
+def test_drop_last_with_no_full_batch_on_the_smallest_rank(memory_url: Any) -> None:
+    """5 units of 2 samples over 2 ranks: shares of 6 and 4. Refused on building, on the
+    rank with the larger share too, naming the smallest share."""
+    url, _ = memory_url({"a": ((10, 1), (2, 1), "float32")})
+    settings: dict[str, Any] = {"split": "all", "world_size": 2, "drop_last": True}
+    for rank in range(2):
+        build_loader(url, rank=rank, batch_size=4, **settings)
+        with pytest.raises(
+            ValueError,
+            match=r"^batch_size=5 with drop_last=True leaves no full batch: the smallest rank "
+            r"holds 4 samples of split 'all'; lower batch_size or set drop_last=False$",
+        ):
+            build_loader(url, rank=rank, batch_size=5, **settings)
+
+
 def test_a_manifest_from_another_store(memory_url: Any) -> None:
     url, _ = memory_url()
     other_url, _ = memory_url({"t2m": ((60, 3, 4), (3, 3, 2), "float32")})

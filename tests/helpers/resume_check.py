@@ -14,6 +14,7 @@ from torchdata.nodes import BaseNode
 from insitubatch_nodes import Loader
 from tests.helpers.batches import torch_roundtrip
 from tests.helpers.graphs import fingerprint
+from tests.helpers.profiles import spread
 
 MakeGraph = Callable[[], BaseNode[Any]]
 
@@ -27,22 +28,21 @@ def uninterrupted(make: MakeGraph, epochs: int) -> list[list[Any]]:
 def check_every_cut(
     make: MakeGraph, cuts: list[int] | None = None, *, epochs_differ: bool = True
 ) -> None:
-    """Cut an epoch after each of `cuts` items (all of them, end included, by default),
-    save the state through a checkpoint round trip, load it into a fresh graph, and
-    check what it yields against an uninterrupted run: the items before the cut, the
-    rest of the epoch and the whole next epoch (an end-of-epoch state goes straight on
-    with the next one)."""
+    """Cut an epoch after each of `cuts` items (by default all of them, end included:
+    under the "dev" profile a spread of them, `tests.helpers.profiles.spread`), save the
+    state through a checkpoint round trip, load it into a fresh graph, and check what it
+    yields against an uninterrupted run: the items before the cut, the rest of the epoch
+    and the whole next epoch (an end-of-epoch state goes straight on with the next one).
+
+    One loader takes every cut's state on its way through the epoch, as a run saving a
+    checkpoint every step does: a loader per cut would yield the same items before it.
+    """
     epoch0, epoch1, epoch2 = uninterrupted(make, 3)
     assert epoch0
     if epochs_differ:  # not so for degenerate shares (e.g. one unit of two samples per rank)
         assert epoch0 != epoch1
-    for cut in cuts if cuts is not None else range(len(epoch0) + 1):
-        loader = Loader(make())
-        iterator = iter(loader)
-        taken = [fingerprint(next(iterator)) for _ in range(cut)]
-        assert taken == epoch0[:cut]
-        state = torch_roundtrip(loader.state_dict())
-        del iterator, loader
+    states = _states_at(make, cuts if cuts is not None else spread(len(epoch0) + 1), epoch0)
+    for cut, state in states.items():
         fresh = Loader(make())
         fresh.load_state_dict(state)
         rest = [fingerprint(x) for x in fresh]
@@ -53,3 +53,18 @@ def check_every_cut(
         else:  # an end-of-epoch state goes straight on with the next epoch
             assert rest == epoch1
             assert following == epoch2
+
+
+def _states_at(make: MakeGraph, cuts: list[int], epoch: list[Any]) -> dict[int, Any]:
+    """States of one loader over `make()` after each of `cuts` items of its first epoch,
+    through a checkpoint round trip; the items it yields on the way must be `epoch`'s."""
+    loader = Loader(make())
+    iterator = iter(loader)
+    states = {}
+    taken: list[Any] = []
+    for cut in sorted(set(cuts)):
+        taken += [fingerprint(next(iterator)) for _ in range(cut - len(taken))]
+        assert taken == epoch[:cut], f"cut {cut}: the items before it differ"
+        states[cut] = torch_roundtrip(loader.state_dict())
+    del iterator, loader
+    return states

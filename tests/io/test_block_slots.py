@@ -22,6 +22,7 @@ from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 from insitubatch_nodes.nodes.graph import graph_nodes
 from tests.helpers.batches import batch_key
 from tests.helpers.graphs import build_stage
+from tests.helpers.profiles import examples
 from tests.helpers.strategies import geometries
 
 
@@ -59,7 +60,7 @@ def _check(memory: BlockMemory, plan: ReadPlan, stamp: int) -> None:
         assert (taken == want).all(), f"block {stamp}: {name} was overwritten"
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     geometry=geometries(max_samples=60, picks=True),
     block_units=st.integers(1, 4),

@@ -30,6 +30,7 @@ from insitubatch_nodes.device.device_block_reader import DeviceBlockReader
 from insitubatch_nodes.device.gpu_codecs import load_nvcomp
 from insitubatch_nodes.io.reads.block_reader import ReadContext
 from insitubatch_nodes.io.reads.chunk_reader import ChunkReader
+from tests.helpers.profiles import examples
 from tests.helpers.strategies import layouts, stored_chunk
 
 
@@ -39,7 +40,7 @@ def _picked(values: np.ndarray, layout: VariableLayout) -> np.ndarray:
     return np.take(values, layout.pick.indices, axis=layout.pick.axis)
 
 
-@settings(max_examples=120)
+@settings(max_examples=examples(120))
 @given(st.data())
 def test_a_row_range_keeps_those_rows_of_the_chunk_at_dest_row(data: st.DataObject) -> None:
     layout = data.draw(layouts(data.draw(st.integers(1, 40)), picks=data.draw(st.booleans())))

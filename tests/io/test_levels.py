@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import insitubatch_nodes as ib
 from tests.helpers.batches import as_numpy
+from tests.helpers.profiles import examples
 from tests.helpers.stores import write_store
 from tests.helpers.time_stores import LEVELS, hourly, write_native, write_xarray
 
@@ -63,7 +64,9 @@ def test_levels_picked_by_value_are_what_ds_sel_picks(stores: dict[str, str], ki
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(25),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(st.sets(st.sampled_from(LEVELS), min_size=1))
 def test_any_levels_hold_ds_sel_and_read_only_their_chunks(

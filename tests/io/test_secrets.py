@@ -34,6 +34,7 @@ from insitubatch_nodes.io.stores.redact import (
     secrets_in,
 )
 from insitubatch_nodes.io.stores.store_errors import CREDENTIAL_HINT, first_line
+from tests.helpers.profiles import examples
 from tests.helpers.s3_server import QUICK_OBSTORE_RETRIES, S3Server
 from tests.helpers.stores import write_store
 
@@ -318,7 +319,7 @@ def _urls(draw: st.DrawFn) -> tuple[str, str, list[str]]:
     return url, expected, secrets
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     _urls(),
     st.sampled_from(["", "no Zarr store at '", 'HTTPStore("', "(", "from "]),

@@ -29,6 +29,8 @@ from insitubatch_nodes.core.draw_order import rank_epoch_order
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.partition import assign_evaluation, evaluation_shares
 from tests.helpers.batches import as_numpy, torch_roundtrip
+from tests.helpers.loader_settings import batch_sizes, dealt_anchors, world_sizes
+from tests.helpers.profiles import examples
 from tests.helpers.resume_check import check_every_cut
 
 SPEC = SampleSpec({"inputs": window(["t2m"], steps=2, stride=1), "targets": leads(["t2m"], [2])})
@@ -183,7 +185,7 @@ def test_evaluation_shares_are_contiguous_balanced_and_cover_the_split(
 
 
 @settings(
-    max_examples=25,
+    max_examples=examples(25),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -191,9 +193,7 @@ def test_evaluation_shares_are_contiguous_balanced_and_cover_the_split(
     num_samples=st.integers(5, 70),
     chunk_a=st.integers(1, 7),
     chunk_b=st.integers(1, 7),
-    batch_size=st.integers(1, 12),
     block_chunks=st.integers(1, 4),
-    world_size=st.integers(1, 3),
     drop_last=st.booleans(),
     evaluation=st.booleans(),
     windowed=st.booleans(),
@@ -204,9 +204,7 @@ def test_len_is_the_batches_an_epoch_yields(
     num_samples: int,
     chunk_a: int,
     chunk_b: int,
-    batch_size: int,
     block_chunks: int,
-    world_size: int,
     drop_last: bool,
     evaluation: bool,
     windowed: bool,
@@ -218,27 +216,24 @@ def test_len_is_the_batches_an_epoch_yields(
             "b": ((num_samples,), (chunk_b,), "int16"),
         }
     )
-    rank = data.draw(st.integers(0, world_size - 1))
+    spec = SPEC if windowed else None
     drop_last = drop_last and not evaluation
-    try:
-        loader = build_loader(
-            url,
-            split="all",
-            spec=SPEC if windowed else None,
-            batch_size=batch_size,
-            block_chunks=block_chunks,
-            rank=rank,
-            world_size=world_size,
-            drop_last=drop_last,
-            evaluation=evaluation,
-            max_inflight=3,
-        )
-    except ValueError as err:  # too few units (or anchors) for the ranks, or no full batch
-        assert any(
-            words in str(err)
-            for words in ("fewer than world_size", "leaves no full batch", "no anchor")
-        )
-        return
+    dealt = dealt_anchors(url, spec)
+    world_size = data.draw(world_sizes(dealt), label="world_size")
+    rank = data.draw(st.integers(0, world_size - 1), label="rank")
+    batch_size = data.draw(batch_sizes(dealt, [world_size], drop_last), label="batch_size")
+    loader = build_loader(
+        url,
+        split="all",
+        spec=spec,
+        batch_size=batch_size,
+        block_chunks=block_chunks,
+        rank=rank,
+        world_size=world_size,
+        drop_last=drop_last,
+        evaluation=evaluation,
+        max_inflight=3,
+    )
     length = len(loader)  # before anything is read
     epochs = [[len(b[SAMPLE_INDEX_KEY]) for b in loader] for _ in range(2)]
     assert [len(sizes) for sizes in epochs] == [length, length]

@@ -27,6 +27,7 @@ from insitubatch_nodes.nodes.batch_mixing import draw_samples_and_units
 from insitubatch_nodes.nodes.gather import batch_shapes, gather
 from insitubatch_nodes.nodes.items import BatchDraw, FetchedBlock
 from insitubatch_nodes.nodes.tensor_gather import gather_tensors
+from tests.helpers.profiles import examples
 
 
 @st.composite
@@ -152,7 +153,7 @@ def _assert_same(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> Non
         assert got[key].tobytes() == array.tobytes(), key
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     anchors=_anchor_sets(),
     block_units=st.integers(1, 3),

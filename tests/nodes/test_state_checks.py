@@ -36,6 +36,7 @@ from insitubatch_nodes import (
 )
 from tests.helpers.batches import torch_roundtrip
 from tests.helpers.graphs import build_stage, fingerprint
+from tests.helpers.profiles import examples
 from tests.helpers.resume_check import check_every_cut, uninterrupted
 from tests.helpers.stores import write_store
 from tests.helpers.threads import our_threads, threads_left_by_earlier_tests
@@ -436,7 +437,7 @@ def _damaged_loader(url: str) -> Loader[Any]:
 
 
 @settings(
-    max_examples=60,
+    max_examples=examples(60),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -455,7 +456,7 @@ def test_a_damaged_cursor_is_refused(
 
 
 @settings(
-    max_examples=15,
+    max_examples=examples(15),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
