@@ -7,6 +7,7 @@ obstore (developmentseed/obstore#441) and the test would fail after it, not hang
 from __future__ import annotations
 
 import sys
+import traceback
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,14 +30,27 @@ class Wrapped(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         yield from self.make()
 
 
-def _forking_loader(dataset: Any) -> torch.utils.data.DataLoader:  # type: ignore[type-arg]
-    return torch.utils.data.DataLoader(
-        dataset,
-        batch_size=None,
-        num_workers=1,
-        multiprocessing_context="fork",
-        timeout=WORKER_TIMEOUT_S,
+def _through_a_forked_worker(dataset: Any) -> list[Any]:
+    """`list(DataLoader(dataset, num_workers=1))` over a forked worker. The DataLoader's
+    iterator is shut down here, before whatever the worker raised leaves: the traceback
+    holds the iterator, and dropped later, in another test's garbage collection, its
+    shutdown waits 5 s for a worker that is already gone."""
+    batches = iter(
+        torch.utils.data.DataLoader(
+            dataset,
+            batch_size=None,
+            num_workers=1,
+            multiprocessing_context="fork",
+            timeout=WORKER_TIMEOUT_S,
+        )
     )
+    try:
+        return list(batches)
+    except BaseException as err:
+        traceback.clear_frames(err.__traceback__)
+        raise
+    finally:
+        del batches
 
 
 @pytest.mark.parametrize("used_before_fork", [False, True])
@@ -48,7 +62,7 @@ def test_a_loader_built_in_the_parent_fails_in_a_forked_worker(
     if used_before_fork:
         assert sum(1 for _ in loader) == 22
     with pytest.raises(ForkedProcessError, match=r"num_workers=0") as raised:
-        list(_forking_loader(Wrapped(lambda: loader)))
+        _through_a_forked_worker(Wrapped(lambda: loader))
     assert "obstore#441" in str(raised.value)
     assert sum(1 for _ in loader) == 22  # still fine in the parent
 
@@ -58,7 +72,7 @@ def test_a_loader_built_inside_a_forked_worker_fails_too(memory_url: Any) -> Non
     url, _ = memory_url()
     build_loader(url, split="all", batch_size=4)
     with pytest.raises(ForkedProcessError, match=r"is a fork of process \d+, which already"):
-        list(_forking_loader(Wrapped(lambda: build_loader(url, split="all", batch_size=4))))
+        _through_a_forked_worker(Wrapped(lambda: build_loader(url, split="all", batch_size=4)))
 
 
 def test_num_workers_zero_is_the_supported_wrapping(memory_url: Any) -> None:
