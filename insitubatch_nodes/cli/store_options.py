@@ -3,7 +3,7 @@
 `inspect`, `bench`, `split` and `cache` reach the same stores the same way: obstore client
 options given as JSON text or a JSON file (`--storage-options`), and `--anonymous` for
 public buckets. They live here, declared once and read once, so that the commands cannot
-drift apart in what they accept or in how they refuse a typo; `cli` only wires them in.
+drift apart in what they accept or in how they refuse a typo; `cli.main` only wires them in.
 """
 
 from __future__ import annotations

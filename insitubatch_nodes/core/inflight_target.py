@@ -15,7 +15,7 @@ latency-bound store shows by delivering more next round; the target then doubles
 round until bandwidth, the CPU, the memory allowance or the ceiling holds it.
 
 Pure: time and read sizes come in as numbers, so the behaviour is tested without a clock
-or a store (`tests/test_inflight_target.py`). Only IO settings follow it; the batches
+or a store (`tests/core/test_inflight_target.py`). Only IO settings follow it; the batches
 never depend on it.
 """
 

@@ -15,7 +15,7 @@ more free cores, would help). The fetch loop's busy time tells the two apart: be
 link it mostly waits. Reads that do not queue are limited by the store's latency, with
 the in-flight target (or a user's cap) saying how many may be under way. Pure: the
 counters come in as numbers (`loader.Loader.stats` gathers them), so every verdict is
-tested on made-up epochs (`tests/test_stage_report.py`).
+tested on made-up epochs (`tests/core/test_stage_report.py`).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ A slot may be written again only when nothing reads it any more:
   waits on it;
 - the host: every array handed out is a view of the slot's one numpy array, so its
   reference count says whether a view (or a tensor made from one with `torch.from_numpy`)
-  is still alive, as in `nodes.reused_buffers.py`. A slot still viewed (a batch the consumer
+  is still alive, as in `nodes.reused_buffers`. A slot still viewed (a batch the consumer
   keeps, a stage that holds batches) is left to its holders and the ring allocates a new
   one in its place: a ring that overwrote it would change a batch someone holds.
 

@@ -1,9 +1,10 @@
 """A Hugging Face accelerate training loop over the loader, as the docs write it: the
 loader registered for checkpointing, `save_state` every few steps, `load_state` to resume,
-and no `skip_first_batches`. tests/test_accelerate.py runs `train` in its own process, and
-this script under `torchrun --nproc_per_node 2` (gloo, CPU):
+and no `skip_first_batches`. tests/end_to_end/test_accelerate.py runs `train` in its own
+process, and this script under `torchrun --nproc_per_node 2` (gloo, CPU):
 
-    torchrun --standalone --nproc_per_node 2 tests/accelerate_run.py --store URL --workdir DIR
+    torchrun --standalone --nproc_per_node 2 tests/helpers/accelerate_run.py --store URL \\
+        --workdir DIR
 
 which trains two epochs straight (`straight`), saving at step 3 (mid epoch) and at the first
 epoch's end, then resumes from each with a fresh model and loader (`mid`, `end`). Each rank

@@ -1,6 +1,7 @@
-"""Lightning runs in processes of their own, started by tests/test_lightning.py as a user
-starts a training script: `python tests/lightning_run.py MODE --store URL --workdir DIR`.
-Each rank writes what it trained and validated on to `DIR/NAME-rank{r}.json`.
+"""Lightning runs in processes of their own, started by tests/end_to_end/test_lightning.py
+as a user starts a training script:
+`python tests/helpers/lightning_run.py MODE --store URL --workdir DIR`. Each rank writes
+what it trained and validated on to `DIR/NAME-rank{r}.json`.
 
 `ddp`: two processes (gloo, CPU); Lightning's launcher starts rank 1 by running this
 script again.

@@ -554,7 +554,7 @@ def _secret_options(server: S3Server, s: Secrets, **extra: Any) -> dict[str, Any
 
 @pytest.fixture
 def no_aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Credentials come from storage_options only, as in tests/test_bad_input.py."""
+    """Credentials come from storage_options only, as in tests/end_to_end/test_bad_input.py."""
     for name in [n for n in os.environ if n.startswith("AWS_")]:
         monkeypatch.delenv(name)
 

@@ -78,7 +78,7 @@ def coordinate_values(array: zarr.Array, where: str, secrets: Iterable[str] = ()
 
     Args:
         array: the 1-D coordinate array.
-        where: the store's description for messages (`stores.describe`).
+        where: the store's description for messages (`io.stores.open_store.describe`).
         secrets: values known to be secret (`redact.secrets_in`), kept out of the message.
     """
     try:

@@ -8,7 +8,7 @@ whose attributes say it is time (CF `axis: T`, `standard_name: time`, units "...
 units, a UTC reference: what weather archives use, without xarray), else by xarray's own
 decoder (`xarray.coding.times.decode_cf_datetime`: time-zone offsets in the reference,
 Julian dates before 1582) when xarray is installed. Both give the same dates where both
-decode (`tests/test_date_splits.py` checks ours against xarray's). Calendars numpy cannot
+decode (`tests/io/test_date_splits.py` checks ours against xarray's). Calendars numpy cannot
 hold (360-day, noleap) are refused: their dates are not numpy dates.
 """
 

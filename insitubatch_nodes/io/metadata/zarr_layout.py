@@ -33,8 +33,8 @@ def open_root_group(store: Store, where: str, secrets: Iterable[str] = ()) -> za
     request URLs and zarr's quotes `repr(store)`.
 
     Args:
-        store: the opened store (`stores.open_store`).
-        where: the store's description for messages (`stores.describe`).
+        store: the opened store (`io.stores.open_store.open_store`).
+        where: the store's description for messages (`io.stores.open_store.describe`).
         secrets: values known to be secret (`redact.secrets_in` of the URL and the
             storage_options), kept out of every message.
     """
@@ -96,7 +96,7 @@ def invalid_metadata(
 
     Args:
         store: the opened store.
-        where: the store's description for messages (`stores.describe`).
+        where: the store's description for messages (`io.stores.open_store.describe`).
         err: the parse error zarr raised.
         secrets: values known to be secret (`redact.secrets_in`), kept out of the message.
     """
@@ -125,7 +125,7 @@ def arrays_of(group: zarr.Group, where: str, secrets: Iterable[str] = ()) -> dic
 
     Args:
         group: the root group (`open_root_group`).
-        where: the store's description for messages (`stores.describe`).
+        where: the store's description for messages (`io.stores.open_store.describe`).
         secrets: values known to be secret (`redact.secrets_in`), kept out of every message.
     """
     try:
@@ -163,7 +163,7 @@ def select_variables(
     Args:
         arrays: the group's arrays by name (`arrays_of`).
         variables: the arrays to load, or None for the default choice.
-        where: the store's description for messages (`stores.describe`).
+        where: the store's description for messages (`io.stores.open_store.describe`).
     """
     chosen = _chosen_arrays(arrays, variables, where)
     check_torch_dtypes(chosen)

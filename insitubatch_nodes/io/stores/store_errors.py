@@ -59,7 +59,7 @@ def bad_option(
     """The error for a storage option obstore does not know (obstore names the key).
 
     Args:
-        where: the store's URL, as `stores.describe` gives it.
+        where: the store's URL, as `io.stores.open_store.describe` gives it.
         err: obstore's error.
         secrets: values known to be secret (`redact.secrets_in`).
     """
@@ -79,7 +79,7 @@ def explain_open_failure(
 
     Args:
         err: what obstore raised.
-        where: the store's description (`stores.describe`).
+        where: the store's description (`io.stores.open_store.describe`).
         secrets: values known to be secret (`redact.secrets_in`), kept out of the message.
     """
     if isinstance(
@@ -117,7 +117,7 @@ def explain_list_failure(
 
     Args:
         err: what obstore raised.
-        where: the store's description (`stores.describe`).
+        where: the store's description (`io.stores.open_store.describe`).
         http: whether the store is obstore's `HTTPStore`.
         secrets: values known to be secret (`redact.secrets_in`), kept out of the message.
     """
@@ -144,7 +144,7 @@ def explain_missing_bucket(
 
     Args:
         store: an obstore store.
-        where: the store's description (`stores.describe`).
+        where: the store's description (`io.stores.open_store.describe`).
         secrets: values known to be secret (`redact.secrets_in`), kept out of the message.
     """
     try:
