@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from insitubatch_nodes import (
@@ -36,8 +36,11 @@ from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 from insitubatch_nodes.nodes.graph import graph_nodes
 from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
 from tests.helpers.graphs import build_stage
-from tests.helpers.loader_settings import batch_sizes, dealt_anchors, world_sizes
-from tests.helpers.profiles import examples
+from tests.helpers.loader_settings import (
+    dealt_anchors,
+    draw_rank_and_batch,
+)
+from tests.helpers.profiles import loader_property
 from tests.helpers.resume_check import check_every_cut
 from tests.helpers.stores import write_store
 from tests.helpers.time_stores import hourly
@@ -176,11 +179,7 @@ def test_revisits_draw_every_sample_once_and_resume_exactly(
         make(7)
 
 
-@settings(
-    max_examples=examples(25),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@loader_property(25)
 @given(
     num_samples=st.integers(5, 70),
     chunk_a=st.integers(1, 7),
@@ -215,9 +214,7 @@ def test_the_pool_node_yields_the_pure_order_on_fine_grids_and_resumes_at_any_cu
     unit_length = fine // data.draw(st.sampled_from(divisors))
     spec = SampleSpec({"x": window(["a", "b"], steps=2)}) if windowed else None
     dealt = dealt_anchors(url, spec, unit_length)
-    world_size = data.draw(world_sizes(dealt), label="world_size")
-    rank = data.draw(st.integers(0, world_size - 1), label="rank")
-    batch_size = data.draw(batch_sizes(dealt, [world_size], drop_last), label="batch_size")
+    world_size, rank, batch_size = draw_rank_and_batch(data, dealt, drop_last)
 
     def make() -> Any:
         return build_stage(

@@ -75,3 +75,20 @@ def batch_sizes(
             )
             most = min(most, shares.min_rank_samples)
     return st.integers(1, most)
+
+
+def draw_rank_and_batch(
+    data: st.DataObject, anchors: AnchorSet, drop_last: bool
+) -> tuple[int, int, int]:
+    """A number of ranks, one rank of them and a batch size the split of `anchors` serves,
+    drawn in that order (each bound depends on the one before).
+
+    Args:
+        data: the test's `st.data()` object.
+        anchors: the split's anchors (`dealt_anchors`).
+        drop_last: whether only full batches are yielded.
+    """
+    world_size = data.draw(world_sizes(anchors), label="world_size")
+    rank = data.draw(st.integers(0, world_size - 1), label="rank")
+    batch_size = data.draw(batch_sizes(anchors, [world_size], drop_last), label="batch_size")
+    return world_size, rank, batch_size

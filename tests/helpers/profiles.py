@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 CI = "ci"
 DEV = "dev"
@@ -69,3 +69,18 @@ def load_profile() -> None:
     settings.register_profile(CI, default, max_examples=CI_EXAMPLES)
     settings.register_profile(DEV, default, max_examples=examples(CI_EXAMPLES))
     settings.load_profile(profile())
+
+
+def loader_property(full: int) -> settings:
+    """Settings for a property test that builds a loader per example from a function-scoped
+    store fixture: `examples(full)` examples, and neither the fixture's reuse across
+    examples (each example writes its own store under it) nor a slow example (a loader per
+    example takes tenths of a second) counts as a failed health check.
+
+    Args:
+        full: the test's examples under "ci".
+    """
+    return settings(
+        max_examples=examples(full),
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )

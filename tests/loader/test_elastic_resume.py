@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from insitubatch_nodes import build_loader
@@ -23,8 +23,12 @@ from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
 from insitubatch_nodes.nodes.graph import graph_nodes
 from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
 from tests.helpers.batches import torch_roundtrip
-from tests.helpers.loader_settings import batch_sizes, dealt_anchors, world_sizes
-from tests.helpers.profiles import examples
+from tests.helpers.loader_settings import (
+    batch_sizes,
+    dealt_anchors,
+    world_sizes,
+)
+from tests.helpers.profiles import loader_property
 
 VARIABLES = {"a": ((61, 3), (4, 3), "float32"), "b": ((61,), (3,), "int16")}
 
@@ -203,11 +207,7 @@ def test_a_block_shuffle_state_is_refused_on_another_world_size(memory_url: Any)
         loaders(url, 1, 5)[0].load_state_dict(state)
 
 
-@settings(
-    max_examples=examples(25),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@loader_property(25)
 @given(
     st.integers(12, 70),
     st.integers(1, 7),

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from insitubatch_nodes import (
@@ -29,8 +29,11 @@ from insitubatch_nodes.core.draw_order import rank_epoch_order
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.partition import assign_evaluation, evaluation_shares
 from tests.helpers.batches import as_numpy, torch_roundtrip
-from tests.helpers.loader_settings import batch_sizes, dealt_anchors, world_sizes
-from tests.helpers.profiles import examples
+from tests.helpers.loader_settings import (
+    dealt_anchors,
+    draw_rank_and_batch,
+)
+from tests.helpers.profiles import loader_property
 from tests.helpers.resume_check import check_every_cut
 
 SPEC = SampleSpec({"inputs": window(["t2m"], steps=2, stride=1), "targets": leads(["t2m"], [2])})
@@ -184,11 +187,7 @@ def test_evaluation_shares_are_contiguous_balanced_and_cover_the_split(
     assert np.concatenate(orders).tolist() == list(range(length))
 
 
-@settings(
-    max_examples=examples(25),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@loader_property(25)
 @given(
     num_samples=st.integers(5, 70),
     chunk_a=st.integers(1, 7),
@@ -219,9 +218,7 @@ def test_len_is_the_batches_an_epoch_yields(
     spec = SPEC if windowed else None
     drop_last = drop_last and not evaluation
     dealt = dealt_anchors(url, spec)
-    world_size = data.draw(world_sizes(dealt), label="world_size")
-    rank = data.draw(st.integers(0, world_size - 1), label="rank")
-    batch_size = data.draw(batch_sizes(dealt, [world_size], drop_last), label="batch_size")
+    world_size, rank, batch_size = draw_rank_and_batch(data, dealt, drop_last)
     loader = build_loader(
         url,
         split="all",

@@ -7,14 +7,17 @@ import itertools
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from insitubatch_nodes import Loader, build_loader
 from tests.helpers.batches import torch_roundtrip
 from tests.helpers.graphs import STAGES, build_stage, fingerprint
-from tests.helpers.loader_settings import batch_sizes, dealt_anchors, world_sizes
-from tests.helpers.profiles import examples
+from tests.helpers.loader_settings import (
+    dealt_anchors,
+    draw_rank_and_batch,
+)
+from tests.helpers.profiles import loader_property
 from tests.helpers.resume_check import check_every_cut, uninterrupted
 
 
@@ -49,11 +52,7 @@ def test_default_graph_resumes_at_every_cut(
         )
 
 
-@settings(
-    max_examples=examples(25),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@loader_property(25)
 @given(
     num_samples=st.integers(5, 60),
     chunk_a=st.integers(1, 7),
@@ -78,9 +77,7 @@ def test_resume_property(
         }
     )
     dealt = dealt_anchors(url)
-    world_size = data.draw(world_sizes(dealt), label="world_size")
-    rank = data.draw(st.integers(0, world_size - 1), label="rank")
-    batch_size = data.draw(batch_sizes(dealt, [world_size], drop_last), label="batch_size")
+    world_size, rank, batch_size = draw_rank_and_batch(data, dealt, drop_last)
 
     def make() -> Any:
         return build_stage(

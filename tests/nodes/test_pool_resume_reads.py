@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
@@ -35,8 +35,11 @@ from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
 from insitubatch_nodes.nodes.graph import graph_nodes
 from insitubatch_nodes.nodes.read_planner import ReadPlanNode
 from tests.helpers.graphs import build_stage
-from tests.helpers.loader_settings import batch_sizes, dealt_anchors, world_sizes
-from tests.helpers.profiles import examples
+from tests.helpers.loader_settings import (
+    dealt_anchors,
+    draw_rank_and_batch,
+)
+from tests.helpers.profiles import loader_property
 
 
 class ChunkKeyRecorder(WrapperStore[Store]):
@@ -172,11 +175,7 @@ def test_a_resume_mid_epoch_reads_the_kept_units_chunks_once_and_nothing_else(
     assert len(store.chunks) == len(set(store.chunks))  # each once
 
 
-@settings(
-    max_examples=examples(30),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@loader_property(30)
 @given(
     num_samples=st.integers(5, 70),
     chunk_a=st.integers(1, 7),
@@ -208,9 +207,7 @@ def test_no_drained_unit_is_read_after_a_resume_at_any_cut(
     )
     spec = SampleSpec({"x": window(["a", "b"], steps=2)}) if windowed else None
     dealt = dealt_anchors(url, spec)
-    world_size = data.draw(world_sizes(dealt), label="world_size")
-    rank = data.draw(st.integers(0, world_size - 1), label="rank")
-    batch_size = data.draw(batch_sizes(dealt, [world_size], drop_last), label="batch_size")
+    world_size, rank, batch_size = draw_rank_and_batch(data, dealt, drop_last)
     store = recorder(url)
 
     def make() -> Any:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from insitubatch_nodes import AnchorSet, Loader, SampleSpec, ZarrSource, build_loader, window
@@ -26,8 +26,11 @@ from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
 from insitubatch_nodes.nodes.state_checks import CONFIG_KEY, ORDER_VERSION_KEY
 from tests.helpers.batches import torch_roundtrip
 from tests.helpers.graphs import build_stage
-from tests.helpers.loader_settings import batch_sizes, dealt_anchors, world_sizes
-from tests.helpers.profiles import examples
+from tests.helpers.loader_settings import (
+    dealt_anchors,
+    draw_rank_and_batch,
+)
+from tests.helpers.profiles import loader_property
 from tests.helpers.resume_check import check_every_cut
 
 
@@ -35,11 +38,7 @@ def _indices(loader: Loader[Any]) -> list[np.ndarray]:
     return [np.asarray(b["sample_index"]).copy() for b in loader]
 
 
-@settings(
-    max_examples=examples(30),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@loader_property(30)
 @given(
     num_samples=st.integers(5, 70),
     chunk_a=st.integers(1, 7),
@@ -73,9 +72,7 @@ def test_the_node_yields_the_pure_order_and_resumes_at_any_cut(
     )
     spec = SampleSpec({"x": window(["a", "b"], steps=2)}) if windowed else None
     dealt = dealt_anchors(url, spec)
-    world_size = data.draw(world_sizes(dealt), label="world_size")
-    rank = data.draw(st.integers(0, world_size - 1), label="rank")
-    batch_size = data.draw(batch_sizes(dealt, [world_size], drop_last), label="batch_size")
+    world_size, rank, batch_size = draw_rank_and_batch(data, dealt, drop_last)
 
     def make() -> Any:
         return build_stage(

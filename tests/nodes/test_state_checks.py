@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 import zarr
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from insitubatch_nodes import (
@@ -36,7 +36,7 @@ from insitubatch_nodes import (
 )
 from tests.helpers.batches import torch_roundtrip
 from tests.helpers.graphs import build_stage, fingerprint
-from tests.helpers.profiles import examples
+from tests.helpers.profiles import loader_property
 from tests.helpers.resume_check import check_every_cut, uninterrupted
 from tests.helpers.stores import write_store
 from tests.helpers.threads import our_threads, threads_left_by_earlier_tests
@@ -436,11 +436,7 @@ def _damaged_loader(url: str) -> Loader[Any]:
     )
 
 
-@settings(
-    max_examples=examples(60),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@loader_property(60)
 @given(corruption=corruptions(), cut=st.integers(1, 10))
 def test_a_damaged_cursor_is_refused(
     memory_url: Any, corruption: tuple[str, Any], cut: int
@@ -455,11 +451,7 @@ def test_a_damaged_cursor_is_refused(
     assert repr(value)[:20] in message or str(value) in message
 
 
-@settings(
-    max_examples=examples(15),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@loader_property(15)
 @given(cut=st.integers(0, 18))
 def test_an_untouched_state_resumes_exactly(memory_url: Any, cut: int) -> None:
     url, _ = memory_url()
