@@ -234,5 +234,5 @@ def build_loader(
     plan = plan_loader(check_settings(arguments), host=host)
     loader = wire_loader(plan)
     where, split = plan.source.where, plan.settings.split
-    log.info("build_loader on %s, split %r: %s", where, split, plan.choices.summary())
+    log.info("build_loader on %s, split %r: %s", where, split, plan.summary())
     return loader

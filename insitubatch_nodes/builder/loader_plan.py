@@ -80,6 +80,14 @@ class LoaderPlan:
         another grid is refused by name."""
         return {"unit_steps": self.samples.grid.unit_length, "revisits": self.settings.revisits}
 
+    def summary(self) -> str:
+        """One line for the log: each choice with its reason (`LoaderChoices.summary`),
+        and with a stride or frequency, the units it is dealt in and why."""
+        text = self.choices.summary()
+        if self.samples.time.steps > 1:
+            text += f"; stride: {self.samples.units.text()}"
+        return text
+
 
 def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> LoaderPlan:
     """The plan of a loader with `settings` on `host`, or the first refusal of the data:

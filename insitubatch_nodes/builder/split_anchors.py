@@ -2,11 +2,11 @@
 mixed a uniform shuffle of them would make a batch.
 
 `build_loader` reads exactly these anchors (`plan_split`: the grid of its revisits, its
-time settings, the anchors), and `insitubatch inspect` (`cli.defaults_report`) reports on
-them, so both take them from here: a spec that names a variable not opened, or windows
-that leave a split no anchor, are refused with the same words wherever the split is asked
-for. `split_mixing` is the uniform global shuffle that the mixing figures of
-`Loader.stats()` (counted by the gather) are measured against.
+time settings, the units its stride is dealt in, the anchors), and `insitubatch inspect`
+(`cli.defaults_report`) reports on them, so both take them from here: a spec that names a
+variable not opened, or windows that leave a split no anchor, are refused with the same
+words wherever the split is asked for. `split_mixing` is the uniform global shuffle that
+the mixing figures of `Loader.stats()` (counted by the gather) are measured against.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from insitubatch_nodes.core.geometry import SampleGeometry
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.quality import UniformMixing
 from insitubatch_nodes.core.sample_spec import SampleSpec
+from insitubatch_nodes.core.stride_units import StrideUnits, stride_units
 from insitubatch_nodes.io.zarr_source import ZarrSource
 
 
@@ -30,15 +31,18 @@ class SplitPlan:
 
     Args:
         grid: the unit grid it shuffles and deals by: the source's, or its visits with
-            revisits (`SampleGeometry.visits`).
+            revisits (`SampleGeometry.visits`), or units a stride fits
+            (`core.stride_units`).
         time: what the time settings come to: the spec in stored steps, and the steps
             allowed as anchors (`builder.time_selection`).
         anchors: the split's anchors under that spec and those steps, unit by unit.
+        units: which units the stride is dealt in, and why (`core.stride_units`).
     """
 
     grid: SampleGeometry
     time: TimeSelection
     anchors: AnchorSet
+    units: StrideUnits
 
 
 def plan_split(
@@ -53,8 +57,10 @@ def plan_split(
     patches: PatchSpec | None = None,
 ) -> SplitPlan:
     """The unit grid, the time selection and the anchors of `split`, as `build_loader`
-    reads them; an error if revisits do not divide the unit, the time settings do not fit
-    it, or the split keeps no anchor.
+    reads them; an error if revisits do not divide the unit, a time setting is wrong, or
+    the split keeps no anchor. A stride that does not fit the grid's units (a stride of 3
+    on chunks of 4) is dealt in longer units that hold equally many anchors
+    (`core.stride_units`); the split's steps stay the manifest's.
 
     Args:
         opened: the opened source.
@@ -67,16 +73,12 @@ def plan_split(
         patches: the patch spec, or None for whole samples.
     """
     grid = opened.geometry.visits(revisits)
-    time = time_selection(
-        opened,
-        spec,
-        stride=stride,
-        frequency=frequency,
-        max_gap=max_gap,
-        unit_length=grid.unit_length,
-    )
+    time = time_selection(opened, spec, stride=stride, frequency=frequency, max_gap=max_gap)
+    units = stride_units(grid.unit_length, time.steps)
+    if units.unit_steps != grid.unit_length:
+        grid = SampleGeometry(grid.variables, units.unit_steps)
     anchors = split_anchors(opened, split, time.spec, patches, time.allowed, grid)
-    return SplitPlan(grid, time, anchors)
+    return SplitPlan(grid, time, anchors, units)
 
 
 def split_anchors(

@@ -45,7 +45,6 @@ def time_selection(
     stride: int | None = None,
     frequency: Duration | None = None,
     max_gap: Duration | None = None,
-    unit_length: int | None = None,
 ) -> TimeSelection:
     """The spec in stored steps and the steps allowed as anchors under `stride` or
     `frequency`, and `max_gap`.
@@ -57,8 +56,6 @@ def time_selection(
         stride: keep every `stride`-th step (counted from the store's first) as an anchor.
         frequency: keep the steps at the first date plus a whole number of it ("6h").
         max_gap: drop anchors whose window or leads span neighbouring dates further apart.
-        unit_length: steps per unit of the loader's grid (a visit's, with revisits:
-            `SampleGeometry.visits`), which the stride must fit; None for the source's.
     """
     stride = as_optional_int("stride", stride, minimum=1)
     if stride is not None and frequency is not None:
@@ -78,7 +75,6 @@ def time_selection(
         allowed = on_frequency(axis.dates, every)
     elif stride is not None:
         allowed = every_kth(num_steps, stride)
-    _check_unit(opened.geometry.unit_length if unit_length is None else unit_length, steps)
     scaled = spec.scaled(steps) if spec is not None and steps > 1 else spec
     if max_gap is not None:
         assert axis is not None
@@ -86,17 +82,3 @@ def time_selection(
         kept = without_gaps(axis.dates, span, duration(max_gap, "max_gap"))
         allowed = kept if allowed is None else allowed & kept
     return TimeSelection(scaled, allowed, steps)
-
-
-def _check_unit(unit: int, steps: int) -> None:
-    """A stride that neither divides the unit nor is a multiple of it would leave units
-    holding different numbers of anchors everywhere, each one a short unit. The unit is
-    the loader's: with revisits, a visit's."""
-    if steps > 1 and unit % steps and steps % unit:
-        raise ValueError(
-            f"a stride of {steps} steps against units of {unit} steps leaves units with "
-            f"different numbers of anchors; cut the manifest with a unit that is a multiple "
-            f"of {steps} (make_manifest on SampleGeometry.from_layouts(..., unit_length=...), "
-            f"or insitubatch split --unit-steps) or one that divides it (with revisits=, "
-            f"units are visits of the manifest's unit over revisits steps)"
-        )

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import insitubatch_nodes as ib
-from tests.helpers.batches import as_numpy, batch_key
+from tests.helpers.batches import as_numpy, batch_key, recorded_unit_grid
 from tests.helpers.stores import write_store
 from tests.helpers.time_stores import hourly, write_native
 
@@ -118,8 +118,6 @@ def test_bad_time_settings_are_refused_with_what_to_do(store: str, tmp_path: Pat
         ib.build_loader(store, stride=6, frequency="6h")
     with pytest.raises(ValueError, match=r"stride must be >= 1, got 0"):
         ib.build_loader(store, stride=0)
-    with pytest.raises(ValueError, match=r"a stride of 6 steps against units of 4 steps"):
-        ib.build_loader(write_native(tmp_path / "c4.zarr", HOURS, steps_per_chunk=4), stride=6)
     with pytest.raises(ValueError, match=r"frequency 90min is not a whole number"):
         ib.build_loader(store, frequency="90min")
     with pytest.raises(ValueError, match=r"max_gap is '1 fortnight': write a whole number"):
@@ -132,29 +130,25 @@ def test_bad_time_settings_are_refused_with_what_to_do(store: str, tmp_path: Pat
 
 
 @pytest.mark.parametrize(
-    ("steps_per_chunk", "stride", "revisits", "accepted"),
+    ("steps_per_chunk", "stride", "revisits", "unit_steps"),
     [
-        (12, 4, 2, False),  # visits of 6 steps hold 2 and 1 anchors of a stride of 4
-        (12, 8, 3, True),  # visits of 4 steps: a stride of 8 is a multiple of them
-        (24, 16, 3, True),  # visits of 8 steps: a stride of 16 is a multiple of them
-        (12, 6, 2, True),  # visits of 6 steps: aligned on either grid
+        (12, 4, 2, 12),  # visits of 6 steps would hold 2 and 1 anchors: units of lcm(6, 4)
+        (12, 8, 3, 4),  # visits of 4 steps: a stride of 8 is a multiple of them
+        (24, 16, 3, 8),  # visits of 8 steps: a stride of 16 is a multiple of them
+        (12, 6, 2, 6),  # visits of 6 steps: aligned on either grid
     ],
 )
-def test_the_stride_is_checked_against_the_grid_the_loader_reads(
-    tmp_path: Path, steps_per_chunk: int, stride: int, revisits: int, accepted: bool
+def test_the_stride_is_fitted_to_the_grid_the_loader_reads(
+    tmp_path: Path, steps_per_chunk: int, stride: int, revisits: int, unit_steps: int
 ) -> None:
     """With revisits the loader's units are the visits (`SampleGeometry.visits`), so the
-    stride is held to them, not to the store's chunks: the same rule as for units of that
-    length, both ways. Accepted, every stride step is an anchor exactly once."""
+    stride is fitted to them, not to the store's chunks (`core.stride_units`): the same
+    rule as for units of that length. Every stride step is an anchor exactly once."""
     hours = hourly("2015-01-01T00", 240)
     url = write_native(tmp_path / "s.zarr", hours, steps_per_chunk=steps_per_chunk)
     settings: dict[str, Any] = {"split": "all", "batch_size": 4, "device": "cpu"}
-    if not accepted:
-        visit = steps_per_chunk // revisits
-        misaligned = f"a stride of {stride} steps against units of {visit} steps"
-        with pytest.raises(ValueError, match=misaligned):
-            ib.build_loader(url, stride=stride, revisits=revisits, **settings)
-        return
     loader = ib.build_loader(url, stride=stride, revisits=revisits, **settings)
     anchors = np.concatenate([b["sample_index"].numpy() for b in loader])
     assert sorted(anchors.tolist()) == list(range(0, 240, stride))
+    grid = recorded_unit_grid(loader.state_dict())
+    assert grid == {"unit_steps": unit_steps, "revisits": revisits}

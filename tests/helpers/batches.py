@@ -1,4 +1,5 @@
-"""Batches compared by value, and states put through what a checkpoint does to them."""
+"""Batches compared by value, and states put through what a checkpoint does to them or
+read for what they record."""
 
 from __future__ import annotations
 
@@ -29,3 +30,21 @@ def batch_key(batch: Mapping[str, Any]) -> tuple[Any, ...]:
 def as_numpy(value: Any) -> np.ndarray:
     """Host copy of an array or a tensor on any device."""
     return value.cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
+def recorded_unit_grid(state: Any) -> dict[str, int]:
+    """The `unit_grid` a loader's state records (`ChunkPermuteNode`'s config), wherever
+    the graph nests that node; empty if none is recorded."""
+    if isinstance(state, Mapping):
+        if "unit_grid" in state:
+            return dict(state["unit_grid"])
+        inner: list[Any] = list(state.values())
+    elif isinstance(state, list):
+        inner = state
+    else:
+        return {}
+    for value in inner:
+        found = recorded_unit_grid(value)
+        if found:
+            return found
+    return {}
