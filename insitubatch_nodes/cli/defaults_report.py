@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -22,6 +23,7 @@ from insitubatch_nodes.builder.host_too_small import HostTooSmallError
 from insitubatch_nodes.builder.loader_choices import LoaderChoices, choose_loader_settings
 from insitubatch_nodes.builder.placement import default_device_type, prefetch_for
 from insitubatch_nodes.builder.split_anchors import plan_split
+from insitubatch_nodes.builder.time_selection import Duration
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.byte_sizes import parse_nbytes, size_argument
 from insitubatch_nodes.core.inflight_target import CEILING
@@ -74,13 +76,15 @@ class LoaderDefaults:
         ramp: what that ramp costs an epoch's first batches (`core.pool_ramp`): the
             batches drawn from a pool still filling, their mixing, and what the first
             batch waits for; or None without a pool.
-        spec_span: the steps a sample's windows reach before and after its anchor, when
-            planned for windows (`spec`), else None.
+        spec_span: the stored steps a sample's windows reach before and after its anchor
+            (strides counted in steps), when planned for windows (`spec`), else None.
         pool_without_windows: P for the same settings with samples of one step, when
             planned for windows: what their halo chunks cost the pool.
         revisits: visits per unit and epoch planned for (`build_loader(revisits=...)`).
         pool_without_revisits: P for the same settings with one visit per unit, when
             planned for revisits: what they gain the pool (for as many times the reads).
+        stride_units: with a stride or frequency planned for, the units it is dealt in and
+            why (`core.stride_units`), else None.
     """
 
     split: str
@@ -111,6 +115,7 @@ class LoaderDefaults:
     pool_without_windows: int | None = None
     revisits: int = 1
     pool_without_revisits: int | None = None
+    stride_units: str | None = None
 
 
 def _first_batches(anchors: AnchorSet, pool_size: int, batch_size: int) -> PoolRamp:
@@ -140,6 +145,8 @@ def loader_defaults(
     host: HostResources | None = None,
     spec: SampleSpec | None = None,
     revisits: int = 1,
+    stride: int | None = None,
+    frequency: Duration | None = None,
 ) -> LoaderDefaults:
     """What `build_loader(url, variables, split, batch_size=..., memory_budget=...)`
     would plan: the same anchors, device default, staging slots and choices.
@@ -159,6 +166,10 @@ def loader_defaults(
             reach into, so the same window bytes hold fewer units.
         revisits: visits per unit and epoch, as `build_loader` takes them: the units
             planned for are the visits (`SampleGeometry.visits`).
+        stride: every k-th step an anchor, as `build_loader` takes it (the spec's offsets
+            then count strides), or None: the units planned for are those it is dealt in
+            (`core.stride_units`).
+        frequency: instead of `stride`, the anchors' spacing as a duration, or None.
     """
     if device is None:  # build_loader's default, without starting a CUDA context
         device = default_device_type()
@@ -166,7 +177,8 @@ def loader_defaults(
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     host = HostResources.read() if host is None else host
     held = staging_slots(prefetch_for(torch.device(device), None))
-    planned = plan_split(opened, split, spec, revisits=revisits)
+    timing: dict[str, Any] = {"stride": stride, "frequency": frequency}
+    planned = plan_split(opened, split, spec, revisits=revisits, **timing)
     grid, anchors = planned.grid, planned.anchors
     samples = int(anchors.unit_sizes(anchors.units).sum())
     refused: str | None = None
@@ -221,13 +233,14 @@ def loader_defaults(
             ramp = _first_batches(anchors, pool_size, batch_size)
         if spec is not None and pool_size is not None:
             try:
-                plain = plan_split(opened, split, None, revisits=revisits).anchors
+                plain = plan_split(opened, split, None, revisits=revisits, **timing).anchors
                 pool_without_windows = choose(plain).pool_size
             except ValueError:
                 pool_without_windows = None
         if revisits > 1 and pool_size is not None:
             try:
-                pool_without_revisits = choose(plan_split(opened, split, spec).anchors).pool_size
+                once = plan_split(opened, split, spec, **timing).anchors
+                pool_without_revisits = choose(once).pool_size
             except ValueError:
                 pool_without_revisits = None
         block_chunks, block_from = chosen.block_chunks, chosen.block_from
@@ -269,8 +282,9 @@ def loader_defaults(
         pool_from=pool_from,
         mixing=mixing,
         ramp=ramp,
-        spec_span=None if spec is None else spec.span,
+        spec_span=None if planned.time.spec is None else planned.time.spec.span,
         pool_without_windows=pool_without_windows,
         revisits=revisits,
         pool_without_revisits=pool_without_revisits,
+        stride_units=planned.units.text() if planned.time.steps > 1 else None,
     )

@@ -187,6 +187,20 @@ def _add_inspect(commands: Any) -> None:
         help="plan for build_loader(revisits=K): each unit read K times per epoch, each "
         "visit keeping 1/K of its samples (default 1)",
     )
+    inspect.add_argument(
+        "--stride",
+        type=int,
+        default=None,
+        metavar="K",
+        help="plan for build_loader(stride=K): every K-th step an anchor, --window and "
+        "--lead counted in strides; says which units the stride is dealt in",
+    )
+    inspect.add_argument(
+        "--frequency",
+        default=None,
+        metavar="DURATION",
+        help="plan for build_loader(frequency=...), e.g. 6h, instead of --stride",
+    )
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -371,6 +385,8 @@ def _inspect(args: argparse.Namespace) -> int:
             window_steps=args.window,
             lead_steps=args.lead,
             revisits=args.revisits,
+            stride=args.stride,
+            frequency=args.frequency,
         )
     except Exception as err:
         return _refused("inspect", err, options, args.url)

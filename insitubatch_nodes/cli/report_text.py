@@ -155,6 +155,8 @@ def _loader_lines(loader: LoaderDefaults) -> list[str]:
         f"  split {loader.split!r}: {loader.split_samples} samples, shuffled in units of "
         f"{loader.unit_steps} step" + ("" if loader.unit_steps == 1 else "s"),
     ]
+    if loader.stride_units is not None:
+        lines.append(f"  stride: {loader.stride_units}")
     budget = f"{nbytes_text(loader.memory_budget)} ({loader.memory_budget} bytes)"
     if loader.plan is None:
         lines.append(f"  memory_budget {budget}: {loader.memory_from}")

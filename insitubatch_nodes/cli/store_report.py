@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import zarr
 
+from insitubatch_nodes.builder.time_selection import Duration
 from insitubatch_nodes.cli.defaults_report import LoaderDefaults, loader_defaults
 from insitubatch_nodes.core.cf_time import dates_text, decode_cf_times, step_text
 from insitubatch_nodes.core.geometry import VariableLayout
@@ -162,6 +163,8 @@ def inspect_store(
     window_steps: int = 1,
     lead_steps: int = 0,
     revisits: int = 1,
+    stride: int | None = None,
+    frequency: Duration | None = None,
 ) -> StoreReport:
     """Describe `source` and the settings `build_loader` would choose for it.
 
@@ -190,6 +193,10 @@ def inspect_store(
         revisits: plan for `build_loader(revisits=...)`: each unit read this many times
             per epoch, each visit keeping its share of the unit's samples, so the pool
             counts visits (`SampleGeometry.visits`).
+        stride: plan for `build_loader(stride=...)`: every k-th step an anchor, windows and
+            leads counted in strides, dealt in the units the stride fits
+            (`core.stride_units`); None for every step.
+        frequency: plan for `build_loader(frequency=...)` ("6h") instead of a stride.
     """
     batch_size = as_int("batch_size", batch_size, minimum=1)
     window_steps = as_int("window_steps", window_steps, minimum=1)
@@ -217,6 +224,8 @@ def inspect_store(
         host=host,
         spec=_spec(list(opened.layouts), window_steps, lead_steps),
         revisits=revisits,
+        stride=stride,
+        frequency=frequency,
     )
     return StoreReport(opened.where, group.metadata.zarr_format, reports, others, time, loader)
 
