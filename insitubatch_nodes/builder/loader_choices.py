@@ -127,6 +127,7 @@ def choose_loader_settings(
     shuffle_window: int | None = None,
     world_size: int = 1,
     cache_writes: bool = False,
+    unit_cost: str = "",
 ) -> LoaderChoices:
     """The budget, decode threads, block size and memory plan of a loader: the user's
     settings where given, else the defaults (see the module).
@@ -151,6 +152,8 @@ def choose_loader_settings(
             than its share).
         cache_writes: whether a chunk cache is written (its queue's share of the
             read-ahead, `core.memory_bound.plan_memory`; never a block's or the pool's).
+        unit_cost: why the units are as large as they are and what costs less memory
+            (`StrideUnits.memory_hint`), added to a budget refusal; empty for none.
 
     Raises:
         ValueError: a setting is out of range, or a given budget is too small for the
@@ -171,18 +174,23 @@ def choose_loader_settings(
 
     def plan_for(budget: int, pool: int | None = None) -> MemoryPlan:
         pool = pool_size if pool is None else pool
-        return plan_memory(
-            budget,
-            layouts,
-            batch_size=batch_size,
-            block_samples=block_samples,
-            max_inflight=max_inflight,
-            batches_held=batches_held,
-            window_samples=None
-            if pool is None
-            else pool_window_samples(anchors, pool, rank_units, block_samples, batch_size),
-            cache_writes=cache_writes,
-        )
+        try:
+            return plan_memory(
+                budget,
+                layouts,
+                batch_size=batch_size,
+                block_samples=block_samples,
+                max_inflight=max_inflight,
+                batches_held=batches_held,
+                window_samples=None
+                if pool is None
+                else pool_window_samples(anchors, pool, rank_units, block_samples, batch_size),
+                cache_writes=cache_writes,
+            )
+        except ValueError as refused:
+            if not unit_cost:
+                raise
+            raise ValueError(f"{refused} ({unit_cost})") from None
 
     if check_shuffle(shuffle) == "pool":
         window = shuffle_window_bytes(shuffle_window, memory_budget)

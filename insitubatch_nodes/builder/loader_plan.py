@@ -147,6 +147,7 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         shuffle_window=settings.shuffle_window,
         world_size=placement.world_size,
         cache_writes=settings.cache is not None and not settings.cache.read_only,
+        unit_cost=samples.units.memory_hint(),
     )
     pinned_by = None
     if placement.page_locked:  # by the stage that writes the batch last

@@ -209,6 +209,7 @@ def loader_defaults(
             memory_budget=memory_budget,
             decode_threads=None,
             batches_held=held,
+            unit_cost=planned.units.memory_hint(),
         )
 
     try:

@@ -276,8 +276,8 @@ def test_the_choice_is_logged_kept_in_the_state_and_another_refused(
     state = json.loads(json.dumps(loader.state_dict()))
     assert recorded_unit_grid(state) == {"unit_steps": 12, "revisits": 1}
 
-    def whole_grid(grid_steps: int, stride: int) -> StrideUnits:  # another rule: never longer
-        return StrideUnits(stride, grid_steps, grid_steps, "fits")
+    def whole_grid(grid_steps: int, stride: int, revisits: int) -> StrideUnits:  # never longer
+        return StrideUnits(stride, grid_steps, grid_steps, "fits", revisits)
 
     monkeypatch.setattr(split_anchors_module, "stride_units", whole_grid)
     other = ib.build_loader(url, **settings)
@@ -303,3 +303,28 @@ def test_a_split_too_small_for_the_longer_units_and_the_ranks_is_refused(
     ib.build_loader(url, world_size=2, rank=0, **settings)  # without a stride: 3 units
     with pytest.raises(ValueError, match=r"the split has 1 chunk-aligned units, fewer than"):
         ib.build_loader(url, stride=3, world_size=2, rank=0, **settings)
+
+
+def test_a_budget_too_small_for_the_longer_units_names_them_and_the_revisits_that_fit(
+    stores: Stores,
+) -> None:
+    """A stride of 5 on chunks of 24 is dealt in units of 120 steps, five chunks each; a
+    budget that holds units of one chunk but not of five is refused naming the units and
+    the revisits that deal the stride in visits of 4 steps instead, which then fit."""
+    url, ds = stores.get(480, 24, 3)
+    settings: dict[str, Any] = {"split": "all", "batch_size": 4, "device": "cpu"}
+    budget = 1 << 18
+    ib.build_loader(url, memory_budget=budget, **settings)  # without a stride: it fits
+    with pytest.raises(
+        ValueError,
+        match=r"memory_budget=262144 bytes is too small: .* \(a stride of 5 steps is dealt in "
+        r"units of 120 steps, 5x the memory of a unit of 24; revisits=6 deals it in units "
+        r"of 4 steps, one anchor or none each, for less memory and more reads\)",
+    ):
+        ib.build_loader(url, stride=5, memory_budget=budget, **settings)
+    loader = ib.build_loader(url, stride=5, revisits=6, memory_budget=budget, **settings)
+    batches = epoch_of(loader)
+    assert_values_are_xarrays(batches, ds)
+    anchors = np.sort(np.concatenate([b["sample_index"] for b in batches]))
+    assert np.array_equal(anchors, kept_by_xarray(ds, 5, np.array([[0, 480]])))
+    assert recorded_unit_grid(loader.state_dict()) == {"unit_steps": 4, "revisits": 6}

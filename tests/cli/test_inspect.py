@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import zarr
 
+import insitubatch_nodes as ib
 from insitubatch_nodes import AsyncFetchNode, ReadPlanNode, ZarrSource, build_loader, make_manifest
 from insitubatch_nodes.builder.split_anchors import split_anchors
 from insitubatch_nodes.cli.main import main
@@ -36,6 +37,7 @@ from insitubatch_nodes.nodes.graph import graph_nodes
 from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
 from tests.helpers.pool_cursors import distinct_units, filling_batches, first_wait
 from tests.helpers.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server
+from tests.helpers.time_stores import hourly, write_xarray
 
 GRID = (16, 32)
 STEPS = 96
@@ -711,6 +713,37 @@ def test_revisits_are_planned_as_the_loader_builds_them(
     text = inspect(capsys, *args, "--revisits", "2")[1]
     assert f"pool of {pool.pool_size} units" in text
     assert f"where one visit per unit would fit {once['pool_size']}" in text
+
+
+def test_a_stride_is_planned_in_the_units_the_loader_deals_it_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--stride 3` on an hourly store chunked 4 steps plans build_loader(stride=3): units
+    of 12 steps, said why, with the loader's samples and pool; `--frequency 6h` is a stride
+    of 6 there, longer than a unit; both at once are refused as build_loader refuses them."""
+    hours = hourly("2015-01-01T00", 120)
+    url = write_xarray(tmp_path / "h.zarr", hours, zarr_format=3, steps_per_chunk=4)
+    args = [url, "--device", "cpu", "--split", "all", "--memory-budget", "8MiB"]
+    report = inspect_json(capsys, *args, "--stride", "3", "--window", "2", "--lead", "1")
+    loader = report["loader"]
+    assert loader["unit_steps"] == 12 and loader["spec_span"] == [-3, 3]
+    assert loader["stride_units"].startswith(
+        "units of 12 steps: a stride of 3 steps does not divide units of 4 steps"
+    )
+    spec = ib.SampleSpec({"x": ib.window(["t2m", "z"], steps=2), "y": ib.leads(["t2m"], [1])})
+    settings: dict[str, Any] = {"split": "all", "device": "cpu", "memory_budget": 8 << 20}
+    built = build_loader(url, spec=spec, stride=3, **settings)
+    pool = next(n for n in graph_nodes(built.root) if isinstance(n, PoolShuffleNode))
+    assert loader["pool_size"] == pool.pool_size
+    assert loader["split_samples"] == sum(b["sample_index"].numel() for b in built)
+    text = inspect(capsys, *args, "--stride", "3")[1]
+    assert "  stride: units of 12 steps: a stride of 3 steps" in text
+    by_frequency = inspect_json(capsys, *args, "--frequency", "6h")["loader"]
+    assert by_frequency["unit_steps"] == 4
+    assert "each unit holds one anchor or none" in by_frequency["stride_units"]
+    assert inspect_json(capsys, *args)["loader"]["stride_units"] is None
+    err = refused(capsys, *args, "--stride", "3", "--frequency", "6h")
+    assert "give stride= or frequency=, not both" in err
 
 
 def test_revisits_must_divide_the_unit(era5: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -61,11 +61,39 @@ def test_the_units_chosen(grid_steps: int, stride: int, unit_steps: int, rule: s
     assert f"units of {unit_steps} steps" in chosen.text()
 
 
+@given(grid_steps=st.integers(1, 60), stride=st.integers(1, 60), revisits=st.integers(1, 4))
+def test_the_revisits_named_instead_fit_the_stride(
+    grid_steps: int, stride: int, revisits: int
+) -> None:
+    """The alternative a budget refusal names: revisits of the store's unit whose visits
+    are at most a stride long (one anchor or none each), as long as such visits can be."""
+    chosen = stride_units(grid_steps, stride, revisits)
+    other = chosen.revisits_alternative()
+    if chosen.rule != LEAST_COMMON_MULTIPLE:
+        assert other is None and chosen.memory_hint() == ""
+        return
+    assert other is not None
+    more_revisits, visit = other
+    store_unit = grid_steps * revisits
+    assert store_unit % more_revisits == 0 and store_unit // more_revisits == visit
+    assert visit <= stride
+    assert not any(grid_steps % d == 0 for d in range(visit + 1, stride + 1))
+    finer = stride_units(visit, stride, more_revisits)
+    assert finer.unit_steps == visit and finer.anchors_per_unit == 1
+    assert f"revisits={more_revisits} deals it in units of {visit} step" in chosen.memory_hint()
+
+
 def test_the_text_says_why() -> None:
     assert stride_units(4, 3).text() == (
         "units of 12 steps: a stride of 3 steps does not divide units of 4 steps, so units "
         "are their least common multiple, each holding 4 anchors (3x the memory of a unit "
-        "of 4)"
+        "of 4; revisits=2 would deal it in units of 2 steps, one anchor or none each, for "
+        "more reads)"
+    )
+    assert stride_units(24, 5, revisits=2).memory_hint() == (
+        "a stride of 5 steps is dealt in units of 120 steps, 5x the memory of a unit of 24; "
+        "revisits=12 deals it in units of 4 steps, one anchor or none each, for less memory "
+        "and more reads"
     )
     assert "each unit holds one anchor or none" in stride_units(4, 6).text()
     assert stride_units(24, 6).text() == (
