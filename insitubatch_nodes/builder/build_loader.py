@@ -169,6 +169,10 @@ def build_loader(
             at a stride of 6 is t-6, t); `sample_index` still holds stored steps. The
             chunks read are those the anchors need. Windows, leads and strides count
             steps: where the time coordinate has a gap, they span it (see `max_gap`).
+            Any stride works on any chunking: one shorter than a unit that does not
+            divide it (3 on chunks of 4) is dealt in units of their least common multiple
+            (12 steps), so every unit holds as many anchors; the log says which units
+            (`core.stride_units`), and the split's steps stay those without a stride.
         frequency: instead of `stride`, a duration ("6h", a timedelta): the anchors are
             the steps at the store's first date plus a whole number of it, and windows
             and leads count it in steps of the time coordinate (which it must be a whole
