@@ -30,6 +30,7 @@ from insitubatch_nodes.core.stride_units import StrideUnits, stride_units
 from tests.helpers.batches import as_numpy, batch_key, recorded_unit_grid
 from tests.helpers.profiles import examples
 from tests.helpers.resume_check import check_every_cut
+from tests.helpers.stores import write_store
 from tests.helpers.time_stores import hourly, write_xarray
 
 STRIDES = (2, 3, 6, 24)
@@ -328,3 +329,58 @@ def test_a_budget_too_small_for_the_longer_units_names_them_and_the_revisits_tha
     anchors = np.sort(np.concatenate([b["sample_index"] for b in batches]))
     assert np.array_equal(anchors, kept_by_xarray(ds, 5, np.array([[0, 480]])))
     assert recorded_unit_grid(loader.state_dict()) == {"unit_steps": 4, "revisits": 6}
+
+
+@pytest.mark.parametrize("stride", [3, 4, 9])
+def test_a_stride_on_the_fine_grid_of_variables_chunked_5_7_and_12(
+    tmp_path: Path, stride: int
+) -> None:
+    """Variables chunked 5, 7 and 12 steps (written by zarr-python) split on the fine grid
+    of 5 steps; a stride of 3 is dealt in units of 15 steps, across chunks of 7 and 12.
+    Each split's anchors are its stride steps whose window stays inside it, once across
+    two ranks, with the stored values."""
+    layouts = {
+        "a": ((840, 3, 4), (5, 3, 4), "float32"),
+        "b": ((840, 2), (7, 2), "int16"),
+        "c": ((840, 1), (12, 1), "float32"),
+    }
+    url, truth = write_store(tmp_path / "store.zarr", layouts)
+    spec = ib.SampleSpec({"x": ib.window(["a", "b", "c"], steps=2)})
+    for split in ("train", "val", "test"):
+        steps = ib.ZarrSource.open(url).step_ranges(split)
+        inside = set(np.concatenate([np.arange(a, b) for a, b in steps]).tolist())
+        expected = [t for t in sorted(inside) if t % stride == 0 and t - stride in inside]
+        drawn = []
+        for rank in range(2):
+            loader = ib.build_loader(
+                url,
+                spec=spec,
+                split=split,
+                stride=stride,
+                batch_size=5,
+                device="cpu",
+                rank=rank,
+                world_size=2,
+                evaluation=True,
+            )
+            for batch in epoch_of(loader):
+                t = batch["sample_index"]
+                for name, values in truth.items():
+                    want = values[np.stack([t - stride, t], axis=1)]
+                    assert np.array_equal(batch[f"x/{name}"], want), name
+                drawn.append(t)
+        assert np.concatenate(drawn).tolist() == expected, split
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_a_dataset_taking_every_third_step_of_chunks_of_4(stores: Stores, zarr_format: int) -> None:
+    """`build_loader(ds.isel(time=slice(0, None, 3)))` on a store chunked 4 steps was
+    refused with the stride; it yields the Dataset's steps and values."""
+    url, ds = stores.get(120, 4, zarr_format)
+    opened = xr.open_zarr(url, consolidated=False)
+    taken = opened.isel(time=slice(0, None, 3))
+    loader = ib.build_loader(taken, split="train", batch_size=4, device="cpu", evaluation=True)
+    batches = epoch_of(loader)
+    assert_values_are_xarrays(batches, ds)
+    got = np.concatenate([b["sample_index"] for b in batches])
+    assert np.array_equal(ds.time.values[got], taken.time.values)
