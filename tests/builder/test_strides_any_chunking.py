@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 import xarray as xr
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import insitubatch_nodes as ib
@@ -28,7 +28,7 @@ from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.manifest import SplitManifest, make_manifest
 from insitubatch_nodes.core.stride_units import StrideUnits, stride_units
 from tests.helpers.batches import as_numpy, batch_key, recorded_unit_grid
-from tests.helpers.profiles import examples
+from tests.helpers.profiles import loader_property
 from tests.helpers.resume_check import check_every_cut
 from tests.helpers.stores import write_store
 from tests.helpers.time_stores import hourly, write_xarray
@@ -105,10 +105,7 @@ def fractions(draw: st.DrawFn) -> dict[str, float]:
     return {name: share / 10 for name, share in zip(names, shares, strict=True)}
 
 
-@settings(
-    max_examples=examples(40),
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@loader_property(40)
 @given(
     stride=st.sampled_from(STRIDES),
     chunk=st.sampled_from(CHUNKINGS),
