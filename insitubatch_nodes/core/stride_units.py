@@ -11,16 +11,15 @@ anchors a unit holds are equal everywhere only when the two fit:
 - k < u and k does not divide u (a stride of 3 on chunks of 4): units would hold
   floor(u / k) or ceil(u / k) anchors, so nearly every unit would be short, and short
   units are dealt in a fixed order (`core.partition`), never shuffled. The units are then
-  lcm(k, u) steps long: a whole number of both, so each holds lcm / k anchors, the grid
-  stays aligned with the chunks wherever u's was (every chunk read once an epoch), and a
-  unit holds lcm / u of the old units' memory.
+  lcm(k, u) steps long: a whole number of both, so each holds lcm / k anchors and the
+  grid stays aligned with the chunks wherever u's was (every chunk read once an epoch).
 
 Longer units cost memory: each holds lcm / u of the old units' bytes, so the pool holds
 fewer of them and a block budget may no longer fit one. The other fitting choice is left
 to the user, since it trades memory for reads and only they know which is scarce:
-`revisits` that cut the units into visits of at most k steps (`StrideUnits.revisits_alternative`),
-each then holding one anchor or none, read once per anchor. The text and a budget refusal
-name it.
+`revisits` that cut the units into visits of at most k steps
+(`StrideUnits.revisits_alternative`), each then holding one anchor or none, a chunk read
+once per anchor it holds. The text and a budget refusal name it.
 
 The choice is a pure function of k and u (the store's chunking, the split manifest's grid
 and `revisits`), never of the host, so every machine and any number of ranks read one
