@@ -21,8 +21,13 @@ SPECLESS_STACK_KEY = "fields"
 
 
 def channel_shape(layout: VariableLayout, spatial_dims: int) -> tuple[int, ...]:
-    """The non-grid axes of one sample: what becomes channels."""
-    sample = layout.sample_shape
+    """The non-grid axes of one sample as a batch holds it: what becomes channels.
+
+    Args:
+        layout: the variable's layout.
+        spatial_dims: the trailing grid axes.
+    """
+    sample = layout.batch_sample_shape
     if spatial_dims < 0 or spatial_dims > len(sample):
         raise ValueError(
             f"spatial_dims={spatial_dims} but a sample of this variable has shape {sample}; "
@@ -33,7 +38,8 @@ def channel_shape(layout: VariableLayout, spatial_dims: int) -> tuple[int, ...]:
 
 def channel_names(name: str, layout: VariableLayout, spatial_dims: int) -> list[str]:
     """`name` for a surface variable; `name_VALUE` per level when the channels are the
-    levels picked by value (`temperature_500`, as ClimaX names them); else `name[i]`.
+    levels picked by value (`temperature_500`, as ClimaX names them), in the order they
+    were asked for, as the batch holds them; else `name[i]`.
 
     Args:
         name: the variable's name.
@@ -45,13 +51,13 @@ def channel_names(name: str, layout: VariableLayout, spatial_dims: int) -> list[
         return [name]
     pick = layout.pick
     if pick is not None and pick.labels and len(shape) == 1 and pick.axis == 1:
-        return [f"{name}_{label}" for label in pick.labels]
+        return [f"{name}_{label}" for label in pick.batch_labels]
     count = math.prod(shape)
     return [f"{name}[{i}]" for i in range(count)]
 
 
 def grid_shape(layout: VariableLayout, spatial_dims: int) -> tuple[int, ...]:
-    sample = layout.sample_shape
+    sample = layout.batch_sample_shape
     return sample[len(sample) - spatial_dims :]
 
 

@@ -4,10 +4,11 @@ A state is a cursor (epoch, position, samples drawn): it means something only on
 arrays and the split it was counted on. Loaded into a loader over another store, another
 selection of variables, another split or a store edited since, it would resume "exactly"
 into other batches without a word. The fingerprint records, as plain data: each array's
-shape, chunking, dtype, codecs (by name) and fill value, the split's name and units (a
-count and a digest), and the Icechunk snapshot when there is one. It holds no URL and no
-storage options (those may carry secrets, and a store copied to another bucket is still
-the same data).
+shape, chunking, dtype, codecs (by name), fill value and the positions kept along a picked
+axis (levels, in the order a batch holds them), the split's name and units (a count and a
+digest), and the Icechunk snapshot when there is one. It holds no URL and no storage
+options (those may carry secrets, and a store copied to another bucket is still the same
+data).
 `fingerprint_differences` says in words how two fingerprints differ.
 """
 
@@ -76,7 +77,7 @@ def source_fingerprint(
                 "fill_value": fill_values.get(name, ""),
                 "pick": None
                 if layout.pick is None
-                else [layout.pick.axis, list(layout.pick.indices)],
+                else [layout.pick.axis, list(layout.pick.batch_indices)],
             }
             for name, layout in sorted(layouts.items())
         },

@@ -27,20 +27,55 @@ import numpy as np
 @dataclass(frozen=True)
 class AxisPick:
     """Positions kept along one inner axis of an array (say, a few pressure levels of 37):
-    samples, and so blocks, hold only those, in increasing order. A chunk holding some of
-    them is decoded whole and only those are kept (`read_plan.chunk_regions`); chunks
-    holding none are not read.
+    blocks hold only those, in increasing order. A chunk holding some of them is decoded
+    whole and only those are kept (`read_plan.chunk_regions`); chunks holding none are not
+    read.
+
+    A batch holds them in the order they were asked for (`order`), as `ds.sel(level=[500,
+    850])` gives them whatever order the store keeps levels in: the read stays sorted, so
+    it needs only the chunks that hold a kept position however the list was written, and
+    the gather puts them in the batch's order with the same one take per field
+    (`core.batch_fields.picked_rows`).
 
     Args:
         axis: the array axis (1 or more: the sample axis is never picked).
         indices: the kept positions along it, strictly increasing.
         labels: each kept position's coordinate value as text ("500" for a pressure
-            level), which names its channel (`temperature_500`); empty for none.
+            level), in the order of `indices`, which names its channel (`temperature_500`);
+            empty for none.
+        order: the batch's positions along the axis, each a place in `indices`
+            (`order[i] == k`: the batch's i-th is position `indices[k]`): the order asked
+            for, where a place may come twice (`ds.sel` repeats a level asked twice); every
+            place at least once. Empty for the order of `indices` itself.
     """
 
     axis: int
     indices: tuple[int, ...]
     labels: tuple[str, ...] = ()
+    order: tuple[int, ...] = ()
+
+    @property
+    def places(self) -> tuple[int, ...]:
+        """The batch's positions along the axis as places in `indices` (`order`, or each
+        place once in turn)."""
+        return self.order or tuple(range(len(self.indices)))
+
+    @property
+    def reorders(self) -> bool:
+        """Whether a batch holds the kept positions otherwise than a block does (then the
+        gather reorders them)."""
+        return self.places != tuple(range(len(self.indices)))
+
+    @property
+    def batch_indices(self) -> tuple[int, ...]:
+        """The positions along the axis a batch holds, in its order."""
+        return tuple(self.indices[k] for k in self.places)
+
+    @property
+    def batch_labels(self) -> tuple[str, ...]:
+        """The labels of the batch's positions, in its order (its channels' names); empty
+        without labels."""
+        return tuple(self.labels[k] for k in self.places) if self.labels else ()
 
     def within(self, start: int, stop: int) -> tuple[slice | np.ndarray, slice]:
         """The kept positions in `[start, stop)`, relative to `start` (a slice when they
@@ -111,13 +146,29 @@ class VariableLayout:
                     f"a pick has {len(pick.labels)} labels for {len(pick.indices)} positions; "
                     f"give one per position, or none"
                 )
+            if pick.order and sorted(set(pick.order)) != list(range(len(pick.indices))):
+                raise ValueError(
+                    f"a pick's order must name each of its {len(pick.indices)} kept positions "
+                    f"by its place (0..{len(pick.indices) - 1}) at least once, and nothing "
+                    f"else; got {list(pick.order)}"
+                )
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
-        """One sample's shape: the array's inner axes, the picked one cut to its picks."""
+        """One sample's shape as a block holds it: the array's inner axes, the picked one
+        cut to its picks."""
         shape = list(self.shape[1:])
         if self.pick is not None:
             shape[self.pick.axis - 1] = len(self.pick.indices)
+        return tuple(shape)
+
+    @property
+    def batch_sample_shape(self) -> tuple[int, ...]:
+        """One sample's shape as a batch holds it: the picked axis as long as the order
+        asked for (longer than the block's when a position is asked twice)."""
+        shape = list(self.sample_shape)
+        if self.pick is not None:
+            shape[self.pick.axis - 1] = len(self.pick.places)
         return tuple(shape)
 
     @property

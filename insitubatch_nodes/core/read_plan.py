@@ -22,12 +22,12 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from insitubatch_nodes.core.anchors import AnchorSet
-from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
+from insitubatch_nodes.core.geometry import AxisPick, SampleGeometry, VariableLayout
 from insitubatch_nodes.core.partition import EpochAssignment
 from insitubatch_nodes.core.patches import PatchSpec, touched_chunks
 from insitubatch_nodes.core.sample_spec import SampleSpec
@@ -98,6 +98,9 @@ class ReadPlan:
     touches are read (the rest of the buffer is never gathered). The samples of unit
     `units[k]` are `unit_starts[k]:unit_starts[k + 1]` (a unit's samples are contiguous,
     which is what lets a pool shuffle give a unit's memory back on its own).
+    `reordered[v]` is the pick of a variable whose batch holds its kept positions in
+    another order than the buffer (levels asked for out of the stored order: the gather
+    puts them in the batch's order, `core.batch_fields.picked_rows`).
     """
 
     assignment: EpochAssignment
@@ -113,6 +116,7 @@ class ReadPlan:
     patches: PatchSpec | None = None
     origins: np.ndarray | None = None  # (num_samples, axes) crop origins with patches
     unit_starts: np.ndarray | None = None  # (units + 1,) each unit's first sample, then the end
+    reordered: Mapping[str, AxisPick] = field(default_factory=dict)
 
     @property
     def num_samples(self) -> int:
@@ -269,6 +273,11 @@ def plan_block(
         patches=anchors.patches,
         origins=origins,
         unit_starts=np.concatenate([[0], np.cumsum(anchors.unit_sizes(units))]).astype(np.int64),
+        reordered={
+            name: pick
+            for name in reads
+            if (pick := geometry.variables[name].pick) is not None and pick.reorders
+        },
     )
 
 

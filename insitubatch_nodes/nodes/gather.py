@@ -18,7 +18,10 @@ from insitubatch_nodes.core.batch_fields import (
     batch_fields,
     batch_shape,
     crop_index,
+    picked_rows,
+    picked_view,
 )
+from insitubatch_nodes.core.geometry import AxisPick
 from insitubatch_nodes.core.quality import UniformMixing
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.device.copy_ahead import CUDA_PREFETCH, staging_slots
@@ -167,7 +170,8 @@ def batch_shapes(draw: BatchDraw) -> Shapes:
     shapes: Shapes = {}
     for key, variable, columns in batch_fields(plan):
         array = first_block.arrays[variable]
-        shapes[key] = (batch_shape(draw.size, array.shape, columns, crop), array.dtype)
+        pick = plan.reordered.get(variable)
+        shapes[key] = (batch_shape(draw.size, array.shape, columns, crop, pick), array.dtype)
     if crop:
         shapes[PATCH_ORIGIN_KEY] = ((draw.size, len(crop)), np.dtype(np.int64))
     return shapes
@@ -199,6 +203,10 @@ def gather(
     array, and work that scales with the distinct arrays, not the samples, when not. The
     bytes are those of a take per sample in that order.
 
+    Levels asked for in another order than the store's (`ReadPlan.reordered`) come out of
+    the same take: it reads the block as rows of what lies after the level axis, at the
+    rows that list each sample's levels in the batch's order (`_reordering`).
+
     Args:
         draw: the batch's rows, by block.
         out: the arrays to write the batch into.
@@ -220,20 +228,35 @@ def gather(
     for key, variable, columns, take_columns in layout.fields:
         if variable not in groups:
             groups[variable] = _array_groups(draw, variable)
+        pick = plan.reordered.get(variable)
         for array, at in groups[variable]:
             if layout.crop:
                 rows, origins = index[at, columns], index[at, layout.origins]
-                taken = crop_rows(array, rows, origins, layout.crop)
-                batch[key][at] = taken.reshape(len(rows), *batch[key].shape[1:])
+                source, rows = _reordering(array, rows, pick)
+                taken = crop_rows(source, rows.reshape(len(origins), -1), origins, layout.crop)
+                batch[key][at] = taken.reshape(len(origins), *batch[key].shape[1:])
             elif isinstance(at, slice):
-                rows = index[at, take_columns]  # (n,), or (n, steps) with steps
-                np.take(array, rows, axis=0, out=batch[key][at], mode="clip")
+                # (n,), or (n, steps) with steps; then the levels' rows with a reorder
+                source, rows = _reordering(array, index[at, take_columns], pick)
+                np.take(source, rows, axis=0, out=batch[key][at], mode="clip")
             else:  # one array's rows, scattered over the batch by the draw's order
-                batch[key][at] = np.take(array, index[at, take_columns], axis=0, mode="clip")
+                source, rows = _reordering(array, index[at, take_columns], pick)
+                batch[key][at] = np.take(source, rows, axis=0, mode="clip")
     batch[SAMPLE_INDEX_KEY][...] = index[:, layout.sample_index]
     if layout.crop:
         batch[PATCH_ORIGIN_KEY][...] = index[:, layout.origins]
     return batch
+
+
+def _reordering(
+    array: np.ndarray, rows: np.ndarray, pick: AxisPick | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """What a field's take reads: the block array and its rows, or with a pick the batch
+    reorders (`ReadPlan.reordered`) the array's `picked_view` and the rows of it that hold
+    the levels in the batch's order (`picked_rows`): still one take."""
+    if pick is None:
+        return array, rows
+    return picked_view(array, pick), picked_rows(rows, array.shape, pick)
 
 
 class _TableLayout:

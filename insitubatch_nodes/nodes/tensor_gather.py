@@ -15,6 +15,8 @@ from insitubatch_nodes.core.batch_fields import (
     batch_fields,
     batch_shape,
     crop_index,
+    picked_rows,
+    picked_view,
 )
 from insitubatch_nodes.nodes.items import BatchDraw, FetchedBlock
 
@@ -23,10 +25,16 @@ def _field_rows(
     block: FetchedBlock, variable: str, rows: np.ndarray, columns: np.ndarray | None
 ) -> np.ndarray:
     """The rows of the block's array holding the drawn samples' steps: (n, steps), one
-    column without a spec."""
+    column without a spec; with levels the batch reorders (`ReadPlan.reordered`), the
+    rows of its `picked_view` holding them in the batch's order, (n, steps x levels)."""
     table = block.plan.rows[variable]
     picked = table[rows, :1] if columns is None else table[rows[:, None], columns[None, :]]
-    return block.rows(variable, picked)
+    found = block.rows(variable, picked)
+    pick = block.plan.reordered.get(variable)
+    if pick is None:
+        return found
+    reordered = picked_rows(found, tuple(block.arrays[variable].shape), pick)
+    return reordered.reshape(len(rows), -1)
 
 
 def crop_tensor_rows(
@@ -78,7 +86,8 @@ def _upload(
 def gather_tensors(draw: BatchDraw) -> dict[str, Any]:
     """`gather` for blocks of tensors, on their device (`FetchedBlock.device`), queued on
     the caller's current stream: one `index_select` per (field, block) through one upload
-    of the batch's row indices, or with patches one fancy index per (field, block). A
+    of the batch's row indices, or with patches one fancy index per (field, block); levels
+    the batch reorders come out of the same one (`core.batch_fields.picked_rows`). A
     draw that says its order (`BatchDraw.order`) is gathered so, then put in that order
     with one `index_select` per field (a copy on the device, rather than a take per
     sample). Only `sample_index` (and `patch_origin`) stay host arrays, in batch order.
@@ -94,7 +103,8 @@ def gather_tensors(draw: BatchDraw) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, variable, columns in fields:
         sample = first_block.arrays[variable]
-        out[key] = sample.new_empty(batch_shape(size, tuple(sample.shape), columns, crop))
+        pick = plan.reordered.get(variable)
+        out[key] = sample.new_empty(batch_shape(size, tuple(sample.shape), columns, crop, pick))
     grouped = (
         out
         if draw.order is None
@@ -120,6 +130,8 @@ def gather_tensors(draw: BatchDraw) -> dict[str, Any]:
         stop = start + rows.size
         for key, variable, _ in fields:
             tensor = block.arrays[variable]
+            if (pick := plan.reordered.get(variable)) is not None:
+                tensor = picked_view(tensor, pick)  # read at the rows `_field_rows` gave
             target = grouped[key][start:stop]
             if crop:
                 taken = crop_tensor_rows(tensor, uploaded[key], uploaded[PATCH_ORIGIN_KEY], crop)
@@ -128,7 +140,9 @@ def gather_tensors(draw: BatchDraw) -> dict[str, Any]:
                 flat = target.view(-1, *tensor.shape[1:])
                 torch.index_select(tensor, 0, uploaded[key].view(-1), out=flat)
             if block.device.type == "cuda":  # allocated on the decode stream: keep it
-                tensor.record_stream(torch.cuda.current_stream(block.device))  # until read
+                block.arrays[variable].record_stream(  # until read
+                    torch.cuda.current_stream(block.device)
+                )
         if origins is not None:
             assert block.plan.origins is not None
             origins[start:stop] = block.plan.origins[rows]

@@ -27,6 +27,7 @@ from insitubatch_nodes import (
 from insitubatch_nodes.core.memory_bound import DEFAULT_MEMORY_BUDGET
 from insitubatch_nodes.core.pool_order import POOL_RAMP
 from insitubatch_nodes.core.read_plan import ReadPlan
+from insitubatch_nodes.io.metadata.levels import LevelsLike
 from insitubatch_nodes.io.reads.block_reader import ReadContext
 from insitubatch_nodes.nodes.batch_mixing import draw_samples_and_units
 from insitubatch_nodes.nodes.items import BatchDraw, FetchedBlock, UnitTicket
@@ -62,13 +63,15 @@ def build_stage(
     pool_ramp: int = POOL_RAMP,
     pool_interleave: bool = True,
     unit_length: int | None = None,
+    levels: LevelsLike | None = None,
 ) -> BaseNode[Any]:
     """The default graph up to `stage`; with `pool_size`, its shuffle is the pool's (filling
     as `pool_ramp` says, interleaving batches as `pool_interleave` does); with
-    `unit_length`, its units are that long (any length: a fine grid, revisits). The
+    `unit_length`, its units are that long (any length: a fine grid, revisits); with
+    `levels`, the variables keep those levels (`ZarrSource.open`'s `levels`). The
     shuffle is given its peers as `build_loader` gives them, so that a stage iterated
     without a `Loader` counts its batches and resumes as in a loader."""
-    source = ZarrSource.open(url)
+    source = ZarrSource.open(url, levels=levels)
     if unit_length is None:
         anchors = AnchorSet.for_split(source.geometry, source.split_units(split), spec, patches)
     else:

@@ -1,12 +1,14 @@
 """The host gather: one take per field and run of blocks sharing an array gives the batch a
 take per sample would, on draws over shared backing arrays (block slots) and blocks with
 buffers of their own, with sample specs, fine grids, revisits and patches; a draw in its
-own order (an interleaved pool batch) too, with one take per distinct array, and the
-device gather (on CPU tensors) gives the same batches."""
+own order (an interleaved pool batch) too, with one take per distinct array; levels in an
+order of their own (asked for out of the stored order) in the same takes; and the device
+gather (on CPU tensors) gives the same batches."""
 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -17,7 +19,7 @@ from hypothesis import strategies as st
 
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.batch_fields import PATCH_ORIGIN_KEY, SAMPLE_INDEX_KEY
-from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
+from insitubatch_nodes.core.geometry import AxisPick, SampleGeometry, VariableLayout
 from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.read_plan import plan_block
@@ -31,18 +33,31 @@ from tests.helpers.profiles import examples
 
 
 @st.composite
+def _level_picks(draw: st.DrawFn, levels: int) -> AxisPick:
+    """Some positions of a level axis, sorted as a block holds them, in an order of the
+    batch's own (`AxisPick.order`: the order asked for, a level sometimes twice)."""
+    kept = sorted(draw(st.sets(st.integers(0, levels - 1), min_size=1)))
+    places = list(draw(st.permutations(range(len(kept)))))
+    places += draw(st.lists(st.integers(0, len(kept) - 1), max_size=2))
+    places = draw(st.permutations(places))
+    return AxisPick(1, tuple(kept), order=tuple(places))
+
+
+@st.composite
 def _anchor_sets(draw: st.DrawFn) -> AnchorSet:
-    """Variables on one grid (some with a levels axis before it), on their chunks' unit
-    grid or a fine one, visited once or more, with or without a spec and patches."""
+    """Variables on one grid (some with a levels axis before it, some of those keeping some
+    levels in an order of their own), on their chunks' unit grid or a fine one, visited
+    once or more, with or without a spec and patches."""
     n = draw(st.integers(2, 60))
     grid = tuple(draw(st.lists(st.integers(1, 6), max_size=2)))
     layouts = {}
     for i in range(draw(st.integers(1, 3))):
-        levels = (draw(st.integers(1, 3)),) if grid and draw(st.booleans()) else ()
+        levels = (draw(st.integers(1, 4)),) if grid and draw(st.booleans()) else ()
         shape = (n, *levels, *grid)
         chunks = (draw(st.integers(1, 9)), *(draw(st.integers(1, s)) for s in shape[1:]))
         dtype = draw(st.sampled_from(["float32", "int16", "float64"]))
-        layouts[f"v{i}"] = VariableLayout(shape, chunks, dtype)
+        pick = draw(_level_picks(levels[0])) if levels and draw(st.booleans()) else None
+        layouts[f"v{i}"] = VariableLayout(shape, chunks, dtype, pick)
     finest = min(layout.sample_chunk for layout in layouts.values())
     geometry = SampleGeometry.from_layouts(layouts, finest if draw(st.booleans()) else None)
     length = geometry.unit_length
@@ -103,10 +118,18 @@ def _blocks(
     return blocks
 
 
-def _reference(draw: BatchDraw) -> dict[str, np.ndarray]:
+def _reference(
+    draw: BatchDraw, layouts: Mapping[str, VariableLayout] | None = None
+) -> dict[str, np.ndarray]:
     """The batch a sample at a time: each step's row of the block's buffer in the plan's
-    layout (`FetchedBlock.buffer`), cropped at the sample's origin, in the draw's order."""
+    layout (`FetchedBlock.buffer`), its picked levels in the order `layouts` ask for,
+    cropped at the sample's origin, in the draw's order."""
     first = draw.parts[0][0].plan
+    places = {
+        name: (layout.pick.axis - 1, list(layout.pick.places))
+        for name, layout in (layouts or {}).items()
+        if layout.pick is not None
+    }
     if first.spec is None:
         fields = [(name, name, (0,), False) for name in first.reads]
     else:
@@ -129,7 +152,11 @@ def _reference(draw: BatchDraw) -> dict[str, np.ndarray]:
                 steps = []
                 for offset in offsets:
                     row = plan.rows[variable][i, plan.offsets[variable].index(offset)]
-                    steps.append(buffers[variable][row][(..., *crop)])
+                    sample = buffers[variable][row]
+                    if variable in places:
+                        axis, order = places[variable]
+                        sample = np.take(sample, order, axis=axis)
+                    steps.append(sample[(..., *crop)])
                 batch[key].append(np.stack(steps) if stepped else steps[0])
             batch[SAMPLE_INDEX_KEY].append(int(plan.sample_index[i]))
     if first.patches is None:
@@ -193,7 +220,7 @@ def test_the_gather_is_the_batch_a_sample_at_a_time(
             ),
             order=rng.permutation(sum(counts)) if ordered else None,
         )
-        want = _reference(draw)
+        want = _reference(draw, anchors.geometry.variables)
         _assert_same(_gathered(draw, tables), want)
         _assert_same(_gathered(draw, None), want)
         assert np.array_equal(draw_samples_and_units(draw)[0], want[SAMPLE_INDEX_KEY])
@@ -270,6 +297,33 @@ def test_an_interleaved_draw_takes_once_per_distinct_array(
     _assert_same(got, _reference(in_slots))
 
 
+def test_levels_in_an_order_of_their_own_are_the_same_one_take(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Levels kept sorted in the blocks (1, 2, 3 of 4) and asked for as 3, 1, 2, 3: the
+    batch holds them so, and reordering them costs no take of its own (the runs' takes of
+    the test above, one per run of a shared array)."""
+    pick = AxisPick(1, (1, 2, 3), order=(2, 0, 1, 2))
+    layout = VariableLayout((24, 4, 3), (4, 2, 3), "float32", pick)
+    geometry = SampleGeometry.from_layouts({"v": layout})
+    anchors = AnchorSet.for_split(geometry, np.arange(geometry.num_units))
+    slotted = _blocks(anchors, 1, 24, seed=1)
+    own = _blocks(anchors, 1, None, seed=2)
+    draw = BatchDraw(
+        (
+            (slotted[0], np.array([3, 0])),
+            (slotted[1], np.array([1])),
+            (own[2], np.array([2, 2])),
+        )
+    )
+    got, taken = _counted_takes(monkeypatch, draw)
+    assert taken == [3, 2]
+    assert got["v"].shape == (5, 4, 3)
+    _assert_same(got, _reference(draw, geometry.variables))
+    in_blocks = _reference(draw)["v"]  # the blocks' own (sorted) order
+    np.testing.assert_array_equal(got["v"], in_blocks[:, [2, 0, 1, 2]])
+
+
 def _on_tensors(block: FetchedBlock) -> FetchedBlock:
     """The block as the device reader hands it over, its arrays CPU tensors."""
     arrays = {k: torch.from_numpy(v) for k, v in block.arrays.items()}
@@ -304,7 +358,7 @@ def test_the_device_gather_is_the_host_batch_in_the_draws_order(
         for b, n in counts
     )
     order = rng.permutation(sum(n for _, n in counts)) if ordered else None
-    want = _reference(BatchDraw(parts, order=order))
+    want = _reference(BatchDraw(parts, order=order), anchors.geometry.variables)
     on_device = BatchDraw(tuple((_on_tensors(b), rows) for b, rows in parts), order=order)
     got = gather_tensors(on_device)
     assert isinstance(got[SAMPLE_INDEX_KEY], np.ndarray)
