@@ -181,9 +181,11 @@ def build_loader(
             dates further apart are not used (gaps in the time coordinate).
         levels: pressure levels by value, as `ds.sel(level=[500, 850])` picks them: one
             list for every variable with a level axis (the axis between time and the grid
-            with a coordinate), or variable -> list. Only those levels are kept from each
-            chunk decoded (chunks holding none are not read), in the store's order, and
-            their channels are named by value (`temperature_500`).
+            with a coordinate), or variable -> list. Batches hold them in the order
+            given, as `ds.sel` does, whatever order the store keeps (a level given twice
+            comes twice); only those levels are kept from each chunk decoded (chunks
+            holding none are not read), and their channels are named by value
+            (`temperature_500`), in that order.
         drop_last: yield only full batches (no padding repeats).
         storage_options: object-store client options (obstore's), e.g. credentials.
         decode_threads: threads that decode chunks (default: this rank's share of the

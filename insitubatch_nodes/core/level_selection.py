@@ -2,10 +2,13 @@
 
 A user knows levels by their value in hPa, not by their position among 13 or 37: this
 turns the values asked for into the positions of the level coordinate (`AxisPick`),
-labelled by their values so that channels are named `temperature_500`. The positions are
-kept in the store's order (a channel order that does not depend on how the list was
-written); the reader then keeps only those positions of each chunk it decodes, and reads
-no chunk that holds none of them (`read_plan.chunk_regions`).
+labelled by their values so that channels are named `temperature_500`. Channels come in
+the order the list was written, as `ds.sel` gives them, whichever order the store keeps
+its levels in (the current ERA5 layout stores them descending, 1000 ... 1 hPa); a level
+asked twice comes twice, as in `ds.sel`. The reader still keeps the positions sorted and
+once each: it keeps only those of each chunk it decodes, and reads no chunk that holds none
+of them (`read_plan.chunk_regions`); the gather puts them in the asked order
+(`AxisPick.order`).
 """
 
 from __future__ import annotations
@@ -37,8 +40,8 @@ def pick_levels(
     values: np.ndarray,
     wanted: Sequence[object],
 ) -> AxisPick:
-    """The positions of `wanted` among the level coordinate's `values`, in the store's
-    order, labelled by value.
+    """The positions of `wanted` among the level coordinate's `values`, labelled by value:
+    read in the store's order, held by a batch in the order of `wanted`.
 
     Args:
         variable: the variable, for messages.
@@ -70,7 +73,7 @@ def pick_levels(
                 f"({', '.join(shown)}); pick levels from those values"
             )
         positions.append(int(found[0]))
-    if len(set(positions)) != len(positions):
-        raise ValueError(f"levels for {variable!r} name a level twice: {asked}; name each once")
-    kept = sorted(positions)
-    return AxisPick(axis, tuple(kept), tuple(shown[i] for i in kept))
+    kept = sorted(set(positions))
+    place = {position: k for k, position in enumerate(kept)}
+    order = () if positions == kept else tuple(place[p] for p in positions)
+    return AxisPick(axis, tuple(kept), tuple(shown[i] for i in kept), order)

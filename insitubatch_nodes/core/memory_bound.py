@@ -151,6 +151,19 @@ def sample_nbytes(layouts: Mapping[str, VariableLayout]) -> int:
     )
 
 
+def batch_sample_nbytes(layouts: Mapping[str, VariableLayout]) -> int:
+    """Bytes of one sample of every variable as a batch holds it: more than a block's
+    (`sample_nbytes`) when a level is asked for twice (`VariableLayout.batch_sample_shape`).
+
+    Args:
+        layouts: the selected arrays, by name.
+    """
+    return sum(
+        math.prod(layout.batch_sample_shape) * np.dtype(layout.dtype).itemsize
+        for layout in layouts.values()
+    )
+
+
 def plan_memory(
     memory_budget: int,
     layouts: Mapping[str, VariableLayout],
@@ -187,7 +200,7 @@ def plan_memory(
     if window_samples is None:
         window_samples = batch_size + 2 * block_samples
     window = window_samples * per_sample
-    batch = batches_held * batch_size * per_sample
+    batch = batches_held * batch_size * batch_sample_nbytes(layouts)
     # stored bytes are at most about decoded bytes
     if max_inflight is None:
         inflight = max(largest_chunk, min(memory_budget // INFLIGHT_SHARE, CEILING * largest_chunk))

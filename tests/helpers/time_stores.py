@@ -30,10 +30,17 @@ def fields(times: np.ndarray, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def write_xarray(
-    path: Path, times: np.ndarray, *, zarr_format: int, steps_per_chunk: int = 4
+    path: Path,
+    times: np.ndarray,
+    *,
+    zarr_format: int,
+    steps_per_chunk: int = 4,
+    descending: bool = False,
 ) -> str:
     """The store `xr.Dataset(...).to_zarr` writes: CF-encoded time, `_ARRAY_DIMENSIONS`
-    (v2) or `dimension_names` (v3), a `level` coordinate."""
+    (v2) or `dimension_names` (v3), a `level` coordinate; with `descending`, the levels
+    stored 1000 ... 50 as CDS ERA5 downloads keep them (each value still that of its level:
+    `fields`)."""
     import xarray as xr
 
     values = fields(times)
@@ -49,6 +56,8 @@ def write_xarray(
             "lon": np.arange(4.0),
         },
     )
+    if descending:
+        ds = ds.isel(level=slice(None, None, -1))
     encoding = {
         "t2m": {"chunks": (steps_per_chunk, 3, 4)},
         "z": {"chunks": (steps_per_chunk, 2, 3, 4)},
