@@ -11,7 +11,8 @@ reads the chunks directly (never through xarray or dask):
 - a time selection is a split of its own (`split=` names it): a run of steps is the date
   range of its first and last step (`splits=`), a run with a step of k (`isel(time=
   slice(s, e, k))`, s a multiple of k) is that range with `stride=k`;
-- a level selection is `levels=` (values in the store's order);
+- a level selection is `levels=`, in the Dataset's order (`.sel(level=[500, 850])` on a
+  store that keeps levels descending yields 500 then 850, as the Dataset holds them);
 - a run of the grid's positions (`isel(lat=slice(a, b))`, or `sel` of a coordinate
   range) crops every sample to that region (`patches=PatchSpec(..., mode="region")`):
   only the chunks the region touches are read.
@@ -19,8 +20,8 @@ reads the chunks directly (never through xarray or dask):
 Anything else cannot be read from stored chunks and is refused, saying what to do: a
 Dataset not opened from a Zarr store, a computed variable (arithmetic, `astype`, a
 decoded `scale_factor`), a renamed or transposed variable, a time selection that is not a
-(strided) run, levels reordered, grid positions that are not one run. xarray is imported
-only if the caller already has: the loader works without it.
+(strided) run, grid positions that are not one run. xarray is imported only if the caller
+already has: the loader works without it.
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ class DatasetRequest:
         variables: its data variables, in order.
         dates: (first, last) dates of a time selection, or None when time is whole.
         stride: the step of a strided time selection (1 for a run).
-        levels: variable -> level values, for the variables whose levels are selected.
+        levels: variable -> level values in the Dataset's order, for the variables whose
+            levels are selected.
         region: the crop a spatial selection makes of the grid (the trailing axes), or
             None when the grid is whole.
     """
@@ -357,7 +359,8 @@ def _stored_positions(
 def _level_selection(
     ds: Any, name: str, dim: str, read: _Coordinates, size: int
 ) -> list[Any] | None:
-    """The level values selected along `dim`, None when the axis is whole."""
+    """The level values selected along `dim`, in the Dataset's order (the loader yields
+    them so, `core.level_selection`), None when the axis is whole in the stored order."""
     found = _stored_positions(ds, name, dim, read, size)
     if found is None:
         return None
@@ -366,11 +369,6 @@ def _level_selection(
         raise ValueError(
             f"the Dataset's {dim!r} holds values the store's {dim!r} coordinate does not "
             f"(interpolated?): select stored levels with ds.sel({dim}=[...])"
-        )
-    if (np.diff(at) <= 0).any():
-        raise ValueError(
-            f"the Dataset's {dim!r} levels {selected.tolist()} are in another order than the "
-            f"store's: the loader keeps levels in the stored order; select them in that order"
         )
     return selected.tolist()
 
