@@ -13,13 +13,18 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 import xarray as xr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import insitubatch_nodes as ib
+from insitubatch_nodes.core.batch_fields import PATCH_ORIGIN_KEY, SAMPLE_INDEX_KEY
+from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
 from tests.helpers.batches import as_numpy
+from tests.helpers.graphs import build_stage
 from tests.helpers.profiles import examples
+from tests.helpers.resume_check import check_every_cut
 from tests.helpers.stores import write_store
 from tests.helpers.time_stores import LEVELS, hourly, write_native, write_xarray
 
@@ -106,6 +111,118 @@ def test_any_levels_hold_ds_sel_and_read_only_their_chunks(
     assert loader.stats()["chunks_read"] == time_chunks * len(level_chunks)
 
 
+SPEC = ib.SampleSpec(
+    {"inputs": ib.window(["t2m", "z"], steps=2, stride=2), "targets": ib.leads(["z"], [1])}
+)
+SHAPES = {
+    "plain": (None, None),
+    "windows": (SPEC, None),
+    "patches": (None, ib.PatchSpec((2, 3))),
+    "windowed patches": (SPEC, ib.PatchSpec((2, 3))),
+}
+
+
+def _expected_values(
+    ds: xr.Dataset, variable: str, levels: list[int], batch: dict[str, np.ndarray], offsets: Any
+) -> np.ndarray:
+    """What xarray holds for one batch array: `ds.sel(level=levels)` at each sample's steps
+    (its anchor plus `offsets`, none for a spec-less batch), cropped at its patch origin."""
+    values = ds[variable].sel(level=levels) if "level" in ds[variable].dims else ds[variable]
+    stored = values.values
+    anchors = batch[SAMPLE_INDEX_KEY]
+    taken = stored[anchors] if offsets is None else stored[anchors[:, None] + np.array(offsets)]
+    if PATCH_ORIGIN_KEY not in batch:
+        return taken
+    crops = [
+        sample[..., o0 : o0 + 2, o1 : o1 + 3]
+        for sample, (o0, o1) in zip(taken, batch[PATCH_ORIGIN_KEY], strict=True)
+    ]
+    return np.stack(crops)
+
+
+def _numpy(batch: Any) -> dict[str, np.ndarray]:
+    return {k: as_numpy(v) for k, v in batch.items()}
+
+
+@pytest.mark.parametrize("gather", ["host", "device"])
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("kind", ["xarray-v2", "descending-v3"])
+def test_windows_patches_and_both_gathers_hold_ds_sel_in_the_asked_order(
+    stores: dict[str, str], kind: str, shape: str, gather: str
+) -> None:
+    """With windows and leads, random patches or both, on the host gather and on the
+    device gather (blocks decoded to tensors, here CPU ones): each batch array is
+    `ds.sel(level=[850, 50, 500, 850])` at its samples' steps and crops."""
+    url = stores[kind]
+    levels = [850, 50, 500, 850]
+    spec, patches = SHAPES[shape]
+    on = {"decode_on": torch.device("cpu")} if gather == "device" else {}
+    node = build_stage(url, "gather", spec=spec, patches=patches, levels=levels, **on)
+    ds = xr.open_zarr(url, consolidated=False)
+    fields = (
+        [(v, v, None) for v in ("t2m", "z")]
+        if spec is None
+        else [(key, variable, offsets) for key, _, variable, offsets in spec.fields()]
+    )
+    count = 0
+    for batch in ib.Loader(node):
+        if gather == "device":
+            assert isinstance(batch[fields[-1][0]], torch.Tensor)
+        got = _numpy(batch)
+        for key, variable, offsets in fields:
+            want = _expected_values(ds, variable, levels, got, offsets)
+            np.testing.assert_array_equal(got[key], want, err_msg=key)
+        count += 1
+    assert count >= 3
+
+
+@pytest.mark.parametrize("gather", ["host", "device"])
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_stacked_channels_are_named_as_they_lie(
+    stores: dict[str, str], shape: str, gather: str
+) -> None:
+    """Stacked, each channel holds what its name in `batch_channels` says, `z_500` being
+    `ds.z.sel(level=500)`: the names follow the asked order as the tensor does."""
+    url = stores["descending-v2"]
+    levels = [500, 1000, 250]
+    spec, patches = SHAPES[shape]
+    on = {"decode_on": torch.device("cpu")} if gather == "device" else {}
+    layouts = ib.ZarrSource.open(url, levels=levels).layouts
+    names = ib.batch_channels(layouts, spec, stacked=True)
+    node = StackChannelsNode(
+        build_stage(url, "gather", spec=spec, patches=patches, levels=levels, **on),
+        layouts,
+        spec,
+    )
+    ds = xr.open_zarr(url, consolidated=False)
+    offsets = {None: None} if spec is None else {k: g.offsets for k, g in spec.groups.items()}
+    for batch in ib.Loader(node):
+        got = _numpy(batch)
+        for key, channels in names.items():
+            group_offsets = offsets[None if spec is None else key]
+            assert got[key].shape[-3] == len(channels)
+            for c, channel in enumerate(channels):
+                variable, _, level = channel.partition("_")  # "t2m", or "z" and "500"
+                want = _expected_values(
+                    ds, variable, [int(level)] if level else [], got, group_offsets
+                )
+                if level:
+                    want = want[..., 0, :, :]  # the one level of `ds.z.sel(level=[500])`
+                np.testing.assert_array_equal(got[key][..., c, :, :], want, err_msg=channel)
+    assert names[next(iter(names))][-3:] == ["z_500", "z_1000", "z_250"]
+
+
+@pytest.mark.parametrize("shape", ["plain", "windowed patches"])
+def test_reordered_levels_resume_exactly(stores: dict[str, str], shape: str) -> None:
+    spec, patches = SHAPES[shape]
+    url = stores["descending-v3"]
+    check_every_cut(
+        lambda: build_stage(
+            url, "device", spec=spec, patches=patches, levels=[500, 850, 50], batch_size=4
+        )
+    )
+
+
 def test_channels_and_statistics_are_per_level(stores: dict[str, str]) -> None:
     url = stores["xarray-v3"]
     source = ib.ZarrSource.open(url, ["t2m", "z"], levels=[500, 850])
@@ -133,6 +250,61 @@ def test_a_state_saved_with_other_levels_is_refused(stores: dict[str, str]) -> N
     with pytest.raises(ValueError, match=r"array 'z' kept positions \(levels\) were \[1, \[3\]\]"):
         other.load_state_dict(state)
         next(iter(other))
+
+
+def test_a_state_saved_with_the_levels_in_another_order_is_refused(
+    stores: dict[str, str],
+) -> None:
+    """Its batches held the channels in another order: refused, saying which positions in
+    which order it kept; the same levels in the same order resume."""
+    url = stores["descending-v3"]
+    loader = ib.build_loader(url, ["z"], levels=[500, 850], batch_size=4, device="cpu")
+    next(iter(loader))
+    state = loader.state_dict()
+    same = ib.build_loader(url, ["z"], levels=[500, 850.0], batch_size=4, device="cpu")
+    same.load_state_dict(state)
+    next(iter(same))
+    other = ib.build_loader(url, ["z"], levels=[850, 500], batch_size=4, device="cpu")
+    with pytest.raises(
+        ValueError, match=r"array 'z' kept positions \(levels\) were \[1, \[3, 1\]\]"
+    ):
+        other.load_state_dict(state)
+        next(iter(other))
+
+
+@pytest.mark.parametrize("stats_levels", [[850, 50, 500], [50, 500, 850]])
+def test_statistics_normalise_each_level_whatever_order_they_were_computed_in(
+    stores: dict[str, str], stats_levels: list[int]
+) -> None:
+    """Statistics computed with the levels in the loader's order or in another one (on a
+    store keeping them descending): per level, each what xarray's mean gives, and each
+    stacked channel is normalised by its own level's."""
+    url = stores["descending-v3"]
+    levels = [850, 50, 500]
+    stats = ib.compute_stats(url, ["t2m", "z"], split="all", levels=stats_levels)
+    assert stats.channels["z"] == [f"z_{v}" for v in stats_levels]
+    ds = xr.open_zarr(url, consolidated=False)
+    expected = ds.z.sel(level=stats_levels).mean(dim=("time", "lat", "lon")).values
+    np.testing.assert_allclose(stats.mean["z"], expected, rtol=1e-6)
+    loader = ib.build_loader(
+        url,
+        ["t2m", "z"],
+        "all",
+        levels=levels,
+        stack=True,
+        normalise=stats,
+        batch_size=5,
+        evaluation=True,
+        device="cpu",
+    )
+    mean, std = stats.vectors(["t2m", "z_850", "z_50", "z_500"])
+    for batch in loader:
+        steps = batch["sample_index"].numpy()
+        stored = np.concatenate(
+            [ds.t2m.values[steps][:, None], ds.z.sel(level=levels).values[steps]], axis=1
+        )
+        want = (stored - mean[:, None, None]) / std[:, None, None]
+        np.testing.assert_allclose(batch["fields"].numpy(), want, rtol=1e-5, atol=1e-5)
 
 
 def test_what_cannot_be_picked_is_refused_by_name(stores: dict[str, str], tmp_path: Path) -> None:
