@@ -9,7 +9,8 @@ The loader keeps a time axis that way, as numpy datetimes counted from the calen
 1970-01-01 (`TimeAxis.dates`): windows, frequencies and gaps are then differences, as on
 the Gregorian axis, and only turning a date into a count (a split's bounds) or a count
 into text (what a split holds) needs the calendar's months. Both are here, vectorised;
-the tests hold them to cftime's.
+the tests hold them to cftime's from year 1 on (before it, years are counted with a year
+0, as numpy counts them, where cftime's Julian calendars have none).
 """
 
 from __future__ import annotations
