@@ -162,3 +162,20 @@ def test_without_cftime_a_calendar_is_refused_naming_the_extra(
         match=r"'noleap' calendar.*cftime.*not installed.*insitubatch-nodes\[calendars\]",
     ):
         ib.build_loader(url, ["t2m"], "x", splits={"x": "2015"})
+
+
+@pytest.mark.parametrize("calendar", ["noleap", "360_day", "standard"])
+def test_a_dataset_selected_by_date_in_its_calendar_is_that_split(
+    tmp_path: Path, calendar: str
+) -> None:
+    times = calendar_times(calendar, "2014-12-20", 900)
+    url = write_calendar(tmp_path / "c.zarr", times, zarr_format=3)
+    ds = xr.open_zarr(url, consolidated=False, use_cftime=True)
+    for first, last in (("2015-02", "2015-03"), ("2015-02-28T12", "2016")):
+        selected = ds.sel(time=slice(first, last))
+        loader = ib.build_loader(selected, split="x", batch_size=64, evaluation=True, device="cpu")
+        steps = [i for b in loader for i in b["sample_index"].tolist()]
+        assert steps == _xarray_steps(url, first, last)
+    every_other = ds.isel(time=slice(0, None, 2))
+    loader = ib.build_loader(every_other, split="x", batch_size=64, evaluation=True, device="cpu")
+    assert sorted(i for b in loader for i in b["sample_index"].tolist()) == list(range(0, 900, 2))
