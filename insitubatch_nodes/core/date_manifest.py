@@ -76,11 +76,13 @@ def time_differences(recorded: Mapping[str, Any], axis: TimeAxis) -> str | None:
     now = time_record(axis)
     if recorded.get("digest") == now["digest"]:
         return None
+    was, is_now = recorded.get("calendar", PROLEPTIC), now.get("calendar", PROLEPTIC)
+    calendars = f" in the {was!r} calendar, not {is_now!r}" if was != is_now else ""
     return (
         f"the manifest's dates were cut on time coordinate {recorded.get('coordinate')!r} "
-        f"({recorded.get('steps')} steps, {recorded.get('first')} .. {recorded.get('last')}), "
-        f"but this store's {now['coordinate']!r} holds other dates ({now['steps']} steps, "
-        f"{now['first']} .. {now['last']})"
+        f"({recorded.get('steps')} steps, {recorded.get('first')} .. {recorded.get('last')})"
+        f"{calendars}, but this store's {now['coordinate']!r} holds other dates "
+        f"({now['steps']} steps, {now['first']} .. {now['last']})"
     )
 
 

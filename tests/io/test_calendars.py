@@ -179,3 +179,19 @@ def test_a_dataset_selected_by_date_in_its_calendar_is_that_split(
     every_other = ds.isel(time=slice(0, None, 2))
     loader = ib.build_loader(every_other, split="x", batch_size=64, evaluation=True, device="cpu")
     assert sorted(i for b in loader for i in b["sample_index"].tolist()) == list(range(0, 900, 2))
+
+
+def test_a_manifest_keeps_its_calendar_and_is_refused_on_anothers(tmp_path: Path) -> None:
+    """January 1970 has the same day counts in noleap and proleptic_gregorian: only the
+    calendar the manifest records tells the two stores apart."""
+    noleap = write_calendar(
+        tmp_path / "n.zarr", calendar_times("noleap", "1970-01-01", 40), zarr_format=3
+    )
+    text = ib.ZarrSource.open(noleap, ["t2m"], splits={"x": "1970-01-05"}).manifest.dumps()
+    again = ib.ZarrSource.open(noleap, ["t2m"], manifest=text)
+    assert again.manifest.step_ranges("x").tolist() == [[8, 10]]
+    gregorian = write_calendar(
+        tmp_path / "g.zarr", calendar_times("proleptic_gregorian", "1970-01-01", 40), zarr_format=3
+    )
+    with pytest.raises(ValueError, match=r"in the 'noleap' calendar, not 'proleptic_gregorian'"):
+        ib.ZarrSource.open(gregorian, ["t2m"], manifest=text)
