@@ -20,6 +20,7 @@ import zarr
 from insitubatch_nodes import ZarrSource, build_loader, make_manifest, open_icechunk
 from tests.helpers.paths import REPO
 from tests.helpers.stores import write_store
+from tests.helpers.time_stores import calendar_times, write_calendar
 
 
 def test_unknown_variable(memory_url: Any) -> None:
@@ -237,6 +238,28 @@ def _misaligned_arrays(ctx: Context) -> None:
         {"t2m": ((88, 3, 4), (3, 3, 2), "float32"), "tp": ((87, 3, 4), (3, 3, 2), "float32")}
     )
     build_loader(url, ["t2m", "tp"])
+
+
+def _noleap_store(ctx: Context) -> str:
+    times = calendar_times("noleap", "2014-12-20", 900)
+    return write_calendar(ctx.tmp_path / "cmip6.zarr", times, zarr_format=3)
+
+
+def _calendar_without_cftime(ctx: Context) -> None:
+    url = _noleap_store(ctx)
+    real_import = __import__
+
+    def no_cftime(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "cftime":
+            raise ImportError("No module named 'cftime'")
+        return real_import(name, *args, **kwargs)
+
+    with mock.patch("builtins.__import__", no_cftime):
+        build_loader(url, ["t2m"], splits={"train": "2015"})
+
+
+def _date_outside_the_calendar(ctx: Context) -> None:
+    build_loader(_noleap_store(ctx), ["t2m"], splits={"train": ("2015-02-29", "2015-12")})
 
 
 def _manifest_from_another_store(ctx: Context) -> None:
@@ -473,6 +496,8 @@ CASES = {
     "a misspelled storage option": _misspelled_option,
     "a variable the store does not have": _wrong_variable,
     "variables of different lengths": _misaligned_arrays,
+    "a calendar's dates without cftime": _calendar_without_cftime,
+    "a date the store's calendar does not have": _date_outside_the_calendar,
     "a manifest made for another store": _manifest_from_another_store,
     "a store changed since its manifest was made": _store_changed_since_the_manifest,
     "an Icechunk tag that does not exist": _unknown_icechunk_tag,
