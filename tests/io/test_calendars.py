@@ -19,6 +19,7 @@ import pytest
 import xarray as xr
 
 import insitubatch_nodes as ib
+from insitubatch_nodes.cli.split_command import split_text
 from tests.helpers.batches import as_numpy
 from tests.helpers.time_stores import calendar_times, write_calendar
 
@@ -115,6 +116,9 @@ def test_the_split_command_writes_the_dates_of_the_stores_calendar(tmp_path: Pat
     assert manifest.dates is not None
     assert list(manifest.dates["x"]) == ["2015-02-30T00:00", "2015-03-14T12:00"]
     assert manifest.time is not None and manifest.time["calendar"] == "360_day"
+    text = split_text(manifest)
+    assert "time coordinate 'time' (360_day calendar): 2015-02-25T00:00 .. 2015-03-14T12:00" in text
+    assert "2015-02-30T00:00" in text
 
 
 def _anchors(url: str, **settings: Any) -> list[int]:
