@@ -39,6 +39,7 @@ from insitubatch_nodes.core.patches import REGION, PatchSpec
 from insitubatch_nodes.io.metadata.calendar_times import cftime_dates
 from insitubatch_nodes.io.metadata.dimensions import coordinate, coordinate_values, dimension_names
 from insitubatch_nodes.io.metadata.time_axis import read_time_axis
+from insitubatch_nodes.io.metadata.time_dimension import time_dimension
 from insitubatch_nodes.io.metadata.zarr_layout import arrays_of, open_root_group
 from insitubatch_nodes.io.stores.open_store import describe, open_store
 from insitubatch_nodes.io.stores.redact import secrets_in
@@ -171,6 +172,7 @@ def dataset_request(
     arrays = arrays_of(open_root_group(store, where, secrets), where, secrets)
     for name in names:
         _check_stored(ds[name], name, arrays, where)
+    time_dimension(arrays, names)  # time first in each, by name, as by URL (else refused)
     time_dim = ds[names[0]].dims[0]
     length = arrays[names[0]].shape[0]
     dates, stride = _time_selection(ds, time_dim, arrays, names, length, where, secrets)

@@ -26,8 +26,7 @@ from insitubatch_nodes.core.cf_time import SINCE, decode_cf_times
 from insitubatch_nodes.core.date_ranges import TimeAxis
 from insitubatch_nodes.io.metadata.calendar_times import calendar_dates
 from insitubatch_nodes.io.metadata.dimensions import coordinate, coordinate_values, dimension_names
-
-TIME_NAMES = ("time", "valid_time", "date", "dates")  # tried after the variables' axis 0
+from insitubatch_nodes.io.metadata.time_dimension import TIME_NAMES  # after axis 0's name
 
 
 def find_time_array(
