@@ -199,3 +199,9 @@ def test_a_manifest_keeps_its_calendar_and_is_refused_on_anothers(tmp_path: Path
     )
     with pytest.raises(ValueError, match=r"in the 'noleap' calendar, not 'proleptic_gregorian'"):
         ib.ZarrSource.open(gregorian, ["t2m"], manifest=text)
+
+
+def test_frequency_6h_on_an_hourly_noleap_store_is_a_stride_of_6(tmp_path: Path) -> None:
+    times = calendar_times("noleap", "2016-02-28", 72, hours=1)  # over the missing 29th
+    url = write_calendar(tmp_path / "h.zarr", times, zarr_format=2, steps_per_chunk=6)
+    assert _anchors(url, frequency="6h") == _anchors(url, stride=6) == list(range(6, 66, 6))
