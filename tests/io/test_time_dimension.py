@@ -173,3 +173,17 @@ def test_without_a_time_coordinate_the_shared_first_dimension_is_time(tmp_path: 
     assert _steps(url, ["a", "b"]) == list(range(STEPS))
     with pytest.raises(ValueError, match=r"name different first dimensions .*'c': \('x', 'y'\)"):
         ib.build_loader(url, ["a", "c"])
+
+
+def test_a_1d_array_of_dates_naming_no_dimension_is_not_the_time_coordinate(
+    tmp_path: Path,
+) -> None:
+    """Dates in a 1-D array that names no dimension (a log of when each sample was made,
+    written by zarr-python) say nothing about which dimension is time."""
+    group = zarr.open_group(str(tmp_path / "z.zarr"), mode="w", zarr_format=3)
+    group.create_array("made", data=hourly("2015-01-01", 3).astype("M8[s]"))
+    array = group.create_array(
+        "a", shape=(STEPS, 2), chunks=(2, 2), dtype="f4", dimension_names=["sample", "x"]
+    )
+    array[...] = 0
+    assert _steps(str(tmp_path / "z.zarr"), ["a"]) == list(range(STEPS))

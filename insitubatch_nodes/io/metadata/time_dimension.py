@@ -59,7 +59,11 @@ def named_time(arrays: Mapping[str, zarr.Array], variables: Sequence[str]) -> st
         variables: the selected variables.
     """
     used = [d for n in variables for d in dimension_names(arrays[n]) or ()]
-    coordinates = [n for n, a in sorted(arrays.items()) if is_time_coordinate(n, a)]
+    coordinates = [  # one naming no dimension is a coordinate only of a dimension in use
+        n
+        for n, a in sorted(arrays.items())
+        if is_time_coordinate(n, a) and (n in used or dimension_names(a) is not None)
+    ]
     in_use = [c for c in coordinates if c in used]
     if len(in_use) > 1:  # the one the variables give first (a forecast's reference time)
         firsts = {dims[0] for n in variables if (dims := dimension_names(arrays[n]))}
