@@ -61,8 +61,9 @@ def split_text(manifest: SplitManifest) -> str:
         raise ValueError("this manifest was not cut by dates; make one with make_date_manifest()")
     time = manifest.time
     asked = manifest.rule.get("dates", {})
+    calendar = f" ({time['calendar']} calendar)" if "calendar" in time else ""
     lines = [
-        f"time coordinate {time['coordinate']!r}: {time['first']} .. {time['last']}, "
+        f"time coordinate {time['coordinate']!r}{calendar}: {time['first']} .. {time['last']}, "
         f"{time['steps']} steps; units of {manifest.unit_length} step(s)",
     ]
     header = ("split", "dates asked", "first step", "last step", "steps", "units")

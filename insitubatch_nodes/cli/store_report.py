@@ -31,13 +31,13 @@ import zarr
 
 from insitubatch_nodes.builder.time_selection import Duration
 from insitubatch_nodes.cli.defaults_report import LoaderDefaults, loader_defaults
-from insitubatch_nodes.core.cf_time import dates_text, decode_cf_times, step_text
+from insitubatch_nodes.core.cf_time import dates_text, step_text
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.sample_spec import SampleSpec, leads, window
 from insitubatch_nodes.core.settings import as_int, as_optional_int
 from insitubatch_nodes.io.host.host_resources import HostResources
 from insitubatch_nodes.io.metadata.dimensions import dimension_names
-from insitubatch_nodes.io.metadata.time_axis import cf_attributes, find_time_array
+from insitubatch_nodes.io.metadata.time_axis import cf_attributes, decode_dates, find_time_array
 from insitubatch_nodes.io.metadata.zarr_compat import run_on_zarr_loop
 from insitubatch_nodes.io.metadata.zarr_layout import arrays_of, open_root_group
 from insitubatch_nodes.io.reads.codecs import ZarrDecodes, codec_text
@@ -92,7 +92,8 @@ class ArrayReport:
 
 @dataclass(frozen=True)
 class TimeReport:
-    """The group's time coordinate: its range, decoded when its CF units are simple.
+    """The group's time coordinate: its range, decoded when the loader decodes it (in its
+    calendar: a `noleap` date is written as that calendar names it).
 
     Args:
         name: the coordinate array's name.
@@ -314,17 +315,29 @@ def _time_report(
     name, array = found
     raw = np.concatenate([np.asarray(array[0:2]), np.asarray(array[-1:])])  # 3 values at most
     units, calendar = cf_attributes(array)
-    dates = decode_cf_times(raw, units, calendar)
+    decoded = _dates(raw, units, calendar, name)
     step: str | None = None
-    if dates is not None:
-        first, _, last = dates_text(dates)
+    if decoded is not None:
+        dates, named = decoded
+        first, _, last = dates_text(dates, None, named)
         if length > 1:
             step = step_text(dates[1] - dates[0])
     else:
         first, last = str(raw[0].item()), str(raw[-1].item())
         if length > 1 and raw.dtype.kind in "iuf":
             step = str((raw[1] - raw[0]).item())
-    return TimeReport(name, length, units, calendar, dates is not None, first, last, step)
+    return TimeReport(name, length, units, calendar, decoded is not None, first, last, step)
+
+
+def _dates(
+    raw: np.ndarray, units: str | None, calendar: str | None, name: str
+) -> tuple[np.ndarray, str] | None:
+    """The values as dates and the calendar to write them in, where the loader decodes
+    them; None where it does not (the report shows the stored values)."""
+    try:
+        return decode_dates(raw, units, calendar, name)
+    except ValueError:
+        return None
 
 
 # --- the loader's defaults ----------------------------------------------------------------

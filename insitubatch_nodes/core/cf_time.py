@@ -15,6 +15,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from insitubatch_nodes.core.calendars import PROLEPTIC, calendar_dates_text
+
 # CF's unit names (and the usual abbreviations), as numpy's
 _UNITS = {
     **dict.fromkeys(("days", "day", "d"), "D"),
@@ -107,16 +109,24 @@ def date_unit(dates: Sequence[np.datetime64] | np.ndarray) -> str:
     return np.datetime_data(values.dtype)[0]
 
 
-def dates_text(dates: Sequence[np.datetime64] | np.ndarray, unit: str | None = None) -> list[str]:
+def dates_text(
+    dates: Sequence[np.datetime64] | np.ndarray,
+    unit: str | None = None,
+    calendar: str = PROLEPTIC,
+) -> list[str]:
     """Dates as ISO text, all to the same precision: `unit`, or by default the coarsest
     that loses nothing (`date_unit`).
 
     Args:
-        dates: numpy datetimes.
+        dates: numpy datetimes; in a calendar other than numpy's, counted from that
+            calendar's 1970-01-01 (`date_ranges.TimeAxis`).
         unit: numpy's unit to write them in ("D", "m", "s", ...), or None.
+        calendar: the calendar to write them in (`core.calendars`).
     """
     values = np.asarray(dates)
     unit = date_unit(values) if unit is None else unit
+    if calendar != PROLEPTIC:
+        return calendar_dates_text(values, calendar, unit)
     return [str(v) for v in values.astype(f"M8[{unit}]")]
 
 

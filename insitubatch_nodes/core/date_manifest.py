@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from insitubatch_nodes.core.cf_time import date_unit, dates_text
+from insitubatch_nodes.core.calendars import PROLEPTIC
+from insitubatch_nodes.core.cf_time import date_unit
 from insitubatch_nodes.core.date_ranges import (
     DateRange,
     RangeLike,
@@ -47,20 +48,21 @@ STEP_ANCHOR_RULE = (
 
 def time_record(axis: TimeAxis) -> dict[str, Any]:
     """What a manifest keeps of the time coordinate it was cut on: its name, step count,
-    first and last date, and a digest of every date (to the microsecond).
+    first and last date, its calendar when numpy's is not it, and a digest of every date
+    (to the microsecond, and of the calendar: the same counts in another calendar are
+    other dates). A record made before calendars is the same: numpy's calendar adds
+    nothing.
 
     Args:
         axis: the decoded time coordinate.
     """
-    first, last = dates_text(axis.dates[[0, -1]], date_unit(axis.dates))
-    micro = np.asarray(axis.dates).astype("M8[us]").astype("<i8")
-    return {
-        "coordinate": axis.name,
-        "steps": int(axis.dates.size),
-        "first": first,
-        "last": last,
-        "digest": digest(micro.tobytes()),
-    }
+    first, last = axis.text(axis.dates[[0, -1]], date_unit(axis.dates))
+    micro = np.asarray(axis.dates).astype("M8[us]").astype("<i8").tobytes()
+    record = {"coordinate": axis.name, "steps": int(axis.dates.size), "first": first, "last": last}
+    if axis.calendar != PROLEPTIC:  # numpy's calendar is the one a record names none for
+        record["calendar"] = axis.calendar
+        micro = axis.calendar.encode() + micro
+    return {**record, "digest": digest(micro)}
 
 
 def time_differences(recorded: Mapping[str, Any], axis: TimeAxis) -> str | None:
@@ -74,11 +76,13 @@ def time_differences(recorded: Mapping[str, Any], axis: TimeAxis) -> str | None:
     now = time_record(axis)
     if recorded.get("digest") == now["digest"]:
         return None
+    was, is_now = recorded.get("calendar", PROLEPTIC), now.get("calendar", PROLEPTIC)
+    calendars = f" in the {was!r} calendar, not {is_now!r}" if was != is_now else ""
     return (
         f"the manifest's dates were cut on time coordinate {recorded.get('coordinate')!r} "
-        f"({recorded.get('steps')} steps, {recorded.get('first')} .. {recorded.get('last')}), "
-        f"but this store's {now['coordinate']!r} holds other dates ({now['steps']} steps, "
-        f"{now['first']} .. {now['last']})"
+        f"({recorded.get('steps')} steps, {recorded.get('first')} .. {recorded.get('last')})"
+        f"{calendars}, but this store's {now['coordinate']!r} holds other dates "
+        f"({now['steps']} steps, {now['first']} .. {now['last']})"
     )
 
 
@@ -93,7 +97,8 @@ def make_date_manifest(
         splits: split name -> an inclusive `(first, last)` pair of dates, or one date for
             its whole period, e.g. `{"train": ("1979-01-01", "2015-12-31T23"), "val":
             "2016", "test": ("2017", "2018")}`; dates are ISO 8601 text at any precision
-            ('1979', '2015-12', '2015-12-31T23'), `datetime`s or numpy datetime64s, in UTC.
+            ('1979', '2015-12', '2015-12-31T23'), `datetime`s or numpy datetime64s, in UTC,
+            in the axis's calendar ("2015-02-30" is a day of `360_day`).
     """
     if not isinstance(splits, Mapping) or not splits:
         raise ValueError(
@@ -112,11 +117,13 @@ def make_date_manifest(
                 f"{ALL_SPLIT!r} (which always means every step)"
             )
     check_increasing(axis)
-    ranges = {name: date_range(value, f"split {name!r}") for name, value in splits.items()}
+    ranges = {
+        name: date_range(value, f"split {name!r}", axis.calendar) for name, value in splits.items()
+    }
     check_no_overlap(ranges)
     steps = {name: _steps_of(axis, name, dates) for name, dates in ranges.items()}
     unit = date_unit(axis.dates)
-    held = {name: dates_text(axis.dates[[a, b - 1]], unit) for name, (a, b) in steps.items()}
+    held = {name: axis.text(axis.dates[[a, b - 1]], unit) for name, (a, b) in steps.items()}
     units = {
         name: units_to_ranges(
             np.arange(a // geometry.unit_length, -(-b // geometry.unit_length), dtype=np.int64)
@@ -142,7 +149,7 @@ def make_date_manifest(
 def _steps_of(axis: TimeAxis, name: str, dates: DateRange) -> tuple[int, int]:
     start, stop = range_steps(axis, dates)
     if stop <= start:
-        first, last = dates_text(axis.dates[[0, -1]], date_unit(axis.dates))
+        first, last = axis.text(axis.dates[[0, -1]], date_unit(axis.dates))
         raise ValueError(
             f"split {name!r} ({dates.text()}) holds no step: the time coordinate "
             f"{axis.name!r} runs from {first} to {last}; give dates inside that range"

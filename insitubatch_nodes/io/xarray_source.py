@@ -9,7 +9,8 @@ reads the chunks directly (never through xarray or dask):
 - the variables are the Dataset's data variables, in its order; each must be a stored
   array of the store, with its dimensions in the stored order and the stored dtype;
 - a time selection is a split of its own (`split=` names it): a run of steps is the date
-  range of its first and last step (`splits=`), a run with a step of k (`isel(time=
+  range of its first and last step (`splits=`, in the store's calendar: cftime dates of a
+  `noleap` or `360_day` axis too), a run with a step of k (`isel(time=
   slice(s, e, k))`, s a multiple of k) is that range with `stride=k`;
 - a level selection is `levels=`, in the Dataset's order (`.sel(level=[500, 850])` on a
   store that keeps levels descending yields 500 then 850, as the Dataset holds them);
@@ -34,9 +35,12 @@ from typing import Any
 import numpy as np
 import zarr
 
+from insitubatch_nodes.core.cf_time import date_unit
 from insitubatch_nodes.core.patches import REGION, PatchSpec
+from insitubatch_nodes.io.metadata.calendar_times import cftime_dates
 from insitubatch_nodes.io.metadata.dimensions import coordinate, coordinate_values, dimension_names
 from insitubatch_nodes.io.metadata.time_axis import read_time_axis
+from insitubatch_nodes.io.metadata.time_dimension import time_dimension
 from insitubatch_nodes.io.metadata.zarr_layout import arrays_of, open_root_group
 from insitubatch_nodes.io.stores.open_store import describe, open_store
 from insitubatch_nodes.io.stores.redact import secrets_in
@@ -170,6 +174,7 @@ def dataset_request(
     arrays = arrays_of(open_root_group(store, where, secrets), where, secrets)
     for name in names:
         _check_stored(ds[name], name, arrays, where)
+    time_dimension(arrays, names)  # time first in each, by name, as by URL (else refused)
     time_dim = ds[names[0]].dims[0]
     length = arrays[names[0]].shape[0]
     dates, stride = _time_selection(ds, time_dim, arrays, names, length, where, secrets)
@@ -292,12 +297,7 @@ def _time_selection(
             f"no coordinate to say which: select time by date (ds.sel(time=...))"
         )
     axis = read_time_axis(arrays, names, length, where, secrets)
-    selected = np.asarray(ds[dim].values)
-    if selected.dtype.kind != "M":
-        raise ValueError(
-            f"the Dataset's {dim!r} coordinate holds {selected.dtype}, not dates: open it "
-            f"with xr.open_zarr's default decode_times=True"
-        )
+    selected = _selected_dates(np.asarray(ds[dim].values), dim)
     if selected.size == length and np.array_equal(selected, axis.dates.astype(selected.dtype)):
         return None, 1
     at = _positions(selected, axis.dates.astype(selected.dtype))
@@ -320,8 +320,22 @@ def _time_selection(
             f"from the store's first step, so start at a multiple of {stride} (or use "
             f"frequency= with the whole time axis)"
         )
-    first, last = (str(d) for d in selected[[0, -1]])
+    first, last = axis.text(axis.dates[at[[0, -1]]], date_unit(axis.dates))  # its calendar's
     return (first, last), stride
+
+
+def _selected_dates(values: np.ndarray, dim: str) -> np.ndarray:
+    """The Dataset's time coordinate as `TimeAxis.dates` counts it: numpy datetimes as
+    they are, cftime dates (a `noleap` or `360_day` calendar, or `use_cftime=True`) from
+    their calendar's 1970-01-01."""
+    if values.dtype.kind == "M":
+        return values
+    if values.dtype.kind == "O" and values.size:
+        return cftime_dates(values, dim)[0]
+    raise ValueError(
+        f"the Dataset's {dim!r} coordinate holds {values.dtype}, not dates: open it "
+        f"with xr.open_zarr's default decode_times=True"
+    )
 
 
 @dataclass(frozen=True)

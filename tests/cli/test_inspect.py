@@ -467,11 +467,25 @@ def test_a_zarr_v2_time_coordinate_in_fractional_days(
     )
 
 
-def test_a_calendar_numpy_cannot_hold_shows_the_stored_values(
+def test_a_noleap_calendar_is_shown_in_its_own_dates(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     days = np.arange(8, dtype=np.int64) + 100
     attrs = {"units": "days since 0001-01-01", "calendar": "noleap"}
+    store = _with_time(tmp_path / "t.zarr", days, attrs)
+    time = inspect_json(capsys, str(store))["time"]
+    shown = (time["decoded"], time["first"], time["last"], time["step"])
+    assert shown == (True, "0001-04-11", "0001-04-18", "1 d")  # day 100 of a 365-day year
+    code, out, _ = inspect(capsys, str(store))
+    assert code == 0
+    assert "0001-04-11 .. 0001-04-18, 8 steps, every 1 d (units 'days since 0001-01-01', " in out
+
+
+def test_a_calendar_cf_does_not_define_shows_the_stored_values(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    days = np.arange(8, dtype=np.int64) + 100
+    attrs = {"units": "days since 0001-01-01", "calendar": "mars"}
     store = _with_time(tmp_path / "t.zarr", days, attrs)
     time = inspect_json(capsys, str(store))["time"]
     shown = (time["decoded"], time["first"], time["last"], time["step"])

@@ -15,11 +15,13 @@ from unittest import mock
 import numcodecs
 import numpy as np
 import pytest
+import xarray as xr
 import zarr
 
 from insitubatch_nodes import ZarrSource, build_loader, make_manifest, open_icechunk
 from tests.helpers.paths import REPO
 from tests.helpers.stores import write_store
+from tests.helpers.time_stores import calendar_times, hourly, write_calendar
 
 
 def test_unknown_variable(memory_url: Any) -> None:
@@ -237,6 +239,52 @@ def _misaligned_arrays(ctx: Context) -> None:
         {"t2m": ((88, 3, 4), (3, 3, 2), "float32"), "tp": ((87, 3, 4), (3, 3, 2), "float32")}
     )
     build_loader(url, ["t2m", "tp"])
+
+
+def _noleap_store(ctx: Context) -> str:
+    times = calendar_times("noleap", "2014-12-20", 900)
+    return write_calendar(ctx.tmp_path / "cmip6.zarr", times, zarr_format=3)
+
+
+def _calendar_without_cftime(ctx: Context) -> None:
+    url = _noleap_store(ctx)
+    real_import = __import__
+
+    def no_cftime(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "cftime":
+            raise ImportError("No module named 'cftime'")
+        return real_import(name, *args, **kwargs)
+
+    with mock.patch("builtins.__import__", no_cftime):
+        build_loader(url, ["t2m"], splits={"train": "2015"})
+
+
+def _date_outside_the_calendar(ctx: Context) -> None:
+    build_loader(_noleap_store(ctx), ["t2m"], splits={"train": ("2015-02-29", "2015-12")})
+
+
+def _era5_with_static_and_moved_fields(ctx: Context) -> str:
+    """t2m (time, lat, lon), a land-sea mask (lat, lon), tp (lat, time, lon): by to_zarr."""
+    n = 88
+    ds = xr.Dataset(
+        {
+            "t2m": (("time", "lat", "lon"), np.zeros((n, 3, 4), np.float32)),
+            "lsm": (("lat", "lon"), np.zeros((3, 4), np.float32)),
+            "tp": (("lat", "time", "lon"), np.zeros((3, n, 4), np.float32)),
+        },
+        coords={"time": hourly("2015-01-01", n), "lat": np.arange(3.0), "lon": np.arange(4.0)},
+    )
+    path = str(ctx.tmp_path / "era5.zarr")
+    ds.to_zarr(path, zarr_format=3, consolidated=False)
+    return path
+
+
+def _variable_without_time(ctx: Context) -> None:
+    build_loader(_era5_with_static_and_moved_fields(ctx), ["t2m", "lsm"])
+
+
+def _time_not_first(ctx: Context) -> None:
+    build_loader(_era5_with_static_and_moved_fields(ctx), ["t2m", "tp"])
 
 
 def _manifest_from_another_store(ctx: Context) -> None:
@@ -473,6 +521,10 @@ CASES = {
     "a misspelled storage option": _misspelled_option,
     "a variable the store does not have": _wrong_variable,
     "variables of different lengths": _misaligned_arrays,
+    "a calendar's dates without cftime": _calendar_without_cftime,
+    "a date the store's calendar does not have": _date_outside_the_calendar,
+    "a variable without a time dimension": _variable_without_time,
+    "a variable whose time dimension is not its first": _time_not_first,
     "a manifest made for another store": _manifest_from_another_store,
     "a store changed since its manifest was made": _store_changed_since_the_manifest,
     "an Icechunk tag that does not exist": _unknown_icechunk_tag,

@@ -91,3 +91,32 @@ def write_native(
             array = group.create_array(name, data=data)
             array.attrs["_ARRAY_DIMENSIONS"] = [name]
     return str(path)
+
+
+def calendar_times(calendar: str, start: str, steps: int, hours: int = 12) -> np.ndarray:
+    """`steps` cftime dates of `calendar` from `start`, `hours` apart (what
+    `xr.open_zarr(..., use_cftime=True)` holds for a climate model's time axis)."""
+    import xarray as xr
+
+    dates = xr.date_range(
+        start, periods=steps, freq=f"{hours}h", calendar=calendar, use_cftime=True
+    )
+    return np.asarray(dates)
+
+
+def write_calendar(
+    path: Path, times: np.ndarray, *, zarr_format: int, steps_per_chunk: int = 8
+) -> str:
+    """The store `to_zarr` writes for cftime dates: time as numbers "... since ..." with the
+    calendar's `calendar` attribute; `t2m` (time, lat, lon) holds each step's index."""
+    import xarray as xr
+
+    n = times.size
+    step = np.arange(n, dtype=np.float32)[:, None, None]
+    ds = xr.Dataset(
+        {"t2m": (("time", "lat", "lon"), np.broadcast_to(step, (n, 2, 3)).copy())},
+        coords={"time": times, "lat": np.arange(2.0), "lon": np.arange(3.0)},
+    )
+    encoding = {"t2m": {"chunks": (steps_per_chunk, 2, 3)}}
+    ds.to_zarr(str(path), mode="w", zarr_format=zarr_format, encoding=encoding, consolidated=False)
+    return str(path)

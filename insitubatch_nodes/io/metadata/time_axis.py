@@ -6,10 +6,11 @@ whose attributes say it is time (CF `axis: T`, `standard_name: time`, units "...
 ..."). Decoded: datetime64 stored natively as it is; CF numbers ("hours since
 1900-01-01", `calendar`) by `core.cf_time` when that is exact (the Gregorian calendar, fixed
 units, a UTC reference: what weather archives use, without xarray), else by xarray's own
-decoder (`xarray.coding.times.decode_cf_datetime`: time-zone offsets in the reference,
-Julian dates before 1582) when xarray is installed. Both give the same dates where both
-decode (`tests/io/test_date_splits.py` checks ours against xarray's). Calendars numpy cannot
-hold (360-day, noleap) are refused: their dates are not numpy dates.
+decoder (`xarray.coding.times.decode_cf_datetime`: time-zone offsets in the reference)
+when xarray is installed. Both give the same dates where both decode
+(`tests/io/test_date_splits.py` checks ours against xarray's). Calendars numpy cannot hold
+(`noleap`, `360_day`, `all_leap`, `julian`, and `standard` dates before 1582) are decoded by
+cftime (`io.metadata.calendar_times`) and counted from the calendar's own 1970-01-01.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from typing import Any
 import numpy as np
 import zarr
 
+from insitubatch_nodes.core.calendars import CALENDAR_NAMES, PROLEPTIC, STANDARD, calendar_name
 from insitubatch_nodes.core.cf_time import SINCE, decode_cf_times
 from insitubatch_nodes.core.date_ranges import TimeAxis
+from insitubatch_nodes.io.metadata.calendar_times import calendar_dates
 from insitubatch_nodes.io.metadata.dimensions import coordinate, coordinate_values, dimension_names
-
-TIME_NAMES = ("time", "valid_time", "date", "dates")  # tried after the variables' axis 0
+from insitubatch_nodes.io.metadata.time_dimension import TIME_NAMES  # after axis 0's name
 
 
 def find_time_array(
@@ -71,8 +73,11 @@ def cf_attributes(array: zarr.Array) -> tuple[str | None, str | None]:
     )
 
 
-def decode_dates(values: np.ndarray, units: str | None, calendar: str | None, name: str) -> Any:
-    """`values` as numpy datetimes, or an error that says why they cannot be.
+def decode_dates(
+    values: np.ndarray, units: str | None, calendar: str | None, name: str
+) -> tuple[np.ndarray, str]:
+    """`values` as numpy datetimes and the calendar they count in (`TimeAxis`), or an error
+    that says why they cannot be.
 
     Args:
         values: the stored values.
@@ -82,13 +87,32 @@ def decode_dates(values: np.ndarray, units: str | None, calendar: str | None, na
     """
     dates = decode_cf_times(values, units, calendar)
     if dates is not None:
-        return dates
+        return dates, PROLEPTIC
     if units is None or SINCE.match(units) is None:
         raise ValueError(
             f"the time coordinate {name!r} holds {np.asarray(values).dtype} values without CF "
             f"units ('hours since 1900-01-01'), so they are not dates; give it CF units "
             f"(xarray writes them), store datetime64, or split by steps with make_manifest()"
         )
+    named = calendar_name(calendar)
+    if named is None:
+        raise ValueError(
+            f"the time coordinate {name!r} has calendar {calendar!r}, which CF does not "
+            f"define; CF's calendars are {sorted(CALENDAR_NAMES)}: fix the attribute, or "
+            f"split by steps with make_manifest()"
+        )
+    if named not in (PROLEPTIC, STANDARD):
+        return calendar_dates(values, units, named, name), named
+    decoded = _xarray_dates(values, units, calendar, name)
+    if decoded.dtype.kind == "M":
+        return decoded, PROLEPTIC
+    return calendar_dates(values, units, named, name), named  # Julian dates before 1582
+
+
+def _xarray_dates(values: np.ndarray, units: str, calendar: str | None, name: str) -> Any:
+    """Gregorian dates the library does not decode by itself (a time-zone offset in the
+    units, dates before 1582), decoded by xarray: numpy datetimes, or cftime objects for
+    dates numpy's calendar does not hold."""
     try:
         from xarray.coding.times import decode_cf_datetime
     except ImportError:
@@ -99,19 +123,12 @@ def decode_dates(values: np.ndarray, units: str | None, calendar: str | None, na
             f"install 'insitubatch-nodes[xarray]')"
         ) from None
     try:
-        decoded = np.asarray(decode_cf_datetime(np.asarray(values), units, calendar))
+        return np.asarray(decode_cf_datetime(np.asarray(values), units, calendar))
     except Exception as err:  # xarray's and cftime's own errors say what they could not do
         raise ValueError(
             f"the time coordinate {name!r} (units {units!r}, calendar {calendar!r}) does not "
             f"decode to dates: {err}"
         ) from None
-    if decoded.dtype.kind != "M":
-        raise ValueError(
-            f"the time coordinate {name!r} uses calendar {calendar!r}, whose dates numpy "
-            f"cannot hold (xarray decodes them to cftime objects); date splits need the "
-            f"Gregorian calendar: split by steps with make_manifest() instead"
-        )
-    return decoded
 
 
 def read_time_axis(
@@ -142,4 +159,5 @@ def read_time_axis(
     name, array = found
     units, calendar = cf_attributes(array)
     values = coordinate_values(array, where, secrets)
-    return TimeAxis(name, decode_dates(values, units, calendar, name))
+    dates, named = decode_dates(values, units, calendar, name)
+    return TimeAxis(name, dates, named)

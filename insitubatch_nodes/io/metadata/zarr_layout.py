@@ -16,6 +16,7 @@ from zarr.storage import ObjectStore
 
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.io.metadata.array_metadata import check_torch_dtypes
+from insitubatch_nodes.io.metadata.time_dimension import has_time, named_time, time_dimension
 from insitubatch_nodes.io.metadata.zarr_compat import run_on_zarr_loop
 from insitubatch_nodes.io.stores.redact import raise_scrubbed, redact, scrubbed
 from insitubatch_nodes.io.stores.store_errors import (
@@ -157,8 +158,11 @@ def select_variables(
     """Layouts of the named arrays, or by default of every array with >= 2 dims.
 
     The default skips 1-D coordinate arrays (latitude, time, ...) that xarray writes next
-    to the data, and refuses to guess when the remaining arrays disagree on axis 0. A
-    chosen array whose values torch cannot hold is refused here, before any read.
+    to the data and the arrays that name dimensions without time (static fields:
+    `io.metadata.time_dimension`), and refuses to guess when the remaining arrays disagree
+    on axis 0. A chosen array without time, or with time not first, is refused by name
+    (it would be read as if its first axis were time); so is one whose values torch
+    cannot hold, here, before any read.
 
     Args:
         arrays: the group's arrays by name (`arrays_of`).
@@ -175,11 +179,14 @@ def _chosen_arrays(
 ) -> dict[str, zarr.Array]:
     if variables is None:
         chosen = {n: a for n, a in sorted(arrays.items()) if a.ndim >= 2}
+        time = named_time(arrays, list(chosen))  # static fields left out, as coordinates are
+        chosen = {n: a for n, a in chosen.items() if has_time(arrays, n, time)}
         if not chosen:
             raise ValueError(
                 f"{where} has no array with 2 or more dimensions to load; found "
                 f"{sorted(arrays)}: name the arrays with variables=[...]"
             )
+        time_dimension(arrays, list(chosen))  # time first in each, by name (else refused)
         lengths = Counter(a.shape[0] for a in chosen.values())
         if len(lengths) > 1:
             raise ValueError(
@@ -200,4 +207,5 @@ def _chosen_arrays(
         raise ValueError(
             f"unknown variable(s) {unknown} in {where}; its arrays are {sorted(arrays)}"
         )
+    time_dimension(arrays, variables)
     return {n: arrays[n] for n in variables}
