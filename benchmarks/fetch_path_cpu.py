@@ -21,9 +21,7 @@ import statistics
 import time
 from pathlib import Path
 
-import zarr.storage
-
-from benchmarks.latency_store import LatencyStore
+from benchmarks.latency_store import LatencyStore, memory_copy
 from benchmarks.stores import ensure_store
 from insitubatch_nodes import build_loader
 from insitubatch_nodes.cli.synthetic import ERA5_VARIABLES
@@ -36,21 +34,8 @@ from insitubatch_nodes.nodes.graph import graph_nodes
 STEPS = 480
 
 
-async def _in_memory(path: Path) -> zarr.storage.MemoryStore:
-    """A copy of the store at `path` in memory, read-only (as the loader opens stores)."""
-    local = zarr.storage.LocalStore(str(path), read_only=True)
-    copied: dict[str, zarr.core.buffer.Buffer] = {}
-    memory = zarr.storage.MemoryStore(copied)
-    prototype = zarr.core.buffer.default_buffer_prototype()
-    async for key in local.list():
-        found = await local.get(key, prototype)
-        assert found is not None
-        await memory.set(key, found)
-    return zarr.storage.MemoryStore(copied, read_only=True)
-
-
 async def _measure(path: Path, latency_s: float, rounds: int) -> tuple[list[float], int]:
-    store = LatencyStore(await _in_memory(path), latency_s, str(path), forks=False)
+    store = LatencyStore(await memory_copy(path), latency_s, str(path), forks=False)
     loader = build_loader(store, list(ERA5_VARIABLES), split="all", batch_size=32, device="cpu")
     fetch = next(n for n in graph_nodes(loader.root) if isinstance(n, AsyncFetchNode))
     context = fetch.context

@@ -9,8 +9,8 @@ from typing import Any
 
 import obstore.store
 from zarr.abc.store import ByteRequest, Store
-from zarr.core.buffer import Buffer, BufferPrototype
-from zarr.storage import LocalStore, ObjectStore, WrapperStore
+from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+from zarr.storage import LocalStore, MemoryStore, ObjectStore, WrapperStore
 
 READS = multiprocessing.Value("q", 0)  # forked DataLoader workers share it
 
@@ -69,3 +69,22 @@ def open_latency_store(
     else:
         inner = ObjectStore(obstore.store.LocalStore(str(Path(path).resolve())), read_only=True)
     return LatencyStore(inner, latency_s, path, forks, bandwidth_bytes_s)
+
+
+async def memory_copy(path: Path | str) -> MemoryStore:
+    """A read-only copy in memory of the local store at `path`: with `LatencyStore` over
+    it, an object store whose client costs next to no CPU (pure asyncio, no native
+    threads), so what a loader spends per get is its own.
+
+    Args:
+        path: the local store's directory.
+    """
+    local = LocalStore(str(path), read_only=True)
+    copied: dict[str, Buffer] = {}
+    writable = MemoryStore(copied)
+    prototype = default_buffer_prototype()
+    async for key in local.list():
+        found = await local.get(key, prototype)
+        assert found is not None
+        await writable.set(key, found)
+    return MemoryStore(copied, read_only=True)

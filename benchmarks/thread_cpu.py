@@ -5,7 +5,8 @@ blocking pool, which reads local files), whose CPU `time.process_time` counts wi
 Python's. To tell the library's Python work per read from the store client's, this sums
 the CPU of Python threads only: those alive at the start and end (read by their CPU
 clocks) and those that started or ended in between (read as they end, by wrapping
-`threading.Thread.run`).
+`threading.Thread.run`). `by_thread()` gives the same sum thread by thread, under each
+thread's name, so a benchmark can tell a decode pool from the threads around it.
 """
 
 from __future__ import annotations
@@ -57,12 +58,19 @@ class PythonThreadsCPU:
         self._start = {t: _thread_cpu_s(t) for t in threading.enumerate()}
 
     def seconds(self) -> float:
-        """CPU seconds of Python threads since `__enter__`."""
-        used = 0.0
+        """CPU seconds of Python threads since `start()` (or `__enter__`)."""
+        return sum(self.by_thread().values())
+
+    def by_thread(self) -> dict[str, float]:
+        """CPU seconds of each Python thread since `start()` (or `__enter__`), by thread
+        name; threads that share a name (one pool's threads over several runs) are added.
+        """
+        used: dict[str, float] = {}
         live = set(threading.enumerate())
         for thread in live | set(self._ended):
             now = self._ended[thread] if thread in self._ended else _thread_cpu_s(thread)
-            used += now - self._start.get(thread, 0.0)
+            spent = now - self._start.get(thread, 0.0)
+            used[thread.name] = used.get(thread.name, 0.0) + spent
         return used
 
     def __exit__(self, *exc_info: object) -> None:
