@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from benchmarks import peer, report
 from benchmarks.measure import Drained, checks_out, sample_sums
-from benchmarks.stores import CODEC_LABELS, CODECS, ensure_store
+from benchmarks.stores import CODEC_LABELS, CODECS, ensure_store, warm_page_cache
 from insitubatch_nodes.cli.synthetic import ERA5_GRID, ERA5_VARIABLES
 from insitubatch_nodes.core.quality import (
     distinct_units_per_batch,
@@ -138,13 +138,6 @@ def measure_once(
         "rss_growth_MB": extra["rss_growth_MB"],
         "settings": extra["settings"],
     }
-
-
-def warm_page_cache(path: Path) -> None:
-    """Read every stored file once, so that each loader starts from a warm page cache."""
-    for file in path.rglob("*"):
-        if file.is_file():
-            file.read_bytes()
 
 
 def median_run(once: Callable[[], dict[str, Any]], repeats: int, budget_s: float) -> dict[str, Any]:
