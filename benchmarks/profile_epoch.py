@@ -31,11 +31,19 @@ FunctionKey = tuple[str, int, str]
 
 class ThreadProfiles:
     """Profiles every thread started while active (the fetch loop and decode pool included)
-    by wrapping `threading.Thread.run`; only threads that have finished are counted."""
+    by wrapping `threading.Thread.run`; only threads that have finished are counted, in
+    `finished` and, with the thread's name, in `named`.
 
-    def __init__(self) -> None:
+    Args:
+        timer: the profiles' clock (`time.thread_time` for each thread's CPU), or None for
+            cProfile's default (wall time).
+    """
+
+    def __init__(self, timer: Callable[[], float] | None = None) -> None:
         self.finished: list[cProfile.Profile] = []
+        self.named: list[tuple[str, cProfile.Profile]] = []
         self.unfinished = 0
+        self._timer = timer
         self._running: list[cProfile.Profile] = []
         self._original: Callable[[threading.Thread], None] | None = None
 
@@ -45,7 +53,8 @@ class ThreadProfiles:
         profiles = self
 
         def run(thread: threading.Thread) -> None:
-            profile = cProfile.Profile()
+            timer = profiles._timer
+            profile = cProfile.Profile() if timer is None else cProfile.Profile(timer)
             profiles._running.append(profile)
             profile.enable()
             try:
@@ -54,6 +63,7 @@ class ThreadProfiles:
                 profile.disable()
                 profiles._running.remove(profile)
                 profiles.finished.append(profile)
+                profiles.named.append((thread.name, profile))
 
         threading.Thread.run = run  # type: ignore[method-assign]
         return self
@@ -106,7 +116,7 @@ def summary(stats: pstats.Stats, counts: dict[str, Any], top: int) -> str:
         for key in keys:
             _, calls, own, cumulative, _ = table[key]
             out.append(
-                f"| `{_name(key)}` | {calls} | {own:.3f} | {cumulative:.3f} | "
+                f"| `{function_name(key)}` | {calls} | {own:.3f} | {cumulative:.3f} | "
                 f"{calls / chunks:.2f} | {calls / batches:.2f} | {calls / samples:.3f} |"
             )
         return out
@@ -130,11 +140,11 @@ def summary(stats: pstats.Stats, counts: dict[str, Any], top: int) -> str:
         *rows("By cumulative time (all threads added):", ranked(3)),
         *rows("By own time:", ranked(2)),
         *rows("Most-called Python functions:", most_called[:top]),
-        f"\nThe most-called Python function, `{_name(busiest)}`, runs "
+        f"\nThe most-called Python function, `{function_name(busiest)}`, runs "
         f"{table[busiest][1] / samples:.3f} times per sample "
         f"({table[busiest][1] / chunks:.2f} per chunk read). Python functions called at "
         f"least once per sample: {len(per_sample)}"
-        + (": " + ", ".join(f"`{_name(k)}`" for k in per_sample[:5]) if per_sample else ".")
+        + (": " + ", ".join(f"`{function_name(k)}`" for k in per_sample[:5]) if per_sample else ".")
         + (", ..." if len(per_sample) > 5 else ""),
     ]
     return "\n".join(lines)
@@ -153,19 +163,19 @@ def scaling(fine: pstats.Stats, coarse: pstats.Stats, samples: int, ratio: int) 
         f"{len(hot)} Python functions run at least once per sample at the finer chunking; at "
         f"the coarser one, {len(still)} of them still do" + (":" if still else "."),
         *[
-            f"- `{_name(k)}`: {fine_table[k][1]} -> {coarse_table.get(k, (0, 0))[1]} calls"
+            f"- `{function_name(k)}`: {fine_table[k][1]} -> {coarse_table.get(k, (0, 0))[1]} calls"
             for k in still
         ],
         "\nThe most-called of them, fine -> coarse:",
         *[
-            f"- `{_name(k)}`: {fine_table[k][1]} -> {coarse_table.get(k, (0, 0))[1]} calls"
+            f"- `{function_name(k)}`: {fine_table[k][1]} -> {coarse_table.get(k, (0, 0))[1]} calls"
             for k in hot[:5]
         ],
     ]
     return "\n".join(lines)
 
 
-def _name(key: FunctionKey) -> str:
+def function_name(key: FunctionKey) -> str:
     file, line, function = key
     if file.startswith("~"):
         return function
