@@ -9,9 +9,10 @@ nothing), after one warm-up epoch. Unprofiled: each thread's CPU per chunk (main
 loop, decode pool) beside the loader's own counters (`FetchStats` decode CPU, the gather's
 time, the loop's busy time). Profiled: cProfile on every thread with each thread's CPU
 clock, whose own-time per function, spread over the chunks, says what each thread spends
-it on. Profiling adds a fixed cost per Python call, so the profiled figures are inflated
-(most where calls are many and short); the `est.` column scales each function's share of
-its thread's profiled time to the thread's unprofiled CPU.
+it on. Profiling adds a cost per call, so the profiled figures are inflated (most where
+calls are many and short); the `est.` column takes off each call the profiler's mean cost
+on that thread (its profiled time less its unprofiled CPU, over its calls): a rough
+figure, but one that adds up to the thread's real CPU.
 """
 
 from __future__ import annotations
@@ -144,33 +145,56 @@ def profiled(loader: Any, count: int, path: Path) -> dict[str, pstats.Stats]:
     return out
 
 
+def overhead_per_call(stats: pstats.Stats, real_s: float) -> float:
+    """The profiler's mean cost per call on this thread, in seconds: its profiled time less
+    its unprofiled CPU for as many chunks, over its calls (0 when profiling cost nothing).
+
+    Args:
+        stats: one role's profile.
+        real_s: the role's unprofiled CPU seconds for as many chunks.
+    """
+    table: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    profiled_s = sum(v[2] for v in table.values())
+    calls = sum(v[1] for v in table.values()) or 1
+    return max(0.0, (profiled_s - real_s) / calls)
+
+
 def function_rows(
-    stats: pstats.Stats, chunks: int, real_s: float, top: int
-) -> tuple[float, list[str]]:
-    """The thread's profiled seconds, and a markdown row per function among the `top` by
-    own time: calls and microseconds per chunk, profiled and scaled to `real_s`.
+    stats: pstats.Stats, chunks: int, real_s: float, top: int, *, cumulative: bool = False
+) -> list[str]:
+    """A markdown row per function among the `top` by own time (or by cumulative time, the
+    library's functions only): calls and microseconds per chunk, profiled, and estimated
+    without the profiler: own time less `overhead_per_call` per call (at least 0), or, by
+    cumulative time, that time scaled by the thread's unprofiled over profiled CPU.
 
     Args:
         stats: one role's profile.
         chunks: chunks read while profiled.
         real_s: the role's unprofiled CPU seconds for as many chunks.
         top: rows.
+        cumulative: rank the library's functions by cumulative time (which stage).
     """
     table: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
-    total = sum(v[2] for v in table.values())
-    ranked = sorted(table.items(), key=lambda kv: kv[1][2], reverse=True)[:top]
+    per_call = overhead_per_call(stats, real_s)
+    scale = real_s / (sum(v[2] for v in table.values()) or 1.0)
+    items = list(table.items())
+    if cumulative:
+        items = [kv for kv in items if "insitubatch_nodes" in kv[0][0]]
+    field = 3 if cumulative else 2
+    ranked = sorted(items, key=lambda kv: kv[1][field], reverse=True)[:top]
     rows = []
-    for key, (_, calls, own, cumulative, _) in ranked:
+    for key, (_, calls, own, total, _) in ranked:
+        estimate = total * scale if cumulative else max(0.0, own - per_call * calls)
         rows.append(
             f"| `{function_name(key)}` | {calls / chunks:.2f} | {own / chunks * 1e6:.1f} | "
-            f"{cumulative / chunks * 1e6:.1f} | {own / total * real_s / chunks * 1e6:.1f} |"
+            f"{total / chunks * 1e6:.1f} | {estimate / chunks * 1e6:.1f} |"
         )
-    return total, rows
+    return rows
 
 
 def module_rows(stats: pstats.Stats, chunks: int, real_s: float, top: int) -> list[str]:
     """A markdown row per source file among the `top` by own time (C functions under their
-    name): where a thread's time goes by module.
+    name): where a thread's time goes by module, profiled and estimated as `function_rows`.
 
     Args:
         stats: one role's profile.
@@ -179,15 +203,16 @@ def module_rows(stats: pstats.Stats, chunks: int, real_s: float, top: int) -> li
         top: rows.
     """
     table: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
-    total = sum(v[2] for v in table.values()) or 1.0
-    files: dict[str, float] = {}
-    for (file, _, function), value in table.items():
+    per_call = overhead_per_call(stats, real_s)
+    files: dict[str, tuple[float, float]] = {}
+    for (file, _, function), (_, calls, own, _, _) in table.items():
         where = function if file.startswith("~") else "/".join(Path(file).parts[-2:])
-        files[where] = files.get(where, 0.0) + value[2]
-    ranked = sorted(files.items(), key=lambda kv: kv[1], reverse=True)[:top]
+        was = files.get(where, (0.0, 0.0))
+        files[where] = (was[0] + own, was[1] + max(0.0, own - per_call * calls))
+    ranked = sorted(files.items(), key=lambda kv: kv[1][0], reverse=True)[:top]
     return [
-        f"| `{where}` | {own / chunks * 1e6:.1f} | {own / total * real_s / chunks * 1e6:.1f} |"
-        for where, own in ranked
+        f"| `{where}` | {own / chunks * 1e6:.1f} | {estimate / chunks * 1e6:.1f} |"
+        for where, (own, estimate) in ranked
     ]
 
 
@@ -228,14 +253,22 @@ def report(counts: dict[str, Any], profiles: dict[str, pstats.Stats], top: int) 
         stats = profiles.get(name)
         if stats is None:
             continue
-        total, rows = function_rows(stats, chunks, roles[name], top)
+        table: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+        total = sum(v[2] for v in table.values())
+        per_call = overhead_per_call(stats, roles[name])
         yield (
             f"\n#### {name} thread{'s' if name == 'decode' else ''}: "
-            f"{us(total)} us per chunk profiled, {us(roles[name])} unprofiled\n"
+            f"{us(total)} us per chunk profiled, {us(roles[name])} unprofiled "
+            f"(the profiler: {per_call * 1e6:.2f} us per call)\n"
         )
-        yield "| function | calls/chunk | own us/chunk | cumulative us/chunk | est. us/chunk |"
+        header = "| function | calls/chunk | own us/chunk | cumulative us/chunk | est. us/chunk |"
+        yield header
         yield "|---|--:|--:|--:|--:|"
-        yield from rows
+        yield from function_rows(stats, chunks, roles[name], top)
+        yield "\nThe library's functions by cumulative time (which stage):\n"
+        yield header
+        yield "|---|--:|--:|--:|--:|"
+        yield from function_rows(stats, chunks, roles[name], top, cumulative=True)
         yield "\n| module | own us/chunk | est. us/chunk |"
         yield "|---|--:|--:|"
         yield from module_rows(stats, chunks, roles[name], top)
