@@ -75,6 +75,7 @@ class Scenario:
 
     @property
     def title(self) -> str:
+        """The table's heading: the chunking and where the store is."""
         where = "local" if not self.latency_ms else f"in memory behind {self.latency_ms:g} ms"
         steps = f"{self.steps_per_chunk} step{'s' if self.steps_per_chunk > 1 else ''}"
         return f"{steps} per chunk, {where}"
@@ -171,7 +172,7 @@ def scenario_runs(
     }
     ours = "insitubatch_nodes"
     runs[ours] = lambda r: loader_epochs(ours, loader_source, None, r, nbytes, threads)
-    if not scenario.latency_ms:  # behind a delay, reads in flight bound it, not decode
+    if not scenario.latency_ms:  # where decode binds; behind a delay the reads in flight do
         one = f"{ours}, 1 decode thread"
         runs[one] = lambda r: loader_epochs(one, loader_source, 1, r, nbytes, threads)
     else:

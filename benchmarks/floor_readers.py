@@ -114,9 +114,13 @@ class Reader(Protocol):
 
     name: str
 
-    def read_epoch(self) -> int: ...
+    def read_epoch(self) -> int:
+        """Read and decode every chunk once; the chunks decoded."""
+        ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Stop what the reader started (its pool)."""
+        ...
 
 
 class _ReusedBlocks:
@@ -129,6 +133,7 @@ class _ReusedBlocks:
         self._local = threading.local()
 
     def mine(self) -> np.ndarray:
+        """The calling thread's block."""
         block: np.ndarray | None = getattr(self._local, "block", None)
         if block is None:
             block = self._local.block = np.zeros(self._shape, self._dtype)
