@@ -74,6 +74,10 @@ def build_loader(
     evaluation: bool = False,
     all_ranks_state: bool = False,
     canonical_partitions: int | None = None,
+    decode_cf: bool = True,
+    use_zarr_fill_value_as_mask: bool | None = None,
+    dtype: torch.dtype | str | None = None,
+    fill_nan: float | None = None,
     host: HostResources | None = None,
 ) -> Loader[dict[str, torch.Tensor]]:
     """Shuffled, split-aware, resumable batches from a Zarr group.
@@ -232,6 +236,21 @@ def build_loader(
             of 48 not above the split's units (one per unit below 48), so that the common
             GPU counts divide it. Recorded in the state; a run keeps it when resumed on
             another number of ranks.
+        decode_cf: yield the values `xr.open_zarr(url)` shows (the default): stored values
+            equal to `_FillValue` or `missing_value` are NaN, packed ones unpacked
+            (`* scale_factor + add_offset`), `_Unsigned` honoured, in xarray's dtype
+            (float64 for packed Zarr). Blocks keep the stored dtype; batches are decoded
+            after the device copy (before stacking, when stacking). False yields stored
+            values, as `xr.open_zarr(url, mask_and_scale=False)`. In the state.
+        use_zarr_fill_value_as_mask: whether a Zarr array's `fill_value` is its
+            `_FillValue`, as `xr.open_zarr` takes it: by default True for Zarr v2 (a
+            `fill_value` of 0 then masks every stored 0, which the log warns about) and
+            False for v3, whose `_FillValue` attribute is the mask.
+        dtype: cast batches to this float dtype (`torch.float32`, `torch.bfloat16`, or a
+            name): decoded in xarray's dtype first, then cast, so a batch equals
+            `xr.open_zarr(url)[v].astype(dtype)`. Default: the decoded dtype. In the state.
+        fill_nan: with `normalise`, the value NaN (masked values) becomes after
+            normalising, e.g. 0.0, since most models cannot take NaN.
         host: the host's available memory, cores and ranks the defaults follow (default
             `HostResources.read()`, once, now).
     """

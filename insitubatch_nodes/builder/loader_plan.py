@@ -14,6 +14,7 @@ decides are made once, here.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,13 +22,16 @@ from insitubatch_nodes.builder.loader_choices import LoaderChoices, choose_loade
 from insitubatch_nodes.builder.loader_settings import LoaderSettings
 from insitubatch_nodes.builder.placement import Placement
 from insitubatch_nodes.builder.split_anchors import SplitPlan, plan_split
-from insitubatch_nodes.core.channels import batch_channels
+from insitubatch_nodes.core.cf_decoding import CFDecoding, promoted_dtype, stored_values
+from insitubatch_nodes.core.channels import batch_channels, stacked_groups
 from insitubatch_nodes.core.rank_shares import RankShares, check_full_batch, rank_shares
+from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.io.cache.chunk_cache import CacheSpec
 from insitubatch_nodes.io.host.host_resources import HostResources
 from insitubatch_nodes.io.reads.object_versions import object_versions
 from insitubatch_nodes.io.reads.retry import RetryPolicy
 from insitubatch_nodes.io.zarr_source import ZarrSource
+from insitubatch_nodes.nodes.channel_stats import StatsLike, load_stats
 
 log = logging.getLogger("insitubatch_nodes.builder")  # the name the docs give
 
@@ -57,6 +61,8 @@ class LoaderPlan:
         mixing_measured: whether batches are measured against a uniform shuffle of the
             split (`Loader.stats()`'s mixing); evaluation's fixed order is not.
         channel_order: each batch array's channel names, for `normalise`, else None.
+        decodings: each gathered batch key's decoding (`ZarrSource.decodings`, by the key
+            of the field its variable fills), for `CFDecodeNode`.
     """
 
     settings: LoaderSettings
@@ -68,11 +74,29 @@ class LoaderPlan:
     pinned_by: str | None
     mixing_measured: bool
     channel_order: dict[str, list[str]] | None
+    decodings: dict[str, CFDecoding] = field(default_factory=dict)
 
     @property
     def placement(self) -> Placement:
         """Where the loader's work runs (`settings.placement`)."""
         return self.settings.placement
+
+    def stacked_decodings(self) -> dict[str, CFDecoding]:
+        """Each stacked tensor's values as they are (decoded before the stack), in the
+        dtype the stack gives them: what a cast after the stack starts from."""
+        groups = stacked_groups(self.source.layouts, self.samples.time.spec)
+        return {
+            key: stored_values(promoted_dtype(self.decodings_of(variables)))
+            for key, variables in groups.items()
+        }
+
+    def decodings_of(self, variables: list[str]) -> list[str]:
+        """The decoded dtypes of `variables`, in order.
+
+        Args:
+            variables: variable names of the source.
+        """
+        return [self.source.decodings[v].decoded_dtype for v in variables]
 
     @property
     def unit_grid(self) -> dict[str, int]:
@@ -109,7 +133,11 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         splits=settings.splits,
         levels=settings.levels,
         spatial_dims=settings.spatial_dims,
+        decode_cf=settings.decode_cf,
+        use_zarr_fill_value_as_mask=settings.use_zarr_fill_value_as_mask,
     )
+    for warning in opened.decoding_warnings:
+        log.warning("%s", warning)
     samples = plan_split(
         opened,
         settings.split,
@@ -121,7 +149,7 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         patches=settings.patches,
     )
     anchors, spec = samples.anchors, samples.time.spec
-    fingerprint = opened.fingerprint(settings.split, anchors.anchors)
+    fingerprint = opened.fingerprint(settings.split, anchors.anchors, cast=settings.dtype)
     shares = rank_shares(
         anchors,
         anchors.units,
@@ -154,6 +182,7 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         pinned_by = PINNED_BY_STACK if settings.stack else PINNED_BY_GATHER
     channel_order = None
     if settings.normalise is not None:
+        _check_stats_decoding(settings.normalise, opened)
         channel_order = batch_channels(
             opened.layouts, spec, stacked=settings.stack, spatial_dims=settings.spatial_dims
         )
@@ -167,7 +196,34 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         pinned_by=pinned_by,
         mixing_measured=not settings.evaluation,
         channel_order=channel_order,
+        decodings=field_decodings(opened.decodings, spec),
     )
+
+
+def field_decodings(
+    decodings: Mapping[str, CFDecoding], spec: SampleSpec | None
+) -> dict[str, CFDecoding]:
+    """Each gathered batch key's decoding: a variable's, under every key it fills.
+
+    Args:
+        decodings: variable -> its decoding.
+        spec: the sample spec (keys `group/variable`), or None (keys are the variables).
+    """
+    if spec is None:
+        return dict(decodings)
+    return {key: decodings[variable] for key, _, variable, _ in spec.fields()}
+
+
+def _check_stats_decoding(stats: StatsLike, opened: ZarrSource) -> None:
+    """Refuse statistics computed on values decoded otherwise than this loader's."""
+    differences = load_stats(stats).decoding_differences(opened.decoding_records())
+    if differences:
+        raise ValueError(
+            "normalise= statistics do not fit this loader's values: "
+            + "; ".join(differences)
+            + ". Recompute them (insitubatch stats, or compute_stats with the same "
+            "decode_cf= and use_zarr_fill_value_as_mask=)"
+        )
 
 
 def _warn_if_unversioned(spec: CacheSpec, opened: ZarrSource) -> None:

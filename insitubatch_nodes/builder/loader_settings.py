@@ -18,6 +18,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
 from zarr.abc.store import Store
 
 from insitubatch_nodes.builder.placement import (
@@ -28,6 +30,7 @@ from insitubatch_nodes.builder.placement import (
     process_rank,
 )
 from insitubatch_nodes.builder.time_selection import Duration
+from insitubatch_nodes.core.cf_decoding import check_cast_dtype
 from insitubatch_nodes.core.date_ranges import RangeLike
 from insitubatch_nodes.core.partition import check_rank
 from insitubatch_nodes.core.patches import PatchSpec
@@ -95,6 +98,11 @@ class LoaderSettings:
         evaluation: whether the split is read once, in order, for evaluation.
         all_ranks_state: whether `state_dict()` gathers every rank's state.
         canonical_partitions: C, or None for the default.
+        decode_cf: whether values are decoded as `xr.open_zarr` decodes them (or the
+            Dataset's: decoded unless it was opened with `mask_and_scale=False`).
+        use_zarr_fill_value_as_mask: as `xr.open_zarr` takes it, or None by format.
+        dtype: the float dtype's name batches are cast to, or None.
+        fill_nan: the value NaN becomes after normalising, or None.
     """
 
     source: str | Path | Store
@@ -133,6 +141,10 @@ class LoaderSettings:
     evaluation: bool
     all_ranks_state: bool
     canonical_partitions: int | None
+    decode_cf: bool = True
+    use_zarr_fill_value_as_mask: bool | None = None
+    dtype: str | None = None
+    fill_nan: float | None = None
 
 
 def check_shuffle(shuffle: str) -> str:
@@ -181,6 +193,7 @@ def check_settings(arguments: Mapping[str, Any]) -> LoaderSettings:
         selected = ("variables", "splits", "manifest", "levels", "stride", "frequency", "patches")
         chosen = request.settings(given["split"], {k: given[k] for k in selected})
         given.update(chosen, source=request.url)  # the Dataset's selection, as settings
+        given.update(request.decoding_settings(given["decode_cf"]))
     check_shuffle(given["shuffle"])
     device = batch_device(given["device"])
     decode_on = decode_device(given["decode"], device)
@@ -216,6 +229,18 @@ def check_settings(arguments: Mapping[str, Any]) -> LoaderSettings:
     prefetch_blocks = as_int("prefetch_blocks", given["prefetch_blocks"], minimum=1)
     read_across_epochs = as_bool("read_across_epochs", given["read_across_epochs"])
     all_ranks_state = as_bool("all_ranks_state", given["all_ranks_state"])
+    decode_cf = as_bool("decode_cf", given["decode_cf"])
+    fill_mask = given["use_zarr_fill_value_as_mask"]
+    if fill_mask is not None:
+        fill_mask = as_bool("use_zarr_fill_value_as_mask", fill_mask)
+    dtype = check_cast_dtype(_dtype_name(given["dtype"]))
+    fill_nan = _optional_float("fill_nan", given["fill_nan"])
+    if fill_nan is not None and given["normalise"] is None:
+        raise ValueError(
+            f"fill_nan={fill_nan!r} replaces NaN after normalising, and normalise= is not "
+            f"given; pass normalise= (insitubatch stats makes its file), or replace NaN in "
+            f"your training step"
+        )
     return LoaderSettings(
         source=given["source"],
         variables=variables,
@@ -253,4 +278,27 @@ def check_settings(arguments: Mapping[str, Any]) -> LoaderSettings:
         evaluation=evaluation,
         all_ranks_state=all_ranks_state,
         canonical_partitions=partitions,
+        decode_cf=decode_cf,
+        use_zarr_fill_value_as_mask=fill_mask,
+        dtype=dtype,
+        fill_nan=fill_nan,
     )
+
+
+def _dtype_name(dtype: Any) -> Any:
+    """A torch or numpy dtype as its name (`torch.float32` -> "float32"); others as given,
+    for `check_cast_dtype` to judge."""
+    if isinstance(dtype, torch.dtype):
+        return str(dtype).removeprefix("torch.")
+    if isinstance(dtype, np.dtype) or (isinstance(dtype, type) and issubclass(dtype, np.generic)):
+        return str(np.dtype(dtype))
+    return dtype
+
+
+def _optional_float(name: str, value: Any) -> float | None:
+    """`value` as a float, or None; an error naming `name` for anything but a number."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise TypeError(f"{name} must be a number or None, got {value!r}")
+    return float(value)

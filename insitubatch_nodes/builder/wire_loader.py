@@ -16,6 +16,7 @@ from insitubatch_nodes.builder.loader_plan import PINNED_BY_GATHER, PINNED_BY_ST
 from insitubatch_nodes.builder.split_anchors import split_mixing
 from insitubatch_nodes.loader.loader import Loader
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
+from insitubatch_nodes.nodes.cf_decode import CFDecodeNode
 from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
 from insitubatch_nodes.nodes.gather import GatherNode
 from insitubatch_nodes.nodes.normalise import NormaliseNode
@@ -28,8 +29,15 @@ from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
 
 def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
     """The loader `plan` describes: ChunkPermuteNode -> ReadPlanNode -> AsyncFetchNode ->
-    PoolShuffleNode (or ShuffleBlockNode) -> GatherNode [-> StackChannelsNode] ->
-    PinToDeviceNode [-> NormaliseNode], in a `Loader`.
+    PoolShuffleNode (or ShuffleBlockNode) -> GatherNode [-> CFDecodeNode ->
+    StackChannelsNode] -> PinToDeviceNode [-> CFDecodeNode] [-> NormaliseNode], in a
+    `Loader`.
+
+    Decoding (`CFDecodeNode`) comes after the device copy when batches cross unstacked,
+    so packed values cross in their stored width; when stacking, before the stack, since
+    one tensor holds one dtype and variables stored in several (or masked differently)
+    must be decoded first. A `bfloat16` cast, which numpy cannot hold, then comes after
+    the copy. Always before `NormaliseNode`, which normalises decoded values.
 
     Args:
         plan: the plan (`builder.loader_plan.plan_loader`); each call wires a graph of its
@@ -99,7 +107,14 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
         if plan.mixing_measured
         else None,
     )
+    host_cast, device_decodings = settings.dtype, plan.decodings
     if settings.stack:
+        if settings.dtype == "bfloat16":  # numpy has none: cast the stacked tensors later
+            host_cast = None
+            device_decodings = plan.stacked_decodings()
+        else:
+            device_decodings = {}
+        node = CFDecodeNode(node, plan.decodings, dtype=host_cast)
         node = StackChannelsNode(
             node,
             plan.source.layouts,
@@ -109,9 +124,15 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
             pinned_batches=placement.staging_slots,
         )
     node = PinToDeviceNode(node, device=placement.device, prefetch=placement.device_prefetch)
+    if device_decodings:
+        node = CFDecodeNode(node, device_decodings, dtype=settings.dtype)
     if settings.normalise is not None:
         assert plan.channel_order is not None  # planned with normalise
         node = NormaliseNode(
-            node, settings.normalise, plan.channel_order, spatial_dims=settings.spatial_dims
+            node,
+            settings.normalise,
+            plan.channel_order,
+            spatial_dims=settings.spatial_dims,
+            fill_nan=settings.fill_nan,
         )
     return Loader(node, all_ranks_state=settings.all_ranks_state)

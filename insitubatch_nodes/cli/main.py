@@ -130,10 +130,11 @@ def _stats(args: argparse.Namespace) -> int:
     computed.save(out)
     width = max(len(c) for names in computed.channels.values() for c in names)
     for variable, names in computed.channels.items():
-        for name, mean, std in zip(
-            names, computed.mean[variable], computed.std[variable], strict=True
+        nans = computed.nan_count.get(variable, [0] * len(names))
+        for name, mean, std, nan in zip(
+            names, computed.mean[variable], computed.std[variable], nans, strict=True
         ):
-            print(f"{name:<{width}}  mean {mean:>14.6g}  std {std:>14.6g}")
+            print(f"{name:<{width}}  mean {mean:>14.6g}  std {std:>14.6g}  NaN {nan}")
     print(f"{sum(computed.count.values())} values of split {args.split!r} -> {out}")
     return 0
 

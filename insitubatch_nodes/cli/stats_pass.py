@@ -35,12 +35,33 @@ def compute_stats(
     block_chunks: int = 2,
     memory_budget: int = 1 << 30,
     levels: LevelsLike | None = None,
+    decode_cf: bool = True,
+    use_zarr_fill_value_as_mask: bool | None = None,
 ) -> ChannelStats:
-    """Mean and std per channel over every step of `split`, in one pass over its chunks.
+    """Mean and std per channel over every step of `split`, in one pass over its chunks,
+    of the values the loader yields: decoded as `xr.open_zarr` decodes them, NaN skipped
+    and counted (`core.moments`). The decoding is recorded, so a loader that decodes
+    otherwise refuses to normalise with them.
 
     The batch and block sizes only set how much is held at once (`memory_budget`), not the
     result beyond float64 rounding. With `levels` (as `build_loader` takes them) the
-    channels are the levels kept, one statistic per level (`temperature_500`)."""
+    channels are the levels kept, one statistic per level (`temperature_500`).
+
+    Args:
+        source: the Zarr group: a URL or path, or an open zarr `Store`.
+        variables: the arrays (default: every array of 2 or more dimensions).
+        split: the split to compute over.
+        manifest: the split manifest (`load_manifest`'s forms), or None for the default.
+        spatial_dims: the trailing grid axes (the axes before them are channels).
+        storage_options: object-store client options (obstore's).
+        batch_size: samples per batch of the pass.
+        block_chunks: units read together.
+        memory_budget: bytes the pass holds at most.
+        levels: level values to keep, as `build_loader` takes them.
+        decode_cf: statistics of decoded values (the default), or of stored ones (False),
+            as the loader they normalise for yields.
+        use_zarr_fill_value_as_mask: as `build_loader` takes it.
+    """
     spatial_dims = as_int("spatial_dims", spatial_dims, minimum=0)
     opened = ZarrSource.open(
         source,
@@ -49,6 +70,8 @@ def compute_stats(
         storage_options=storage_options,
         levels=levels,
         spatial_dims=spatial_dims,
+        decode_cf=decode_cf,
+        use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
     )
     channels = {v: channel_names(v, layout, spatial_dims) for v, layout in opened.layouts.items()}
     moments = {v: RunningMoments(len(names)) for v, names in channels.items()}
@@ -65,6 +88,8 @@ def compute_stats(
         manifest=opened.manifest,
         levels=levels,
         spatial_dims=spatial_dims,
+        decode_cf=decode_cf,
+        use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
     )
     for batch in loader:
         for variable, running in moments.items():
@@ -76,7 +101,9 @@ def compute_stats(
         unit_length=opened.geometry.unit_length,
         spatial_dims=spatial_dims,
         channels=channels,
-        mean={v: m.mean.tolist() for v, m in moments.items()},
+        mean={v: m.means.tolist() for v, m in moments.items()},
         std={v: m.std.tolist() for v, m in moments.items()},
         count={v: m.count for v, m in moments.items()},
+        nan_count={v: m.nan_count.tolist() for v, m in moments.items()},
+        decoding=opened.decoding_records(),
     )

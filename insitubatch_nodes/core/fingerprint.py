@@ -6,9 +6,10 @@ selection of variables, another split or a store edited since, it would resume "
 into other batches without a word. The fingerprint records, as plain data: each array's
 shape, chunking, dtype, codecs (by name), fill value and the positions kept along a picked
 axis (levels, in the order a batch holds them), the split's name and units (a count and a
-digest), and the Icechunk snapshot when there is one. It holds no URL and no storage
-options (those may carry secrets, and a store copied to another bucket is still the same
-data).
+digest), the Icechunk snapshot when there is one, and how each array's values are decoded
+(`core.cf_decoding`: masks, packing, the dtype batches are cast to), since the same bytes
+decoded otherwise are other batches. It holds no URL and no storage options (those may
+carry secrets, and a store copied to another bucket is still the same data).
 `fingerprint_differences` says in words how two fingerprints differ.
 """
 
@@ -20,9 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from insitubatch_nodes.core.cf_decoding import DTYPE_KEY, describe_record
 from insitubatch_nodes.core.geometry import VariableLayout
 
 DIGEST_LENGTH = 16
+DECODING_KEY = "decoding"
 
 
 def digest(text: str | bytes) -> str:
@@ -43,6 +46,7 @@ def source_fingerprint(
     split_units: np.ndarray,
     snapshot_id: str | None,
     anchors: np.ndarray | None = None,
+    decodings: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The fingerprint of a loader over `layouts` and split `split`, as plain data.
 
@@ -56,6 +60,8 @@ def source_fingerprint(
         anchors: the anchors the loader draws from (`AnchorSet.anchors`), or None to
             record units only: units do not show a date boundary moved inside a unit, a
             stride, a frequency or a gap rule.
+        decodings: each array's decoding record (`CFDecoding.record`, with the dtype
+            batches are cast to), or None to record none.
     """
     units = np.sort(np.asarray(split_units, dtype=np.int64))
     split: dict[str, Any] = {
@@ -78,6 +84,7 @@ def source_fingerprint(
                 "pick": None
                 if layout.pick is None
                 else [layout.pick.axis, list(layout.pick.batch_indices)],
+                **({} if decodings is None else {DECODING_KEY: dict(decodings[name])}),
             }
             for name, layout in sorted(layouts.items())
         },
@@ -116,7 +123,34 @@ def _array_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> 
                     f"array {name!r} {noun} {shown(before.get(key))} when the state was "
                     f"saved, now {shown(now.get(key))}"
                 )
+        found += _decoding_differences(name, before, now)
     return found
+
+
+def _decoding_differences(
+    name: str, before: Mapping[str, Any], now: Mapping[str, Any]
+) -> list[str]:
+    """How array `name`'s decoding differs. A state saved before decoding was recorded
+    (when batches were stored values) still fits where decoding changes nothing."""
+    current = now.get(DECODING_KEY)
+    if current is None:
+        return []
+    saved = before.get(DECODING_KEY)
+    if saved is None:
+        if set(current) == {DTYPE_KEY} and current[DTYPE_KEY] == before.get("dtype"):
+            return []  # stored values then and now
+        return [
+            f"array {name!r} was read as stored values when the state was saved (a release "
+            f"that did not decode CF attributes), now {describe_record(current)}; pass "
+            f"decode_cf=False to resume it, or start a new run"
+        ]
+    if saved != current:
+        return [
+            f"array {name!r} was {describe_record(saved)} when the state was saved, now "
+            f"{describe_record(current)}; rebuild the loader with the saved decoding "
+            f"(decode_cf=, use_zarr_fill_value_as_mask=, dtype=)"
+        ]
+    return []
 
 
 def _split_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:

@@ -14,15 +14,17 @@ reads the chunks directly (never through xarray or dask):
   slice(s, e, k))`, s a multiple of k) is that range with `stride=k`;
 - a level selection is `levels=`, in the Dataset's order (`.sel(level=[500, 850])` on a
   store that keeps levels descending yields 500 then 850, as the Dataset holds them);
+- its values as it shows them: decoded (`xr.open_zarr`'s default) or, opened with
+  `mask_and_scale=False`, stored ones (`decode_cf=False`);
 - a run of the grid's positions (`isel(lat=slice(a, b))`, or `sel` of a coordinate
   range) crops every sample to that region (`patches=PatchSpec(..., mode="region")`):
   only the chunks the region touches are read.
 
 Anything else cannot be read from stored chunks and is refused, saying what to do: a
 Dataset not opened from a Zarr store, a computed variable (arithmetic, `astype`, a
-decoded `scale_factor`), a renamed or transposed variable, a time selection that is not a
-(strided) run, grid positions that are not one run. xarray is imported only if the caller
-already has: the loader works without it.
+cast), a renamed or transposed variable, a time selection that is not a (strided) run,
+grid positions that are not one run. xarray is imported only if the caller already has:
+the loader works without it.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import zarr
 from insitubatch_nodes.core.cf_time import date_unit
 from insitubatch_nodes.core.patches import REGION, PatchSpec
 from insitubatch_nodes.io.metadata.calendar_times import cftime_dates
+from insitubatch_nodes.io.metadata.cf_attributes import CF_ATTRIBUTES, read_cf_decoding
 from insitubatch_nodes.io.metadata.dimensions import coordinate, coordinate_values, dimension_names
 from insitubatch_nodes.io.metadata.time_axis import read_time_axis
 from insitubatch_nodes.io.metadata.time_dimension import time_dimension
@@ -46,17 +49,12 @@ from insitubatch_nodes.io.stores.open_store import describe, open_store
 from insitubatch_nodes.io.stores.redact import secrets_in
 
 _STORED = ("chunks", "preferred_chunks")  # encoding keys of a variable read from Zarr
-_PACKED = ("scale_factor", "add_offset")
-_MASKED = ("_FillValue", "missing_value")  # values xarray shows as NaN
 
 
-def _masks_values(fill: Any) -> bool:
-    """Whether xarray replaces stored values equal to `fill` by NaN (a NaN fill changes
-    nothing: the stored value is NaN already)."""
-    if fill is None:
-        return False
-    values = np.atleast_1d(np.asarray(fill))
-    return bool(values.size) and not (values.dtype.kind == "f" and np.isnan(values).all())
+def _shows_stored_values(variable: Any) -> bool:
+    """Whether xarray left `variable` undecoded (`mask_and_scale=False`): the CF
+    attributes it decodes by are then still attributes."""
+    return any(key in variable.attrs for key in CF_ATTRIBUTES)
 
 
 def is_dataset(source: object) -> bool:
@@ -83,6 +81,8 @@ class DatasetRequest:
             levels are selected.
         region: the crop a spatial selection makes of the grid (the trailing axes), or
             None when the grid is whole.
+        decode_cf: whether it shows decoded values (False: opened with
+            `mask_and_scale=False`).
     """
 
     url: str
@@ -91,6 +91,22 @@ class DatasetRequest:
     stride: int = 1
     levels: dict[str, list[Any]] = field(default_factory=dict)
     region: PatchSpec | None = None
+    decode_cf: bool = True
+
+    def decoding_settings(self, decode_cf: bool) -> dict[str, Any]:
+        """`build_loader`'s `decode_cf` for this Dataset: its own, refusing a decoded
+        Dataset read as stored values.
+
+        Args:
+            decode_cf: the `decode_cf` passed beside the Dataset.
+        """
+        if self.decode_cf and not decode_cf:
+            raise ValueError(
+                "decode_cf=False and the Dataset shows decoded values (opened with "
+                "xr.open_zarr's default mask_and_scale=True): open it with "
+                "mask_and_scale=False to read stored values, or leave decode_cf alone"
+            )
+        return {"decode_cf": self.decode_cf}
 
     def settings(
         self,
@@ -172,8 +188,9 @@ def dataset_request(
     where = describe(url, secrets)
     store = open_store(url, storage_options)
     arrays = arrays_of(open_root_group(store, where, secrets), where, secrets)
+    decode_cf = not any(_shows_stored_values(ds[name]) for name in names)
     for name in names:
-        _check_stored(ds[name], name, arrays, where)
+        _check_stored(ds[name], name, arrays, where, decode_cf)
     time_dimension(arrays, names)  # time first in each, by name, as by URL (else refused)
     time_dim = ds[names[0]].dims[0]
     length = arrays[names[0]].shape[0]
@@ -194,7 +211,7 @@ def dataset_request(
                 if crop is not None:
                     crops[str(dim)] = crop
     region = _region(ds, names, arrays, crops, spatial_dims)
-    return DatasetRequest(url, names, dates, stride, levels, region)
+    return DatasetRequest(url, names, dates, stride, levels, region, decode_cf)
 
 
 def _region(
@@ -223,7 +240,9 @@ def _region(
     return PatchSpec(size=lengths, mode=REGION, origin=starts)
 
 
-def _check_stored(variable: Any, name: str, arrays: Mapping[str, zarr.Array], where: str) -> None:
+def _check_stored(
+    variable: Any, name: str, arrays: Mapping[str, zarr.Array], where: str, decode_cf: bool
+) -> None:
     encoding = variable.encoding
     if not all(key in encoding for key in _STORED):
         raise ValueError(
@@ -251,21 +270,15 @@ def _check_stored(variable: Any, name: str, arrays: Mapping[str, zarr.Array], wh
             f"as {stored}: the loader reads the stored order; do not transpose it (move axes "
             f"in your training step)"
         )
-    masked = [f"{key}={encoding[key]!r}" for key in _MASKED if _masks_values(encoding.get(key))]
-    if masked:
+    decoding = read_cf_decoding(name, arrays[name], decode_cf=decode_cf)
+    if np.dtype(variable.dtype) != np.dtype(decoding.decoded_dtype):
+        shown = "decoded" if decode_cf else "stored"
         raise ValueError(
-            f"the Dataset's variable {name!r} shows stored values equal to "
-            f"{' or '.join(masked)} as NaN (xarray masks them), the loader yields stored "
-            f"values; open the store with xr.open_zarr(..., mask_and_scale=False), or pass "
-            f"its URL"
-        )
-    packed = [key for key in _PACKED if key in encoding]
-    if packed or np.dtype(variable.dtype) != np.dtype(arrays[name].dtype):
-        raise ValueError(
-            f"the Dataset's variable {name!r} is {variable.dtype} but stored as "
-            f"{arrays[name].dtype}{' with ' + ', '.join(packed) if packed else ''}: xarray "
-            f"decodes it (a fill value or packing), the loader yields stored values; open "
-            f"the store with xr.open_zarr(..., mask_and_scale=False), or pass its URL"
+            f"the Dataset's variable {name!r} is {variable.dtype}, and its {shown} values "
+            f"are {decoding.decoded_dtype} (stored as {arrays[name].dtype}): it was cast or "
+            f"decoded with other options, which the loader cannot read in place; open the "
+            f"store with xr.open_zarr's default decoding (or mask_and_scale=False for "
+            f"stored values) and cast batches with build_loader(dtype=...)"
         )
 
 

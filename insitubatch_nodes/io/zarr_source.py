@@ -11,6 +11,7 @@ import numpy as np
 from zarr.abc.store import Store
 
 from insitubatch_nodes.core.batch_fields import SAMPLE_INDEX_KEY
+from insitubatch_nodes.core.cf_decoding import YIELDS_KEY, CFDecoding
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
 from insitubatch_nodes.core.date_manifest import make_date_manifest, time_differences
 from insitubatch_nodes.core.date_ranges import RangeLike, TimeAxis
@@ -19,6 +20,7 @@ from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.manifest import SplitManifest, make_manifest
 from insitubatch_nodes.core.unit_grid import grid_manifest
 from insitubatch_nodes.io.metadata.array_metadata import codec_summary, fill_value_text
+from insitubatch_nodes.io.metadata.cf_attributes import read_cf_decoding, zero_fill_warning
 from insitubatch_nodes.io.metadata.levels import LevelsLike, level_picks
 from insitubatch_nodes.io.metadata.time_axis import read_time_axis
 from insitubatch_nodes.io.metadata.zarr_layout import arrays_of, open_root_group, select_variables
@@ -90,6 +92,10 @@ class ZarrSource:
     codecs: Mapping[str, str] = field(default_factory=dict)  # per variable, by name
     fill_values: Mapping[str, str] = field(default_factory=dict)  # per variable, as text
     snapshot_id: str | None = None  # the Icechunk snapshot the store reads
+    # per variable, how its stored values become xarray's (`io.metadata.cf_attributes`)
+    decodings: Mapping[str, CFDecoding] = field(default_factory=dict)
+    # what the decoding may surprise a user with (a v2 fill_value of 0 masking zeros)
+    decoding_warnings: tuple[str, ...] = ()
     # values known to be secret (URL userinfo, signatures, options' keys): kept out of the
     # errors of later reads (the time coordinate), never in a repr or a state
     secrets: tuple[str, ...] = field(default=(), repr=False)
@@ -105,6 +111,8 @@ class ZarrSource:
         splits: Mapping[str, RangeLike] | None = None,
         levels: LevelsLike | None = None,
         spatial_dims: int = DEFAULT_SPATIAL_DIMS,
+        decode_cf: bool = True,
+        use_zarr_fill_value_as_mask: bool | None = None,
     ) -> ZarrSource:
         """Open `source`, pick the variables, and check (or make) the split manifest.
 
@@ -124,6 +132,9 @@ class ZarrSource:
             levels: level values to keep (`[500, 850]` for every variable with a level
                 axis, or variable -> values), found in the level coordinate (`io.metadata.levels`).
             spatial_dims: the trailing grid axes (the level axis lies before them).
+            decode_cf: decode values as `xr.open_zarr` does (masks, packing); False keeps
+                stored values (`mask_and_scale=False`).
+            use_zarr_fill_value_as_mask: as `xr.open_zarr` takes it; None picks by format.
         """
         if splits is not None and manifest is not None:
             raise ValueError(
@@ -171,8 +182,31 @@ class ZarrSource:
         codecs = {name: codec_summary(arrays[name]) for name in layouts}
         fills = {name: fill_value_text(arrays[name]) for name in layouts}
         snapshot = snapshot_id_of(store)
+        decodings = {
+            name: read_cf_decoding(
+                name,
+                arrays[name],
+                decode_cf=decode_cf,
+                use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
+            )
+            for name in layouts
+        }
+        warnings = (
+            zero_fill_warning(name, arrays[name], decodings[name], use_zarr_fill_value_as_mask)
+            for name in layouts
+        )
         return cls(
-            store, where, layouts, geometry, split_manifest, codecs, fills, snapshot, tuple(secrets)
+            store,
+            where,
+            layouts,
+            geometry,
+            split_manifest,
+            codecs,
+            fills,
+            snapshot,
+            decodings=decodings,
+            decoding_warnings=tuple(w for w in warnings if w is not None),
+            secrets=tuple(secrets),
         )
 
     def read_context(self, **settings: Any) -> ReadContext:
@@ -208,16 +242,20 @@ class ZarrSource:
         length = self.geometry.num_samples
         return read_time_axis(arrays, list(self.layouts), length, self.where, self.secrets)
 
-    def fingerprint(self, split: str, anchors: np.ndarray | None = None) -> dict[str, Any]:
-        """What a loader over `split` of this source reads (arrays, codecs, the split's
-        units, the Icechunk snapshot), as plain data for `ChunkPermuteNode(fingerprint=...)`:
-        a state saved on other data is then refused instead of resumed into other batches.
+    def fingerprint(
+        self, split: str, anchors: np.ndarray | None = None, cast: str | None = None
+    ) -> dict[str, Any]:
+        """What a loader over `split` of this source reads (arrays, codecs, how their
+        values are decoded, the split's units, the Icechunk snapshot), as plain data for
+        `ChunkPermuteNode(fingerprint=...)`: a state saved on other data or other values
+        is then refused instead of resumed into other batches.
 
         Args:
             split: the split the loader reads.
             anchors: the anchors it draws from (`AnchorSet.anchors`), recorded too when
                 given (a date boundary inside a unit, a stride or a gap rule changes them
                 and not the units).
+            cast: the dtype batches are cast to (`build_loader(dtype=...)`), or None.
         """
         return source_fingerprint(
             self.layouts,
@@ -227,4 +265,20 @@ class ZarrSource:
             self.split_units(split),
             self.snapshot_id,
             anchors,
+            self.decoding_records(cast),
         )
+
+    def decoding_records(self, cast: str | None = None) -> dict[str, dict[str, Any]]:
+        """Each variable's decoding as plain data (`CFDecoding.record`, with the dtype
+        batches are cast to), what fingerprints and statistics keep.
+
+        Args:
+            cast: the dtype batches are cast to, or None for the decoded dtype.
+        """
+        records = {}
+        for name, decoding in self.decodings.items():
+            record = decoding.record()
+            if cast is not None and cast != decoding.decoded_dtype:
+                record[YIELDS_KEY] = cast
+            records[name] = record
+        return records

@@ -2,25 +2,52 @@
 
 `cli.stats_pass.compute_stats` (or `insitubatch stats URL`) makes them; `NormaliseNode` uses
 them. The file records the split's units and unit length, so it can be told apart from
-statistics of another split.
+statistics of another split, and how each variable's values were decoded
+(`core.cf_decoding`), so that statistics of stored values are never used to normalise
+decoded ones (`decoding_differences`). The mean and std skip NaN (masked values); the
+NaNs are counted per channel.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from insitubatch_nodes.core.cf_decoding import (
+    DTYPE_KEY,
+    MASKED_KEY,
+    OFFSET_KEY,
+    SCALE_KEY,
+    UNSIGNED_KEY,
+    describe_record,
+)
 
 STATS_FORMAT = 1
 
 
 @dataclass(frozen=True)
 class ChannelStats:
-    """Mean and std per channel (`core.channels` names: `t2m`, `z[0]`, ...)."""
+    """Mean and std per channel (`core.channels` names: `t2m`, `z[0]`, ...).
+
+    Args:
+        split: the split they were computed over.
+        split_units: its units as [start, stop) runs.
+        unit_length: steps per unit.
+        spatial_dims: the trailing grid axes.
+        channels: variable -> its channel names.
+        mean: variable -> each channel's mean, NaN skipped.
+        std: variable -> each channel's standard deviation (ddof=0), NaN skipped.
+        count: variable -> values seen per channel, NaN included.
+        nan_count: variable -> NaNs per channel (none recorded: files made before NaN were
+            counted).
+        decoding: variable -> how its values were decoded (`CFDecoding.record`); None for
+            a file made before decoding was recorded.
+    """
 
     split: str
     split_units: list[list[int]]
@@ -30,6 +57,8 @@ class ChannelStats:
     mean: Mapping[str, list[float]]
     std: Mapping[str, list[float]]
     count: Mapping[str, int]
+    nan_count: Mapping[str, list[int]] = field(default_factory=dict)
+    decoding: Mapping[str, Mapping[str, Any]] | None = None
 
     def vectors(self, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Mean and std (float32) for channels `names`, in that order."""
@@ -62,6 +91,8 @@ class ChannelStats:
                     "mean": list(self.mean[v]),
                     "std": list(self.std[v]),
                     "count": self.count[v],
+                    **({"nan_count": list(self.nan_count[v])} if v in self.nan_count else {}),
+                    **({} if self.decoding is None else {"decoding": dict(self.decoding[v])}),
                 }
                 for v in self.channels
             },
@@ -91,7 +122,47 @@ class ChannelStats:
             mean={v: [float(x) for x in d["mean"]] for v, d in variables.items()},
             std={v: [float(x) for x in d["std"]] for v, d in variables.items()},
             count={v: int(d["count"]) for v, d in variables.items()},
+            nan_count={
+                v: [int(x) for x in d["nan_count"]]
+                for v, d in variables.items()
+                if "nan_count" in d
+            },
+            decoding=(
+                {v: dict(d["decoding"]) for v, d in variables.items()}
+                if all("decoding" in d for d in variables.values())
+                else None
+            ),
         )
+
+    def decoding_differences(self, decodings: Mapping[str, Mapping[str, Any]]) -> list[str]:
+        """How the values these statistics were computed on were decoded otherwise than
+        a loader's (one sentence per variable); empty when they fit.
+
+        Args:
+            decodings: the loader's decoding record per variable
+                (`ZarrSource.decoding_records`); variables the statistics lack are not
+                judged here (`vectors` names them).
+        """
+        found = []
+        for variable, current in sorted(decodings.items()):
+            if variable not in self.channels:
+                continue
+            current = {k: v for k, v in current.items() if k in _VALUE_KEYS}
+            if self.decoding is None:
+                if set(current) != {DTYPE_KEY}:
+                    found.append(
+                        f"{variable!r}: the statistics were computed on stored values (made "
+                        f"before the loader decoded CF attributes), batches are now "
+                        f"{describe_record(current)}"
+                    )
+                continue
+            saved = {k: v for k, v in self.decoding[variable].items() if k in _VALUE_KEYS}
+            if saved != current:
+                found.append(
+                    f"{variable!r}: the statistics were computed on "
+                    f"{describe_record(saved)}, batches are {describe_record(current)}"
+                )
+        return found
 
     @classmethod
     def load(cls, path: str | Path) -> ChannelStats:
@@ -99,6 +170,10 @@ class ChannelStats:
 
 
 StatsLike = ChannelStats | str | Path
+
+# what decides the values statistics are computed on (the dtype batches are cast to
+# does not: they are computed in float64)
+_VALUE_KEYS = frozenset({DTYPE_KEY, UNSIGNED_KEY, MASKED_KEY, SCALE_KEY, OFFSET_KEY})
 
 
 def load_stats(stats: StatsLike) -> ChannelStats:

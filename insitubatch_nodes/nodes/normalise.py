@@ -3,7 +3,9 @@
 Put after `PinToDeviceNode`, so on a GPU the arithmetic runs there (and the host-to-device
 copy moves the stored dtype, e.g. float16, not float32). The mean/std vectors are moved to
 each device once and cached. Stateless, so resume stays exact. Channels with zero spread
-are divided by 1 instead of 0.
+are divided by 1 instead of 0. NaN (values xarray masks) stays NaN unless `fill_nan` gives
+the value it becomes after normalising (0.0: the channel's mean), since most models
+cannot take NaN.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class NormaliseNode(BaseNode[dict[str, torch.Tensor]]):
         channel_order: batch key -> its channel names (`core.channels.batch_channels`, or
             `StackChannelsNode.channel_order`); keys not listed pass through.
         spatial_dims: the trailing grid axes of each variable (an int >= 0).
+        fill_nan: the value NaN becomes after normalising, or None to keep NaN.
     """
 
     STATE_NAME = state_names.NORMALISE
@@ -42,9 +45,11 @@ class NormaliseNode(BaseNode[dict[str, torch.Tensor]]):
         channel_order: Mapping[str, Sequence[str]],
         *,
         spatial_dims: int = DEFAULT_SPATIAL_DIMS,
+        fill_nan: float | None = None,
     ) -> None:
         super().__init__()
         self.source = source
+        self.fill_nan = None if fill_nan is None else float(fill_nan)
         spatial_dims = as_int("spatial_dims", spatial_dims, minimum=0)
         loaded = load_stats(stats)
         self._host: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -76,7 +81,12 @@ class NormaliseNode(BaseNode[dict[str, torch.Tensor]]):
         for key in self._host:
             tensor = batch[key]
             mean, std = self._vectors(key, tensor.device)
-            out[key] = (tensor.to(torch.float32) - mean) / std
+            normalised = (tensor.to(torch.float32) - mean) / std
+            if self.fill_nan is not None:
+                normalised = torch.nan_to_num(
+                    normalised, nan=self.fill_nan, posinf=float("inf"), neginf=float("-inf")
+                )
+            out[key] = normalised
         return out
 
     def get_state(self) -> dict[str, Any]:

@@ -1,0 +1,121 @@
+"""CFDecodeNode: stored values -> the values `xr.open_zarr` shows (`core.cf_decoding`).
+
+A stage of its own, out of the read path: blocks, the pool and the gather hold the stored
+dtype (a packed int16 store costs half a float32 one), and the values are decoded once
+per batch, one vectorised pass per field. Where it sits is the builder's choice
+(`builder.wire_loader`): after the device copy when batches cross unstacked (int16
+crosses at half the bytes, and the arithmetic runs on the device), before
+`StackChannelsNode` when stacking (variables of different stored dtypes and decodings
+cannot share one tensor before they are decoded), before `NormaliseNode` always.
+
+It takes either a host `Batch` of numpy arrays (before stacking: it gives one back, of
+numpy arrays), a `Batch` of device tensors (`decode="gpu"`), or the device node's dict of
+tensors, and decodes each field with torch, in place of the field.
+
+Decoding is computed in the decoded dtype (float64 for packed Zarr, as xarray does: mask,
+then multiply, then add), then cast to `dtype` when one is given, so that a batch equals
+`xr.open_zarr(p)[v].astype(dtype)` bit for bit on the CPU.
+
+It keeps no state: its `state_dict` is its source's, so a graph with or without it saves
+the same state. What it decodes is in the state's fingerprint instead (the permutation
+node checks it), so a state saved on other values is refused by name there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torchdata.nodes import BaseNode
+
+from insitubatch_nodes.core.cf_decoding import CFDecoding
+from insitubatch_nodes.nodes.items import Batch
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a numpy dtype name (or `bfloat16`).
+
+    Args:
+        name: a dtype name such as `"float32"`, `"uint16"` or `"bfloat16"`.
+    """
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"torch has no dtype {name!r}")
+    return dtype
+
+
+def decode_tensor(stored: torch.Tensor, decoding: CFDecoding, cast: str | None) -> torch.Tensor:
+    """`stored` decoded (see the module), as a new tensor on its device.
+
+    Args:
+        stored: a field's stored values, of `decoding.stored_dtype`.
+        decoding: how this field's variable is decoded.
+        cast: the dtype to cast the decoded values to, or None to keep theirs.
+    """
+    values = stored
+    if decoding.unsigned_as is not None:  # the same bits, read with the other sign
+        values = values.view(torch_dtype(decoding.unsigned_as))
+    mask = None
+    for masked in decoding.masked:
+        hit = values == masked
+        mask = hit if mask is None else mask | hit
+    decoded = values.to(torch_dtype(decoding.decoded_dtype))
+    if decoded is values and (decoding.scale_factor is not None or mask is not None):
+        decoded = decoded.clone()  # the stored buffer may be reused: never write into it
+    if decoding.scale_factor is not None:
+        decoded = decoded * decoding.scale_factor
+    if decoding.add_offset is not None:
+        decoded = decoded + decoding.add_offset
+    if mask is not None:
+        decoded = decoded.masked_fill(mask, float("nan"))
+    if cast is not None:
+        decoded = decoded.to(torch_dtype(cast))
+    return decoded
+
+
+class CFDecodeNode(BaseNode[Any]):
+    """Each variable's stored values decoded as `xr.open_zarr` decodes them (see the
+    module).
+
+    Args:
+        source: batches: `GatherNode`'s (before stacking) or `PinToDeviceNode`'s.
+        decodings: batch key -> how its values are decoded (`ZarrSource.decodings`, by
+            batch key); keys not listed pass through.
+        dtype: a float dtype name (`core.cf_decoding.CAST_DTYPES`) every listed field is
+            cast to after decoding, or None for the decoded dtype.
+    """
+
+    def __init__(
+        self,
+        source: BaseNode[Any],
+        decodings: Mapping[str, CFDecoding],
+        *,
+        dtype: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.source = source
+        self.dtype = dtype
+        self.decodings = {
+            key: decoding
+            for key, decoding in decodings.items()
+            if decoding.changes_values or (dtype is not None and dtype != decoding.decoded_dtype)
+        }
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        self.source.reset(initial_state)  # no state of its own: its source's, as it is
+
+    def next(self) -> Any:
+        batch = next(self.source)
+        on_host = isinstance(batch, Batch) and batch.device is None
+        for key, decoding in self.decodings.items():
+            field = batch[key]
+            stored = torch.from_numpy(np.ascontiguousarray(field)) if on_host else field
+            decoded = decode_tensor(stored, decoding, self.dtype)
+            batch[key] = decoded.numpy() if on_host else decoded
+        return batch
+
+    def get_state(self) -> dict[str, Any]:
+        return self.source.state_dict()
