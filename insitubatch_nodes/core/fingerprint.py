@@ -84,13 +84,22 @@ def source_fingerprint(
                 "pick": None
                 if layout.pick is None
                 else [layout.pick.axis, list(layout.pick.batch_indices)],
-                **({} if decodings is None else {DECODING_KEY: dict(decodings[name])}),
+                **_decoding_entry(None if decodings is None else decodings[name], layout.dtype),
             }
             for name, layout in sorted(layouts.items())
         },
         "split": split,
         "snapshot_id": snapshot_id,
     }
+
+
+def _decoding_entry(record: Mapping[str, Any] | None, stored_dtype: str) -> dict[str, Any]:
+    """The fingerprint's decoding entry of an array: none when batches hold its stored
+    values (the fingerprint releases before decoding wrote, so their states still fit)."""
+    native = str(np.dtype(stored_dtype).newbyteorder("="))
+    if record is None or dict(record) == {DTYPE_KEY: native}:
+        return {}
+    return {DECODING_KEY: dict(record)}
 
 
 def _shown(value: Any) -> str:
@@ -130,27 +139,22 @@ def _array_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> 
 def _decoding_differences(
     name: str, before: Mapping[str, Any], now: Mapping[str, Any]
 ) -> list[str]:
-    """How array `name`'s decoding differs. A state saved before decoding was recorded
-    (when batches were stored values) still fits where decoding changes nothing."""
-    current = now.get(DECODING_KEY)
-    if current is None:
+    """How array `name`'s decoding differs. An array whose batches are its stored values
+    records none (so states of such arrays are those releases before decoding saved)."""
+    saved, current = before.get(DECODING_KEY), now.get(DECODING_KEY)
+    if saved == current:
         return []
-    saved = before.get(DECODING_KEY)
-    if saved is None:
-        if set(current) == {DTYPE_KEY} and current[DTYPE_KEY] == before.get("dtype"):
-            return []  # stored values then and now
-        return [
-            f"array {name!r} was read as stored values when the state was saved (a release "
-            f"that did not decode CF attributes), now {describe_record(current)}; pass "
-            f"decode_cf=False to resume it, or start a new run"
-        ]
-    if saved != current:
-        return [
-            f"array {name!r} was {describe_record(saved)} when the state was saved, now "
-            f"{describe_record(current)}; rebuild the loader with the saved decoding "
-            f"(decode_cf=, use_zarr_fill_value_as_mask=, dtype=)"
-        ]
-    return []
+    return [
+        f"array {name!r} was {_decoding_text(saved)} when the state was saved, now "
+        f"{_decoding_text(current)}; rebuild the loader with the decoding it was saved with "
+        f"(decode_cf=, use_zarr_fill_value_as_mask=, dtype=), or start a new run"
+    ]
+
+
+def _decoding_text(record: Mapping[str, Any] | None) -> str:
+    if record is None:
+        return "read as stored values (decode_cf=False, or a release before CF decoding)"
+    return describe_record(record)
 
 
 def _split_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
