@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from insitubatch_nodes.builder.loader_choices import LoaderChoices, choose_loader_settings
@@ -24,6 +24,7 @@ from insitubatch_nodes.builder.placement import Placement
 from insitubatch_nodes.builder.split_anchors import SplitPlan, plan_split
 from insitubatch_nodes.core.cf_decoding import CFDecoding, promoted_dtype, stored_values
 from insitubatch_nodes.core.channels import batch_channels, stacked_groups
+from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.rank_shares import RankShares, check_full_batch, rank_shares
 from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.io.cache.chunk_cache import CacheSpec
@@ -89,6 +90,11 @@ class LoaderPlan:
             key: stored_values(promoted_dtype(self.decodings_of(variables)))
             for key, variables in groups.items()
         }
+
+    def decoded_layouts(self) -> dict[str, VariableLayout]:
+        """The source's layouts with the dtype of their decoded values: what stacking
+        sees (decoding comes before it)."""
+        return decoded_layouts(self.source)
 
     def decodings_of(self, variables: list[str]) -> list[str]:
         """The decoded dtypes of `variables`, in order.
@@ -184,7 +190,10 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
     if settings.normalise is not None:
         _check_stats_decoding(settings.normalise, opened)
         channel_order = batch_channels(
-            opened.layouts, spec, stacked=settings.stack, spatial_dims=settings.spatial_dims
+            decoded_layouts(opened),
+            spec,
+            stacked=settings.stack,
+            spatial_dims=settings.spatial_dims,
         )
     return LoaderPlan(
         settings=settings,
@@ -198,6 +207,18 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         channel_order=channel_order,
         decodings=field_decodings(opened.decodings, spec),
     )
+
+
+def decoded_layouts(source: ZarrSource) -> dict[str, VariableLayout]:
+    """`source`'s layouts with the dtype of their decoded values.
+
+    Args:
+        source: the opened source.
+    """
+    return {
+        name: replace(layout, dtype=source.decodings[name].decoded_dtype)
+        for name, layout in source.layouts.items()
+    }
 
 
 def field_decodings(

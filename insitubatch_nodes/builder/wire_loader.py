@@ -117,7 +117,7 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
         node = CFDecodeNode(node, plan.decodings, dtype=host_cast)
         node = StackChannelsNode(
             node,
-            plan.source.layouts,
+            plan.decoded_layouts(),
             plan.samples.time.spec,
             spatial_dims=settings.spatial_dims,
             pin_memory=plan.pinned_by == PINNED_BY_STACK,

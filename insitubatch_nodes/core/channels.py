@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.sample_spec import SampleSpec
 
@@ -107,7 +109,8 @@ def check_stackable(
                 + f" (the last spatial_dims={spatial_dims} axes); put them in separate groups"
             )
         dtypes = {layouts[v].dtype for v in variables}
-        if len(dtypes) > 1:
+        # floats stack in the widest of them (decoded values: float32 beside float64)
+        if len(dtypes) > 1 and not all(np.dtype(d).kind == "f" for d in dtypes):
             raise ValueError(
                 f"cannot stack {key!r}: its variables have different dtypes {sorted(dtypes)}; "
                 f"stack variables of one dtype or normalise them separately"
