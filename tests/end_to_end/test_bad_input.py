@@ -18,7 +18,14 @@ import pytest
 import xarray as xr
 import zarr
 
-from insitubatch_nodes import ZarrSource, build_loader, make_manifest, open_icechunk
+from insitubatch_nodes import (
+    ZarrSource,
+    build_loader,
+    compute_stats,
+    make_manifest,
+    open_icechunk,
+)
+from tests.helpers.cf_stores import write_attributes
 from tests.helpers.paths import REPO
 from tests.helpers.stores import write_store
 from tests.helpers.time_stores import calendar_times, hourly, write_calendar
@@ -510,6 +517,49 @@ def _unreachable_url_with_a_password(ctx: Context) -> None:
     build_loader(url, storage_options=options)
 
 
+def _cf_store(ctx: Context, attributes: dict[str, Any], dtype: str = "int16") -> str:
+    """A store whose array `t2m` holds packed values with `attributes`."""
+    stored = (np.arange(24 * 6) % 50).astype(dtype).reshape(24, 2, 3)
+    return write_attributes(
+        ctx.tmp_path / "era5.zarr", stored, attributes, zarr_format=3, fill_value=0, name="t2m"
+    )
+
+
+def _state_saved_on_stored_values(ctx: Context) -> None:
+    url = _cf_store(ctx, {"_FillValue": -32767, "scale_factor": 0.01, "add_offset": 273.15})
+    before = build_loader(url, ["t2m"], batch_size=4, decode_cf=False, device="cpu")
+    next(iter(before))
+    loader = build_loader(url, ["t2m"], batch_size=4, device="cpu")
+    loader.load_state_dict(before.state_dict())
+    next(iter(loader))
+
+
+def _stats_of_stored_values(ctx: Context) -> None:
+    url = _cf_store(ctx, {"_FillValue": -32767, "scale_factor": 0.01, "add_offset": 273.15})
+    stats = compute_stats(url, ["t2m"], decode_cf=False)
+    build_loader(url, ["t2m"], normalise=stats)
+
+
+def _cast_to_integers(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    build_loader(url, dtype="int32")
+
+
+def _fill_nan_without_normalise(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    build_loader(url, fill_nan=0.0)
+
+
+def _scale_factor_as_text(ctx: Context) -> None:
+    url = _cf_store(ctx, {"scale_factor": "0.01"})
+    build_loader(url, ["t2m"])
+
+
+def _masked_integers(ctx: Context) -> None:
+    url = _cf_store(ctx, {"_FillValue": -32767, "scale_factor": 2})
+    build_loader(url, ["t2m"])
+
+
 CASES = {
     "a URL with a scheme we do not read": _unsupported_scheme,
     "a local path that does not exist": _missing_local_path,
@@ -554,6 +604,14 @@ CASES = {
     "a URL with credentials in it": _credentials_in_a_url,
     "a signed URL with no Zarr group": _signed_url_with_no_group,
     "a URL with a password whose server does not answer": _unreachable_url_with_a_password,
+    "a loader state saved on stored values, loaded where values are decoded": (
+        _state_saved_on_stored_values
+    ),
+    "statistics of other values than the batches": _stats_of_stored_values,
+    "a dtype to cast batches to that is not a float": _cast_to_integers,
+    "fill_nan without normalise": _fill_nan_without_normalise,
+    "a packing attribute that is not a number": _scale_factor_as_text,
+    "masked values whose packing keeps integers": _masked_integers,
 }
 
 

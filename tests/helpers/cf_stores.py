@@ -101,8 +101,9 @@ def write_encoded(
         coords={"time": hourly("2000-01-01", STEPS)},
     )
     encoding = {**encoding, "chunks": (steps_per_chunk, *SHAPE[1:])}
-    with warnings.catch_warnings():  # packing without a fill: the values hold no NaN
-        warnings.filterwarnings("ignore", "saving variable", category=UserWarning)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "saving variable")  # packed without a fill: no NaN
+        warnings.filterwarnings("ignore", "Consolidated metadata")  # v3: zarr's own note
         ds.to_zarr(
             str(path), zarr_format=zarr_format, encoding={"v": encoding}, consolidated=consolidated
         )
@@ -117,8 +118,9 @@ def write_attributes(
     zarr_format: int,
     fill_value: Any = None,
     named: bool = True,
+    name: str = "v",
 ) -> str:
-    """`stored` (time first) written by zarr-python as array `v`, with `attributes` as
+    """`stored` (time first) written by zarr-python as array `name`, with `attributes` as
     its attributes, and a CF time coordinate; its URL.
 
     Args:
@@ -129,6 +131,7 @@ def write_attributes(
         fill_value: the array's zarr `fill_value` (None: zarr-python's default).
         named: whether the array names its dimensions (`_ARRAY_DIMENSIONS` in v2,
             `dimension_names` in v3); xarray opens only stores whose arrays do.
+        name: the array's name.
     """
     group = zarr.open_group(str(path), mode="w", zarr_format=zarr_format)
     dims = ("time", "lat", "lon")[: stored.ndim]
@@ -136,7 +139,7 @@ def write_attributes(
     if named and zarr_format == 3:
         naming["dimension_names"] = dims
     array = group.create_array(
-        "v",
+        name,
         shape=stored.shape,
         chunks=(4, *stored.shape[1:]),
         dtype=stored.dtype,

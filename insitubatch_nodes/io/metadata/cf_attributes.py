@@ -93,14 +93,16 @@ def read_cf_decoding(
     if MISSING_VALUE in attributes:
         missing = _numbers(name, MISSING_VALUE, attributes[MISSING_VALUE])
     unsigned = attributes.get(UNSIGNED)
+    scale_factor = _packing(name, SCALE_FACTOR, attributes)
+    add_offset = _packing(name, ADD_OFFSET, attributes)
     try:
         return cf_decoding(
             dtype,
             fill_values=fills,
             missing_values=missing,
             unsigned=str(unsigned) if unsigned is not None else None,
-            scale_factor=_packing(name, SCALE_FACTOR, attributes),
-            add_offset=_packing(name, ADD_OFFSET, attributes),
+            scale_factor=scale_factor,
+            add_offset=add_offset,
         )
     except ValueError as err:
         raise ValueError(
