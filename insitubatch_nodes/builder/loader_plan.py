@@ -24,6 +24,7 @@ from insitubatch_nodes.builder.placement import Placement
 from insitubatch_nodes.builder.split_anchors import SplitPlan, plan_split
 from insitubatch_nodes.core.cf_decoding import CFDecoding, promoted_dtype, stored_values
 from insitubatch_nodes.core.channels import batch_channels, stacked_groups
+from insitubatch_nodes.core.fingerprint import CHANNELS_KEY
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.rank_shares import RankShares, check_full_batch, rank_shares
 from insitubatch_nodes.core.sample_spec import SampleSpec
@@ -156,6 +157,14 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
     )
     anchors, spec = samples.anchors, samples.time.spec
     fingerprint = opened.fingerprint(settings.split, anchors.anchors, cast=settings.dtype)
+    if settings.stack or any(layout.pick is not None for layout in opened.layouts.values()):
+        # the order of the channels, which neither the arrays nor the picks record
+        fingerprint[CHANNELS_KEY] = batch_channels(
+            decoded_layouts(opened),
+            spec,
+            stacked=settings.stack,
+            spatial_dims=settings.spatial_dims,
+        )
     shares = rank_shares(
         anchors,
         anchors.units,

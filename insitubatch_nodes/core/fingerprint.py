@@ -10,6 +10,8 @@ digest), the Icechunk snapshot when there is one, and how each array's values ar
 (`core.cf_decoding`: masks, packing, the dtype batches are cast to), since the same bytes
 decoded otherwise are other batches. It holds no URL and no storage options (those may
 carry secrets, and a store copied to another bucket is still the same data).
+Where stacking or levels order a batch's channels, the loader adds their order
+(`CHANNELS_KEY`): the same arrays stacked in another variable order are other batches.
 `fingerprint_differences` says in words how two fingerprints differ.
 """
 
@@ -26,6 +28,7 @@ from insitubatch_nodes.core.geometry import VariableLayout
 
 DIGEST_LENGTH = 16
 DECODING_KEY = "decoding"
+CHANNELS_KEY = "channels"  # batch key -> its channel names, where stacking or levels order them
 
 
 def digest(text: str | bytes) -> str:
@@ -209,6 +212,13 @@ def fingerprint_differences(saved: Any, current: Mapping[str, Any]) -> list[str]
             "a loader writes)"
         ]
     found = _array_differences(saved["arrays"], current["arrays"])
+    before_channels, now_channels = saved.get(CHANNELS_KEY), current.get(CHANNELS_KEY)
+    if before_channels is not None and now_channels is not None and before_channels != now_channels:
+        found.append(
+            f"batches held the channels {before_channels} when the state was saved, now "
+            f"{now_channels} (another variable or level order); rebuild the loader with the "
+            f"variables and levels in the order it was saved with"
+        )
     found += _split_differences(saved["split"], current["split"])
     before, now = saved.get("snapshot_id"), current.get("snapshot_id")
     if before != now:

@@ -205,3 +205,23 @@ def test_statistics_of_other_values_are_refused(tmp_path: Path) -> None:
         _loader(url, normalise=ib.ChannelStats.from_json(old))
     with pytest.raises(ValueError, match=r"fill_nan=0.0 replaces NaN after normalising"):
         _loader(url, fill_nan=0.0)
+
+
+def test_a_state_of_stacked_channels_in_another_order_is_refused(tmp_path: Path) -> None:
+    packed = write_encoded(tmp_path / "p.zarr", "int16_packed_fill", zarr_format=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pair = xr.merge([xr.open_zarr(packed).rename(v="a"), xr.open_zarr(packed).rename(v="b")])
+        url = str(tmp_path / "pair.zarr")
+        pair.to_zarr(url, zarr_format=3, consolidated=False)
+    settings = {"split": "train", "batch_size": 5, "device": "cpu", "stack": True}
+    first = ib.build_loader(url, ["a", "b"], **settings)
+    next(iter(first))
+    state = torch_roundtrip(first.state_dict())
+    swapped = ib.build_loader(url, ["b", "a"], **settings)
+    swapped.load_state_dict(state)
+    with pytest.raises(ValueError, match=r"batches held the channels \{'fields': \['a', 'b'\]\}"):
+        next(iter(swapped))
+    same = ib.build_loader(url, ["a", "b"], **settings)
+    same.load_state_dict(state)
+    next(iter(same))
