@@ -87,6 +87,12 @@ def format_report(report: StoreReport) -> str:
         if a.read_through_zarr is not None
     ]
     lines += [
+        f"  {name}: batches hold its values {text}"
+        for name, text in report.decoding.items()
+        if not text.startswith("stored values")
+    ]
+    lines += [f"  warning: {warning}" for warning in report.warnings]
+    lines += [
         "",
         "bytes per chunk (stored: measured on the sampled chunks, mean (min .. max); "
         "ratio: decoded / stored)",

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ import zarr
 
 from insitubatch_nodes.builder.time_selection import Duration
 from insitubatch_nodes.cli.defaults_report import LoaderDefaults, loader_defaults
+from insitubatch_nodes.core.cf_decoding import describe_record
 from insitubatch_nodes.core.cf_time import dates_text, step_text
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.sample_spec import SampleSpec, leads, window
@@ -127,6 +128,10 @@ class StoreReport:
         others: the group's other arrays, by name, with their shapes.
         time: the time coordinate, or None when the group has none.
         loader: the defaults `build_loader` would choose.
+        decoding: each selected array's values as batches hold them (decoded as
+            `xr.open_zarr` decodes them), in words.
+        warnings: what the decoding may surprise a user with (a Zarr v2 `fill_value` of 0
+            that masks every stored 0), as the loader logs it.
     """
 
     store: str
@@ -135,6 +140,8 @@ class StoreReport:
     others: Mapping[str, tuple[int, ...]]
     time: TimeReport | None
     loader: LoaderDefaults
+    decoding: Mapping[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON data (tuples as lists, the memory plan as a dict)."""
@@ -228,7 +235,17 @@ def inspect_store(
         stride=stride,
         frequency=frequency,
     )
-    return StoreReport(opened.where, group.metadata.zarr_format, reports, others, time, loader)
+    decoding = {name: describe_record(r) for name, r in opened.decoding_records().items()}
+    return StoreReport(
+        opened.where,
+        group.metadata.zarr_format,
+        reports,
+        others,
+        time,
+        loader,
+        decoding,
+        opened.decoding_warnings,
+    )
 
 
 def _spec(variables: list[str], window_steps: int, lead_steps: int) -> SampleSpec | None:

@@ -797,3 +797,21 @@ def test_an_array_zarr_decodes_is_named_with_the_reason(
     assert "fast: read through zarr" not in out
     if zarr_format == 2:
         assert "bz2(level=1)" in out  # the settings of a codec zarr decodes, as before
+
+
+def test_inspect_says_how_values_are_decoded_and_warns_of_a_v2_zero_fill(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.helpers.cf_stores import write_attributes
+
+    stored = (np.arange(24 * 4) % 7).astype("int16").reshape(24, 2, 2)
+    attributes = {"scale_factor": 0.5, "add_offset": 10.0}
+    url = write_attributes(tmp_path / "s.zarr", stored, attributes, zarr_format=2, fill_value=0)
+    report = inspect_json(capsys, url, "--device", "cpu")
+    assert report["decoding"]["v"] == "decoded (0 -> NaN, * 0.5, + 10.0) as float64"
+    (warning,) = report["warnings"]
+    assert "fill_value is 0" in warning
+    code, out, _ = inspect(capsys, url, "--device", "cpu")
+    assert code == 0
+    assert "v: batches hold its values decoded (0 -> NaN, * 0.5, + 10.0) as float64" in out
+    assert "warning: variable 'v' is a Zarr v2 array whose fill_value is 0" in out
