@@ -20,6 +20,7 @@ from insitubatch_nodes.io.stores.open_store import forget_memory_store, memory_s
 from insitubatch_nodes.io.zarr_source import ZarrSource
 from insitubatch_nodes.loader.loader import Loader
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
+from insitubatch_nodes.nodes.cf_decode import CFDecodeNode
 from insitubatch_nodes.nodes.channel_stats import ChannelStats, stats_path
 from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
 from insitubatch_nodes.nodes.gather import GatherNode
@@ -37,6 +38,7 @@ __all__ = [
     "AnchorSet",
     "AsyncFetchNode",
     "Batch",
+    "CFDecodeNode",
     "CacheSpec",
     "ChannelStats",
     "ChunkPermuteNode",
