@@ -300,6 +300,35 @@ def _representable(values: Iterable[Number], dtype: np.dtype[Any]) -> tuple[Numb
     return tuple(sorted(kept))
 
 
+def decode_values(stored: np.ndarray, decoding: CFDecoding, cast: str | None = None) -> np.ndarray:
+    """`stored` decoded as xarray decodes it, as a new array: masked in the stored type,
+    then widened to the decoded dtype, multiplied, added to, and cast to `cast` (one pass
+    per step over the batch; never written into `stored`, whose buffer may be reused).
+
+    Args:
+        stored: a field's stored values, of `decoding.stored_dtype`.
+        decoding: how its variable is decoded.
+        cast: a numpy float dtype's name to cast the decoded values to, or None.
+    """
+    values = stored
+    if decoding.unsigned_as is not None:  # the same bits, read with the other sign
+        values = values.view(decoding.unsigned_as)
+    mask = None
+    for masked in decoding.masked:
+        hit = values == masked
+        mask = hit if mask is None else np.logical_or(mask, hit, out=mask)
+    decoded = values.astype(decoding.decoded_dtype)  # a copy, whatever the dtype
+    if decoding.scale_factor is not None:
+        np.multiply(decoded, decoding.scale_factor, out=decoded)
+    if decoding.add_offset is not None:
+        np.add(decoded, decoding.add_offset, out=decoded)
+    if mask is not None:
+        np.copyto(decoded, np.nan, where=mask)
+    if cast is not None and cast != decoding.decoded_dtype:
+        decoded = decoded.astype(cast)
+    return decoded
+
+
 def check_cast_dtype(dtype: str | None) -> str | None:
     """`dtype` if batches may be cast to it (a float, `CAST_DTYPES`), else an error naming
     them.

@@ -10,7 +10,9 @@ cannot share one tensor before they are decoded), before `NormaliseNode` always.
 
 It takes either a host `Batch` of numpy arrays (before stacking: it gives one back, of
 numpy arrays), a `Batch` of device tensors (`decode="gpu"`), or the device node's dict of
-tensors, and decodes each field with torch, in place of the field.
+tensors, and replaces each field by its decoded values: with numpy where the values are
+on the host (`core.cf_decoding.decode_values`; torch's CPU ops would wake a thread pool
+per step, which costs ten times the arithmetic on a busy host), with torch on a device.
 
 Decoding is computed in the decoded dtype (float64 for packed Zarr, as xarray does: mask,
 then multiply, then add), then cast to `dtype` when one is given, so that a batch equals
@@ -26,12 +28,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
-from insitubatch_nodes.core.cf_decoding import CFDecoding
+from insitubatch_nodes.core.cf_decoding import CFDecoding, decode_values
 from insitubatch_nodes.nodes.items import Batch
+
+NO_NUMPY_DTYPE = "bfloat16"  # the one cast numpy cannot hold
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -109,13 +112,31 @@ class CFDecodeNode(BaseNode[Any]):
 
     def next(self) -> Any:
         batch = next(self.source)
-        on_host = isinstance(batch, Batch) and batch.device is None
+        numpy_fields = isinstance(batch, Batch) and batch.device is None
         for key, decoding in self.decodings.items():
             field = batch[key]
-            stored = torch.from_numpy(np.ascontiguousarray(field)) if on_host else field
-            decoded = decode_tensor(stored, decoding, self.dtype)
-            batch[key] = decoded.numpy() if on_host else decoded
+            if numpy_fields:
+                batch[key] = self._decoded_on_host(field, decoding)
+            elif field.device.type == "cpu":  # numpy's loops: no thread pool to wake
+                batch[key] = self._decoded_on_host(field.numpy(), decoding, as_tensor=True)
+            else:
+                batch[key] = decode_tensor(field, decoding, self.dtype)
         return batch
+
+    def _decoded_on_host(self, stored: Any, decoding: CFDecoding, as_tensor: bool = False) -> Any:
+        """`stored` (numpy) decoded by `core.cf_decoding.decode_values`; a tensor when
+        asked for or when cast to a dtype numpy has none of (`bfloat16`)."""
+        numpy_cast = None if self.dtype == NO_NUMPY_DTYPE else self.dtype
+        decoded = decode_values(stored, decoding, numpy_cast)
+        if numpy_cast == self.dtype and not as_tensor:
+            return decoded
+        if not as_tensor:
+            raise ValueError(
+                f"CFDecodeNode(dtype={self.dtype!r}) before the device copy: numpy holds no "
+                f"{self.dtype}; put the node after PinToDeviceNode, where batches are tensors"
+            )
+        tensor = torch.from_numpy(decoded)
+        return tensor if numpy_cast == self.dtype else tensor.to(torch_dtype(self.dtype))
 
     def get_state(self) -> dict[str, Any]:
         return self.source.state_dict()

@@ -15,7 +15,7 @@ import zarr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from insitubatch_nodes.core.cf_decoding import cf_decoding, check_cast_dtype
+from insitubatch_nodes.core.cf_decoding import cf_decoding, check_cast_dtype, decode_values
 from insitubatch_nodes.io.metadata.cf_attributes import read_cf_decoding, zero_fill_warning
 from insitubatch_nodes.nodes.cf_decode import CFDecodeNode, decode_tensor
 from insitubatch_nodes.nodes.items import Batch
@@ -43,8 +43,12 @@ def _xarray_with_fill_mask(url: str, use_zarr_fill_value_as_mask: bool | None) -
 def _decoded(url: str, **options: Any) -> np.ndarray:
     array = zarr.open_group(url, mode="r")["v"]
     decoding = read_cf_decoding("v", array, **options)
-    stored = torch.from_numpy(np.ascontiguousarray(array[...]))
-    return decode_tensor(stored, decoding, None).numpy()
+    stored = np.ascontiguousarray(array[...])
+    on_host = decode_values(stored, decoding)  # numpy, where batches are on the host
+    on_device = decode_tensor(torch.from_numpy(stored), decoding, None).numpy()  # torch
+    assert on_device.dtype == on_host.dtype
+    assert np.array_equal(on_device, on_host, equal_nan=True)
+    return on_host
 
 
 def _same(got: np.ndarray, expected: np.ndarray) -> None:
