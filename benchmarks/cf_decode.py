@@ -34,6 +34,7 @@ PACKING = {"dtype": "int16", "scale_factor": 0.002, "add_offset": 273.15, "_Fill
 CONFIGS = (  # (label, store, build_loader settings)
     ("int16, decode on", "int16", {}),
     ("int16, decode_cf=False", "int16", {"decode_cf": False}),
+    ("int16, decode on, dtype=float32", "int16", {"dtype": "float32"}),
     ("float32 store", "float32", {}),
 )
 

@@ -83,14 +83,17 @@ class LoaderPlan:
         """Where the loader's work runs (`settings.placement`)."""
         return self.settings.placement
 
-    def stacked_decodings(self) -> dict[str, CFDecoding]:
-        """Each stacked tensor's values as they are (decoded before the stack), in the
-        dtype the stack gives them: what a cast after the stack starts from."""
-        groups = stacked_groups(self.source.layouts, self.samples.time.spec)
-        return {
-            key: stored_values(promoted_dtype(self.decodings_of(variables)))
-            for key, variables in groups.items()
-        }
+    def cast_decodings(self) -> dict[str, CFDecoding]:
+        """Each batch field's values as they are (decoded already), in the dtype the
+        batch holds them in (a stack's: the widest of its variables'): what a cast after
+        the decoding starts from."""
+        if self.settings.stack:
+            groups = stacked_groups(self.source.layouts, self.samples.time.spec)
+            return {
+                key: stored_values(promoted_dtype(self.decodings_of(variables)))
+                for key, variables in groups.items()
+            }
+        return {key: stored_values(d.decoded_dtype) for key, d in self.decodings.items()}
 
     def decoded_layouts(self) -> dict[str, VariableLayout]:
         """The source's layouts with the dtype of their decoded values: what stacking

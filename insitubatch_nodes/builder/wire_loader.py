@@ -16,7 +16,7 @@ from insitubatch_nodes.builder.loader_plan import PINNED_BY_GATHER, PINNED_BY_ST
 from insitubatch_nodes.builder.split_anchors import split_mixing
 from insitubatch_nodes.loader.loader import Loader
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
-from insitubatch_nodes.nodes.cf_decode import CFDecodeNode
+from insitubatch_nodes.nodes.cf_decode import NO_NUMPY_DTYPE, CFDecodeNode
 from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
 from insitubatch_nodes.nodes.gather import GatherNode
 from insitubatch_nodes.nodes.normalise import NormaliseNode
@@ -33,11 +33,13 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
     StackChannelsNode] -> PinToDeviceNode [-> CFDecodeNode] [-> NormaliseNode], in a
     `Loader`.
 
-    Decoding (`CFDecodeNode`) comes after the device copy when batches cross unstacked,
-    so packed values cross in their stored width; when stacking, before the stack, since
-    one tensor holds one dtype and variables stored in several (or masked differently)
-    must be decoded first. A `bfloat16` cast, which numpy cannot hold, then comes after
-    the copy. Always before `NormaliseNode`, which normalises decoded values.
+    Decoding (`CFDecodeNode`) comes after the device copy when batches cross to a GPU
+    unstacked, so packed values cross in their stored width; when stacking, before the
+    stack, since one tensor holds one dtype and variables stored in several (or masked
+    differently) must be decoded first; on the CPU, where nothing is copied, before the
+    device node too, whose producer thread (`device_prefetch`) then decodes while the
+    step runs. A `bfloat16` cast, which numpy cannot hold, comes after the device node.
+    Always before `NormaliseNode`, which normalises decoded values.
 
     Args:
         plan: the plan (`builder.loader_plan.plan_loader`); each call wires a graph of its
@@ -107,14 +109,14 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
         if plan.mixing_measured
         else None,
     )
-    host_cast, device_decodings = settings.dtype, plan.decodings
+    after_copy = plan.decodings  # decoded after the copy: int16 crosses at half the bytes
+    if settings.stack or placement.device.type == "cpu":
+        # decoded before the stack (one tensor holds one dtype), or, with no copy to make
+        # smaller, where the device node's producer thread overlaps it with the step
+        numpy_cast = None if settings.dtype == NO_NUMPY_DTYPE else settings.dtype
+        after_copy = plan.cast_decodings() if numpy_cast != settings.dtype else {}
+        node = CFDecodeNode(node, plan.decodings, dtype=numpy_cast)
     if settings.stack:
-        if settings.dtype == "bfloat16":  # numpy has none: cast the stacked tensors later
-            host_cast = None
-            device_decodings = plan.stacked_decodings()
-        else:
-            device_decodings = {}
-        node = CFDecodeNode(node, plan.decodings, dtype=host_cast)
         node = StackChannelsNode(
             node,
             plan.decoded_layouts(),
@@ -124,8 +126,8 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
             pinned_batches=placement.staging_slots,
         )
     node = PinToDeviceNode(node, device=placement.device, prefetch=placement.device_prefetch)
-    if device_decodings:
-        node = CFDecodeNode(node, device_decodings, dtype=settings.dtype)
+    if after_copy:
+        node = CFDecodeNode(node, after_copy, dtype=settings.dtype)
     if settings.normalise is not None:
         assert plan.channel_order is not None  # planned with normalise
         node = NormaliseNode(
