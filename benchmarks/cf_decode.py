@@ -10,7 +10,8 @@ Each repeat runs every configuration once, one after another (interleaved, so a 
 the machine's load falls on all of them alike), one warm-up epoch then --epochs timed
 epochs of a fresh loader, on the CPU; the median and the range over repeats are reported.
 The target: decoding costs <= 10% of an epoch at one step per chunk and <= 5% at 24.
-Memory is the block memory the loader held at most (`loader.stats()`), and the bytes of
+The CPU time per sample (the process's, every thread) is the steadier figure on a shared
+host. Memory is the block memory the loader held at most (`loader.stats()`), and the bytes of
 one sample as stored and as batches hold it.
 """
 
@@ -74,16 +75,18 @@ def _run(path: str, latency_ms: float, epochs: int, **settings: Any) -> dict[str
     loader = build_loader(store, ["t2m"], "all", batch_size=32, device="cpu", seed=0, **settings)
     for _ in loader:  # warm-up: the first epoch's start-up is not decoding's
         pass
-    samples, held, start = 0, 0, time.perf_counter()
+    samples, held = 0, 0
+    start, cpu_start = time.perf_counter(), time.process_time()
     for _ in range(epochs):
         for batch in loader:
             samples += len(batch["sample_index"])
             held = max(held, loader.stats()["memory_held_bytes"])
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     sample = batch["t2m"][0]
     loader.close()
     return {
         "samples_s": samples / seconds,
+        "cpu_us_per_sample": 1e6 * cpu / samples,
         "memory_held_bytes": held,
         "sample_bytes": sample.numel() * sample.element_size(),
     }
@@ -114,15 +117,21 @@ def main() -> None:
                 for label, store, settings in CONFIGS:
                     runs[label].append(_run(paths[store], latency, args.epochs, **settings))
             off = statistics.median(r["samples_s"] for r in runs["int16, decode_cf=False"])
+            off_cpu = statistics.median(
+                r["cpu_us_per_sample"] for r in runs["int16, decode_cf=False"]
+            )
             for label, _, _ in CONFIGS:
                 rates = [r["samples_s"] for r in runs[label]]
                 median = statistics.median(rates)
+                cpu = statistics.median(r["cpu_us_per_sample"] for r in runs[label])
                 row = {
                     "steps_per_chunk": steps_per_chunk,
                     "latency_ms": latency,
                     "loader": label,
                     "samples_s": rates,
                     "cost_vs_stored": 1 - median / off,
+                    "cpu_us_per_sample": [r["cpu_us_per_sample"] for r in runs[label]],
+                    "cpu_vs_stored": cpu / off_cpu - 1,
                     "memory_held_bytes": max(r["memory_held_bytes"] for r in runs[label]),
                     "sample_bytes": runs[label][0]["sample_bytes"],
                 }
@@ -131,6 +140,7 @@ def main() -> None:
                     f"| {steps_per_chunk} | {latency:g} ms | {label} | {median:,.0f} "
                     f"({min(rates):,.0f} .. {max(rates):,.0f}) "
                     f"| {-100 * row['cost_vs_stored']:+.1f}% "
+                    f"| {cpu:,.0f} | {100 * row['cpu_vs_stored']:+.1f}% "
                     f"| {row['memory_held_bytes'] / 2**20:.1f} MiB | {row['sample_bytes']:,} |",
                     flush=True,
                 )
