@@ -106,9 +106,9 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     print(
         "| steps/chunk | latency | loader | samples/s (median, range) | vs decode_cf=False "
-        "| block memory held | bytes/sample in a batch |"
+        "| CPU µs/sample (median) | vs decode_cf=False | block memory held | bytes/sample |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for steps_per_chunk in args.steps_per_chunk:
         paths = write_stores(folder, args.steps, steps_per_chunk)
         for latency in args.latency_ms:
