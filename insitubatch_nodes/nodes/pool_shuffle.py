@@ -51,6 +51,7 @@ from insitubatch_nodes.nodes import pool_cursor, state_names
 from insitubatch_nodes.nodes.items import BatchDraw, FetchedBlock
 from insitubatch_nodes.nodes.links import BlockPlanner, EpochKeeper, checked_link
 from insitubatch_nodes.nodes.pool_cursor import SavedPoolCursor, restore_cursor
+from insitubatch_nodes.nodes.pool_units import PoolUnits
 from insitubatch_nodes.nodes.shuffle_block import count_batches
 from insitubatch_nodes.nodes.state_checks import (
     ORDER_KEY,
@@ -159,7 +160,7 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
         self._block_planner = checked_link(self, "block_planner", block_planner, BlockPlanner)
         self._assignment: EpochAssignment | None = None
         self._positions: tuple[np.ndarray, np.ndarray] | None = None
-        self._pool: list[_Unit] = []  # in entry (position) order
+        self._pool: PoolUnits[_Unit] = PoolUnits()  # in entry (position) order
         self._waiting: deque[_Unit] = deque()  # read, not entered yet
         self._last: _Unit | None = None  # the epoch's last unit, kept for padding
         self._blocks: deque[_Block] = deque()
@@ -172,7 +173,7 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
-        self._pool, self._waiting, self._last = [], deque(), None
+        self._pool, self._waiting, self._last = PoolUnits(), deque(), None
         self._blocks.clear()
         self._source_done = False
         self._assignment = self._positions = None
@@ -244,7 +245,7 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
                 if unit.given > size:
                     allowed = f"0 .. {size} (the samples of the unit it counts)"
                     raise cursor_out_of_range(self, self.RESIDENT_KEY, unit.given, allowed)
-                self._pool.append(unit)
+                self._pool.append(unit, position, unit.remaining)
             elif position >= self._next:
                 self._waiting.append(unit)
             elif unit is not self._last:  # drained before the cut, read without a planner
@@ -298,7 +299,7 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
             return False
         unit = self._waiting.popleft()
         assert unit.position == self._next
-        self._pool.append(unit)
+        self._pool.append(unit, unit.position, unit.remaining)
         self._next += 1
         return True
 
@@ -315,25 +316,20 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
         real = min(want, a.rank_samples - min(self._yielded, a.rank_samples))
         self._read_restored()
         batch = self._yielded // self.batch_size
-        in_pool = sum(u.remaining for u in self._pool)
-        while self._enters(in_pool, real, batch) and self._enter_next():
-            in_pool += self._pool[-1].remaining
-        remaining = np.array([u.remaining for u in self._pool], dtype=np.int64)
-        counts = pool_take(a.seed, a.epoch, a.rank, batch, remaining, real).tolist()
+        while self._enters(self._pool.samples, real, batch) and self._enter_next():
+            pass
+        counts = pool_take(a.seed, a.epoch, a.rank, batch, self._pool.left(), real)
         parts: list[tuple[FetchedBlock, list[np.ndarray]]] = []
         holds: list[object] = []
-        for unit, count in zip(self._pool, counts, strict=True):
-            if not count:
-                continue
+        for unit, count, drained in self._pool.give(counts):
             rows = unit.offset + unit.draw[unit.given : unit.given + count]
             unit.given += count
             if parts and parts[-1][0] is unit.block:  # a block's units are neighbours
                 parts[-1][1].append(rows)
             else:
                 parts.append((unit.block, [rows]))
-            if unit.remaining == 0 and unit is not self._last:
+            if drained and unit is not self._last:
                 holds.append(unit.release())
-        self._pool = [u for u in self._pool if u.remaining]
         if want > real:
             parts.append(self._pad(want - real, self._yielded + real - a.rank_samples))
         self._yielded += want
@@ -366,7 +362,8 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
     def _forget_blocks(self) -> None:
         """Drop the blocks no unit still needed lies in, oldest first; the oldest kept
         says where a resume starts reading."""
-        needed = [u.position for u in self._pool]
+        oldest_resident = self._pool.oldest_position()
+        needed = [] if oldest_resident is None else [oldest_resident]
         if self._waiting:
             needed.append(self._waiting[0].position)
         if self._last is not None and self._yielded < (self._target or 0):
