@@ -47,6 +47,7 @@ from insitubatch_nodes.io.reads.event_loop import EventLoopThread
 from insitubatch_nodes.nodes import state_names
 from insitubatch_nodes.nodes.items import FetchedBlock
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
+from insitubatch_nodes.nodes.state_views import snapshot, state_reader
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
     ) -> None:
         super().__init__()
         self.source = source
+        self._read_source_state = state_reader(source)  # kept states: no copy per pull
         self.context = context
         self.prefetch_blocks = as_int("prefetch_blocks", prefetch_blocks, minimum=1)
         self.memory_budget = as_int("memory_budget", memory_budget, minimum=1)
@@ -243,7 +245,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
                         continue
                     self._source_done = True
                     return
-                self._held = (plan, self.source.state_dict())
+                self._held = (plan, self._read_source_state())
             plan, state = self._held
             nbytes = sum(rows * self._row_nbytes[n] for n, rows in plan.buffer_rows.items())
             pending_bytes = sum(p.nbytes for p in self._pending)
@@ -335,4 +337,9 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         }
 
     def get_state(self) -> dict[str, Any]:
-        return named_state(self, {self.SOURCE_KEY: copy.deepcopy(self._delivered_source_state)})
+        return snapshot(self.state_view())
+
+    def state_view(self) -> dict[str, Any]:
+        """The state without a copy, for a node downstream to keep unchanged
+        (`nodes.state_views`)."""
+        return named_state(self, {self.SOURCE_KEY: self._delivered_source_state})

@@ -36,6 +36,7 @@ from insitubatch_nodes.nodes.chunk_permute_state import (
 )
 from insitubatch_nodes.nodes.items import UnitTicket
 from insitubatch_nodes.nodes.state_checks import check_cursor
+from insitubatch_nodes.nodes.state_views import snapshot
 
 
 class ChunkPermuteNode(BaseNode[UnitTicket]):
@@ -358,6 +359,11 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         )
 
     def get_state(self) -> dict[str, Any]:
+        return snapshot(self.state_view())
+
+    def state_view(self) -> dict[str, Any]:
+        """The state without a copy, for a node downstream to keep unchanged
+        (`nodes.state_views`)."""
         self._follow_process_group()
         rest = self._rest if self._rest is not None and self._rest.epoch == self._epoch else None
         return saved_state(

@@ -15,7 +15,6 @@ the node, against the units of the epoch it deals once the rest is known.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -146,12 +145,13 @@ def saved_state(
         epoch: the epoch it is in.
         position: the position of its next unit in the epoch's units.
         config: its settings (`permute_config`).
-        fingerprint: what the graph reads, copied into the state; None records nothing.
+        fingerprint: what the graph reads, put in the state as it is (not copied: the
+            node copies its state where it hands it out); None records nothing.
         rest: the re-dealt rest of `epoch`, or None (a whole epoch).
     """
     entries: dict[str, Any] = {EPOCH_KEY: epoch, POSITION_KEY: position, CONFIG_KEY: config}
     if fingerprint is not None:
-        entries[FINGERPRINT_KEY] = copy.deepcopy(fingerprint)
+        entries[FINGERPRINT_KEY] = fingerprint
     if rest is not None:
         entries[REST_KEY] = rest.to_state()
     return named_state(node, entries)

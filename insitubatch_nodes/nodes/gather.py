@@ -31,6 +31,7 @@ from insitubatch_nodes.nodes.batch_mixing import BatchMixing
 from insitubatch_nodes.nodes.items import Batch, BatchDraw, FetchedBlock
 from insitubatch_nodes.nodes.reused_buffers import ReusedBuffers
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
+from insitubatch_nodes.nodes.state_views import state_reader
 from insitubatch_nodes.nodes.tensor_gather import gather_tensors
 
 IDLE_BATCHES = 2  # dropped batches whose memory is kept for the next ones
@@ -94,6 +95,7 @@ class GatherNode(BaseNode[Batch]):
         pin_memory = as_bool("pin_memory", pin_memory)
         pinned_batches = as_int("pinned_batches", pinned_batches, minimum=1)
         self.source = source
+        self._read_source_state = state_reader(source)  # kept states: no copy per pull
         self.staging = StagingRing(pinned_batches, page_locked) if pin_memory else None
         self._buffers = ReusedBuffers(max_idle_bytes=0)
         self._tables: weakref.WeakKeyDictionary[FetchedBlock, np.ndarray] = (
@@ -155,6 +157,11 @@ class GatherNode(BaseNode[Batch]):
 
     def get_state(self) -> dict[str, Any]:
         return named_state(self, {self.SOURCE_KEY: self.source.state_dict()})
+
+    def state_view(self) -> dict[str, Any]:
+        """The state without a copy, for a node downstream to keep unchanged
+        (`nodes.state_views`)."""
+        return named_state(self, {self.SOURCE_KEY: self._read_source_state()})
 
 
 def batch_shapes(draw: BatchDraw) -> Shapes:

@@ -46,6 +46,7 @@ from insitubatch_nodes.nodes import state_names
 from insitubatch_nodes.nodes.items import as_batch
 from insitubatch_nodes.nodes.producer_thread import ProducerThread
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
+from insitubatch_nodes.nodes.state_views import state_reader
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -136,6 +137,7 @@ class PinToDeviceNode(BaseNode[dict[str, torch.Tensor]]):
     ) -> None:
         super().__init__()
         self.source = source
+        self._read_source_state = state_reader(source)  # kept states: no copy per pull
         self.device = resolve_device(device)
         if prefetch is None:
             prefetch = default_prefetch(self.device)
@@ -186,7 +188,7 @@ class PinToDeviceNode(BaseNode[dict[str, torch.Tensor]]):
     def _pull_one(self) -> _Ahead:
         """The next batch from the source, its copy queued; `StopIteration` at the end."""
         batch = as_batch(next(self.source))
-        state = self.source.state_dict()
+        state = self._read_source_state()
         host = dict(batch)
         ready = {}
         if SAMPLE_INDEX_KEY in host:

@@ -16,7 +16,6 @@ once its first block is here.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -78,13 +77,14 @@ class SavedPoolCursor:
         Args:
             node: the pool shuffle node whose state this is.
             source_state: the source's state from just before the oldest block still
-                needed (copied, so that the source going on does not change it).
+                needed, put in as it is (the node copies its state where it hands it
+                out, `nodes.state_views`).
             config: the node's settings, as it saves them.
         """
         return named_state(
             node,
             {
-                SHUFFLE_SOURCE_KEY: copy.deepcopy(source_state),
+                SHUFFLE_SOURCE_KEY: source_state,
                 NEXT_KEY: self.next_unit,
                 RESIDENT_KEY: [[p, g] for p, g in self.resident.items()],
                 YIELDED_KEY: self.samples_yielded,

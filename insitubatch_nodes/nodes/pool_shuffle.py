@@ -60,6 +60,7 @@ from insitubatch_nodes.nodes.state_checks import (
     SHUFFLE_TARGET_KEY,
     cursor_out_of_range,
 )
+from insitubatch_nodes.nodes.state_views import snapshot, state_reader
 
 
 @dataclass
@@ -148,6 +149,7 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
     ) -> None:
         super().__init__()
         self.source = source
+        self._read_source_state = state_reader(source)  # kept states: no copy per pull
         self.pool_size = as_int("pool_size", pool_size, minimum=1)
         self.batch_size = as_int("batch_size", batch_size, minimum=1)
         self.drop_last = as_bool("drop_last", drop_last)
@@ -215,7 +217,7 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
     def _pull(self) -> bool:
         """Fetch the next block and sort its units: resident (restored), waiting to enter,
         the epoch's last (kept for padding), or drained already; False at the epoch's end."""
-        before = self.source.state_dict()
+        before = self._read_source_state()
         try:
             block = next(self.source)
         except StopIteration:
@@ -422,12 +424,17 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
         return count_batches(self, self._epoch_keeper, self.batch_size, self.drop_last)
 
     def get_state(self) -> dict[str, Any]:
+        return snapshot(self.state_view())
+
+    def state_view(self) -> dict[str, Any]:
+        """The state without a copy, for a node downstream to keep unchanged
+        (`nodes.state_views`)."""
         if self._blocks:
             source_state = self._blocks[0].source_state_before
         elif self._target is None:
             source_state = self._source_state  # nothing pulled since the reset
         else:
-            source_state = self.source.state_dict()
+            source_state = self._read_source_state()
         resident = {u.position: u.given for u in self._pool}
         resident.update(sorted(self._restore_given.items()))
         cursor = SavedPoolCursor(self._next, resident, self._yielded, self._target)

@@ -24,6 +24,7 @@ from insitubatch_nodes.nodes.state_checks import (
     check_saved_config,
     named_state,
 )
+from insitubatch_nodes.nodes.state_views import state_reader
 
 
 class ReadPlanNode(BaseNode[ReadPlan]):
@@ -62,6 +63,7 @@ class ReadPlanNode(BaseNode[ReadPlan]):
         super().__init__()
         block_chunks = as_int("block_chunks", block_chunks, minimum=1)
         self.source = source
+        self._read_source_state = state_reader(source)  # kept states: no copy per pull
         self.geometry = geometry
         self.anchors = (
             geometry if isinstance(geometry, AnchorSet) else AnchorSet.everything(geometry)
@@ -153,4 +155,11 @@ class ReadPlanNode(BaseNode[ReadPlan]):
     def get_state(self) -> dict[str, Any]:
         return named_state(
             self, {self.SOURCE_KEY: self.source.state_dict(), CONFIG_KEY: self._config()}
+        )
+
+    def state_view(self) -> dict[str, Any]:
+        """The state without a copy, for a node downstream to keep unchanged
+        (`nodes.state_views`)."""
+        return named_state(
+            self, {self.SOURCE_KEY: self._read_source_state(), CONFIG_KEY: self._config()}
         )

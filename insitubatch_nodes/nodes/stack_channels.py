@@ -37,6 +37,7 @@ from insitubatch_nodes.device.staging_ring import StagingRing, page_locked
 from insitubatch_nodes.nodes import state_names
 from insitubatch_nodes.nodes.items import Batch, as_batch
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
+from insitubatch_nodes.nodes.state_views import state_reader
 
 
 class StackChannelsNode(BaseNode[Batch]):
@@ -68,6 +69,7 @@ class StackChannelsNode(BaseNode[Batch]):
     ) -> None:
         super().__init__()
         self.source = source
+        self._read_source_state = state_reader(source)  # kept states: no copy per pull
         spatial_dims = as_int("spatial_dims", spatial_dims, minimum=0)
         pin_memory = as_bool("pin_memory", pin_memory)
         pinned_batches = as_int("pinned_batches", pinned_batches, minimum=1)
@@ -122,6 +124,11 @@ class StackChannelsNode(BaseNode[Batch]):
 
     def get_state(self) -> dict[str, Any]:
         return named_state(self, {self.SOURCE_KEY: self.source.state_dict()})
+
+    def state_view(self) -> dict[str, Any]:
+        """The state without a copy, for a node downstream to keep unchanged
+        (`nodes.state_views`)."""
+        return named_state(self, {self.SOURCE_KEY: self._read_source_state()})
 
 
 def _concatenated(pieces: list[np.ndarray], axis: int) -> tuple[tuple[int, ...], np.dtype]:

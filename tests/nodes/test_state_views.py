@@ -1,0 +1,58 @@
+"""States kept between nodes without a copy per pull (`nodes.state_views`): what
+`state_dict()` returns, at any node of the graph, is still a snapshot. Later pulls, into
+the next epoch too, leave a state already returned as it was, and wrecking a returned
+state changes neither the node nor the states it returns after."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from insitubatch_nodes import build_loader
+from insitubatch_nodes.nodes.graph import graph_nodes
+from insitubatch_nodes.nodes.state_views import SharesState
+
+
+def _wreck(state: Any) -> None:
+    """Empty every dict and list inside `state`, depth first."""
+    children = state.values() if isinstance(state, dict) else state
+    for child in list(children):
+        if isinstance(child, dict | list):
+            _wreck(child)
+    state.clear()
+
+
+def test_a_returned_state_is_a_snapshot_that_later_pulls_and_edits_do_not_change(
+    memory_url: Any,
+) -> None:
+    url, _ = memory_url()
+    loader = build_loader(url, split="all", batch_size=5, max_inflight=2, device="cpu")
+    nodes = graph_nodes(loader.root)
+    assert sum(isinstance(n, SharesState) for n in nodes) >= 5  # the views are in use
+    iterator = iter(loader)
+    for _ in range(3):
+        next(iterator)
+    returned = [node.state_dict() for node in nodes]
+    whole = loader.state_dict()
+    kept = copy.deepcopy(returned), copy.deepcopy(whole)
+    for _ in iterator:  # the rest of the epoch, and the next one's first batch
+        pass
+    next(iter(loader))
+    assert (returned, whole) == kept
+
+
+def test_states_handed_out_share_nothing_with_what_the_nodes_keep(memory_url: Any) -> None:
+    url, _ = memory_url()
+    loader = build_loader(url, split="all", batch_size=5, max_inflight=2, device="cpu")
+    iterator = iter(loader)
+    for _ in range(2):
+        next(iterator)
+    before = loader.state_dict()
+    expected = copy.deepcopy(before)
+    _wreck(before)
+    assert loader.state_dict() == expected
+    for node in graph_nodes(loader.root):
+        state = node.state_dict()
+        expected = copy.deepcopy(state)
+        _wreck(state)
+        assert node.state_dict() == expected
