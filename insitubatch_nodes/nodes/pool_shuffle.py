@@ -424,7 +424,11 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
         return count_batches(self, self._epoch_keeper, self.batch_size, self.drop_last)
 
     def get_state(self) -> dict[str, Any]:
-        return snapshot(self.state_view())
+        state = self.state_view()
+        # only the source's state is shared: the cursor's lists are made afresh per call,
+        # and deep-copying their O(P) pairs cost more than making them
+        state[self.SOURCE_KEY] = snapshot(state[self.SOURCE_KEY])
+        return state
 
     def state_view(self) -> dict[str, Any]:
         """The state without a copy, for a node downstream to keep unchanged
