@@ -560,6 +560,11 @@ def _masked_integers(ctx: Context) -> None:
     build_loader(url, ["t2m"])
 
 
+def _variable_shown_as_dates(ctx: Context) -> None:
+    url = _cf_store(ctx, {"units": "hours since 2000-01-01", "calendar": "standard"}, "int64")
+    build_loader(url, ["t2m"])
+
+
 CASES = {
     "a URL with a scheme we do not read": _unsupported_scheme,
     "a local path that does not exist": _missing_local_path,
@@ -612,6 +617,7 @@ CASES = {
     "fill_nan without normalise": _fill_nan_without_normalise,
     "a packing attribute that is not a number": _scale_factor_as_text,
     "masked values whose packing keeps integers": _masked_integers,
+    "a variable xarray shows as dates": _variable_shown_as_dates,
 }
 
 

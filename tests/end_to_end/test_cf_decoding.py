@@ -78,6 +78,44 @@ def test_stored_values_with_decode_cf_false(tmp_path: Path, zarr_format: int) ->
         _same(sample, stored[step])
 
 
+def _write_with_dates_and_durations(path: Path, zarr_format: int) -> str:
+    """A field `v` beside `valid` (dates) and `lag` (durations), each (time, lat), by
+    xarray's `to_zarr`: stored as int64 with the attributes xarray decodes them by."""
+    times = np.arange("2000-01-01T00", "2000-01-01T06", dtype="datetime64[h]")
+    times = times.astype("datetime64[ns]")
+    ds = xr.Dataset(
+        {
+            "v": (("time", "lat"), np.arange(18, dtype="float32").reshape(6, 3)),
+            "valid": (("time", "lat"), np.repeat(times[:, None], 3, axis=1)),
+            "lag": (("time", "lat"), np.full((6, 3), 3_600_000_000_000, "timedelta64[ns]")),
+        },
+        coords={"time": times},
+    )
+    ds.to_zarr(str(path), zarr_format=zarr_format, consolidated=False)
+    return str(path)
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_variables_xarray_shows_as_dates_or_durations_are_refused_by_name(
+    tmp_path: Path, zarr_format: int
+) -> None:
+    url = _write_with_dates_and_durations(tmp_path / "s.zarr", zarr_format)
+    shown = xr.open_zarr(url, consolidated=False)
+    assert shown["valid"].dtype.kind == "M" and shown["lag"].dtype.kind == "m"
+    defaults = {"split": "all", "batch_size": 2, "device": "cpu"}
+    with pytest.raises(ValueError, match=r"variable 'valid' is shown by xr.open_zarr as dates"):
+        ib.build_loader(url, ["v", "valid"], **defaults)
+    with pytest.raises(ValueError, match=r"variable 'lag' is shown by xr.open_zarr as durat"):
+        ib.build_loader(url, ["lag"], **defaults)
+    # the default choice leaves them out, as it leaves coordinates out
+    batch = next(iter(ib.build_loader(url, **defaults)))
+    assert {k for k in batch if k != SAMPLE_INDEX_KEY} == {"v"}
+    # their stored numbers, when asked for
+    stored = xr.open_zarr(url, consolidated=False, decode_cf=False)["valid"].values
+    first = next(iter(ib.build_loader(url, ["valid"], decode_cf=False, **defaults)))
+    assert np.array_equal(as_numpy(first["valid"]), stored[as_numpy(first[SAMPLE_INDEX_KEY])])
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, "float16"])
 @pytest.mark.parametrize("stack", [False, True])
 def test_a_cast_batch_equals_xarrays_values_cast(tmp_path: Path, dtype: Any, stack: bool) -> None:

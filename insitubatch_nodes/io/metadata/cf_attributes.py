@@ -17,6 +17,13 @@ Where the mask comes from differs between Zarr formats, as in xarray:
 
 `missing_value`, `_Unsigned`, `scale_factor` and `add_offset` are attributes in both
 formats. An attribute that is not a number is refused here, naming the array.
+
+xarray decodes more than masks and packing by default: a variable whose `units` read
+"<unit> since <date>" is shown as dates, one whose `dtype` attribute names timedelta64 as
+durations, and an integer one whose `dtype` attribute is "bool" (netCDF's way to store
+booleans) as booleans. The loader yields numbers, not those, so such a variable is
+refused by name when asked for (`other_decoding`), and left out of the default choice of
+variables as a coordinate is.
 """
 
 from __future__ import annotations
@@ -39,6 +46,26 @@ UNSIGNED = "_Unsigned"
 SCALE_FACTOR = "scale_factor"
 ADD_OFFSET = "add_offset"
 CF_ATTRIBUTES = (FILL_VALUE, MISSING_VALUE, UNSIGNED, SCALE_FACTOR, ADD_OFFSET)
+UNITS = "units"
+DTYPE = "dtype"
+
+
+def other_decoding(array: zarr.Array) -> str | None:
+    """What `xr.open_zarr` shows `array`'s values as, when that is not numbers the loader
+    can yield (dates, durations, booleans stored as integers; see the module), else None.
+
+    Args:
+        array: an opened zarr array.
+    """
+    attributes = array.attrs.asdict()
+    units, dtype = attributes.get(UNITS), attributes.get(DTYPE)
+    if isinstance(units, str) and " since " in units:
+        return f"dates (its units are {units!r})"
+    if isinstance(dtype, str) and dtype.startswith("timedelta64"):
+        return f"durations (its dtype attribute is {dtype!r})"
+    if dtype == "bool" and np.dtype(array.dtype).kind in "iu":
+        return "booleans (its dtype attribute is 'bool')"
+    return None
 
 
 def uses_fill_value_as_mask(array: zarr.Array, use_zarr_fill_value_as_mask: bool | None) -> bool:
@@ -72,12 +99,20 @@ def read_cf_decoding(
         use_zarr_fill_value_as_mask: as `xr.open_zarr` takes it (see the module).
 
     Raises:
-        ValueError: an encoding attribute is not a number, or the attributes make a
-            decoding xarray cannot make either.
+        ValueError: an encoding attribute is not a number, the attributes make a
+            decoding xarray cannot make either, or xarray shows the values as something
+            other than numbers (`other_decoding`).
     """
     dtype = np.dtype(array.dtype).newbyteorder("=")
     if not decode_cf:
         return stored_values(str(dtype))
+    shown_as = other_decoding(array)
+    if shown_as is not None:
+        raise ValueError(
+            f"variable {name!r} is shown by xr.open_zarr as {shown_as}, which the loader "
+            f"does not yield: leave it out of variables=, or pass decode_cf=False for its "
+            f"stored numbers"
+        )
     attributes = array.attrs.asdict()
     fills: list[Number] | None
     if uses_fill_value_as_mask(array, use_zarr_fill_value_as_mask):

@@ -16,6 +16,7 @@ from zarr.storage import ObjectStore
 
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.io.metadata.array_metadata import check_torch_dtypes
+from insitubatch_nodes.io.metadata.cf_attributes import other_decoding
 from insitubatch_nodes.io.metadata.time_dimension import has_time, named_time, time_dimension
 from insitubatch_nodes.io.metadata.zarr_compat import run_on_zarr_loop
 from insitubatch_nodes.io.stores.redact import raise_scrubbed, redact, scrubbed
@@ -181,6 +182,8 @@ def _chosen_arrays(
         chosen = {n: a for n, a in sorted(arrays.items()) if a.ndim >= 2}
         time = named_time(arrays, list(chosen))  # static fields left out, as coordinates are
         chosen = {n: a for n, a in chosen.items() if has_time(arrays, n, time)}
+        # dates, durations and booleans xarray decodes are left out, as coordinates are
+        chosen = {n: a for n, a in chosen.items() if other_decoding(a) is None}
         if not chosen:
             raise ValueError(
                 f"{where} has no array with 2 or more dimensions to load; found "
