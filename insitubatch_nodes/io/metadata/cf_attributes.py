@@ -38,6 +38,7 @@ import numpy as np
 import zarr
 
 from insitubatch_nodes.core.cf_decoding import CFDecoding, Number, cf_decoding, stored_values
+from insitubatch_nodes.core.cf_time import SINCE
 from insitubatch_nodes.io.metadata.dimensions import dimension_names
 
 FILL_VALUE = "_FillValue"
@@ -59,7 +60,7 @@ def other_decoding(array: zarr.Array) -> str | None:
     """
     attributes = array.attrs.asdict()
     units, dtype = attributes.get(UNITS), attributes.get(DTYPE)
-    if isinstance(units, str) and " since " in units:
+    if isinstance(units, str) and SINCE.match(units) is not None:  # as time coordinates
         return f"dates (its units are {units!r})"
     if isinstance(dtype, str) and dtype.startswith("timedelta64"):
         return f"durations (its dtype attribute is {dtype!r})"
