@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from insitubatch_nodes.builder.loader_choices import choose_loader_settings
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.geometry import VariableLayout
-from insitubatch_nodes.core.memory_bound import least_fitting
+from insitubatch_nodes.core.memory_bound import NO_STATICS, StaticCost, least_fitting
 from insitubatch_nodes.io.host.host_resources import HostResources
 
 
@@ -21,6 +21,7 @@ def defaults_fit(
     *,
     batch_size: int,
     batches_held: int,
+    statics: StaticCost = NO_STATICS,
 ) -> bool:
     """Whether `build_loader`'s defaults (the default shuffle's pool included) fit in
     `budget` given.
@@ -31,6 +32,7 @@ def defaults_fit(
         layouts: the selected arrays.
         batch_size: samples per batch.
         batches_held: gathered batches alive at once.
+        statics: what the static fields hold (`core.memory_bound.StaticCost`).
     """
     try:
         choose_loader_settings(
@@ -43,6 +45,7 @@ def defaults_fit(
             memory_budget=budget,
             decode_threads=1,
             batches_held=batches_held,
+            statics=statics,
         )
     except ValueError:
         return False
@@ -56,6 +59,7 @@ def budget_that_fits(
     batch_size: int,
     batches_held: int,
     above: int,
+    statics: StaticCost = NO_STATICS,
 ) -> int | None:
     """A budget above `above` that `build_loader`'s defaults fit in, and one byte less
     does not: found by bisection, since the default block grows with the budget (so the
@@ -70,10 +74,16 @@ def budget_that_fits(
         batch_size: samples per batch.
         batches_held: gathered batches alive at once.
         above: a budget known not to fit.
+        statics: what the static fields hold (`core.memory_bound.StaticCost`).
     """
     return least_fitting(
         lambda budget: defaults_fit(
-            budget, anchors, layouts, batch_size=batch_size, batches_held=batches_held
+            budget,
+            anchors,
+            layouts,
+            batch_size=batch_size,
+            batches_held=batches_held,
+            statics=statics,
         ),
         above=above,
     )

@@ -35,7 +35,9 @@ from insitubatch_nodes.core.memory_bound import (
     BLOCKS_PER_BUDGET,
     MIN_BLOCK_CHUNKS,
     MIN_BLOCK_SAMPLES,
+    NO_STATICS,
     MemoryPlan,
+    StaticCost,
     block_sizing_budget,
     least_budget,
     loader_block_chunks,
@@ -128,6 +130,7 @@ def choose_loader_settings(
     world_size: int = 1,
     cache_writes: bool = False,
     unit_cost: str = "",
+    statics: StaticCost = NO_STATICS,
 ) -> LoaderChoices:
     """The budget, decode threads, block size and memory plan of a loader: the user's
     settings where given, else the defaults (see the module).
@@ -154,6 +157,7 @@ def choose_loader_settings(
             read-ahead, `core.memory_bound.plan_memory`; never a block's or the pool's).
         unit_cost: why the units are as large as they are and what costs less memory
             (`StrideUnits.memory_hint`), added to a budget refusal; empty for none.
+        statics: what the static fields hold (`core.memory_bound.StaticCost`).
 
     Raises:
         ValueError: a setting is out of range, or a given budget is too small for the
@@ -186,6 +190,7 @@ def choose_loader_settings(
                 if pool is None
                 else pool_window_samples(anchors, pool, rank_units, block_samples, batch_size),
                 cache_writes=cache_writes,
+                statics=statics,
             )
         except ValueError as refused:
             if not unit_cost:
@@ -233,6 +238,7 @@ def choose_loader_settings(
                 max_inflight=max_inflight,
                 batches_held=batches_held,
                 window_samples=window_samples,
+                statics=statics,
             )
             if least is None or least > host.rank_memory_bytes:
                 keep = None if block_chunks is not None else chunks

@@ -22,12 +22,14 @@ from insitubatch_nodes.builder.loader_choices import LoaderChoices, choose_loade
 from insitubatch_nodes.builder.loader_settings import LoaderSettings
 from insitubatch_nodes.builder.placement import Placement
 from insitubatch_nodes.builder.split_anchors import SplitPlan, plan_split
+from insitubatch_nodes.builder.static_plan import StaticPlan, plan_statics
 from insitubatch_nodes.core.cf_decoding import CFDecoding, promoted_dtype, stored_values
 from insitubatch_nodes.core.channels import batch_channels, stacked_groups
 from insitubatch_nodes.core.fingerprint import CHANNELS_KEY
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.rank_shares import RankShares, check_full_batch, rank_shares
 from insitubatch_nodes.core.sample_spec import SampleSpec
+from insitubatch_nodes.core.static_fields import fields_spec
 from insitubatch_nodes.io.cache.chunk_cache import CacheSpec
 from insitubatch_nodes.io.host.host_resources import HostResources
 from insitubatch_nodes.io.reads.object_versions import object_versions
@@ -65,6 +67,10 @@ class LoaderPlan:
         channel_order: each batch array's channel names, for `normalise`, else None.
         decodings: each gathered batch key's decoding (`ZarrSource.decodings`, by the key
             of the field its variable fills), for `CFDecodeNode`.
+        statics: the static fields: where each appears, the dtype it is kept in, and
+            what it holds of the budget (`builder.static_plan`).
+        channels: with `stack=True`, each stacked tensor's channel names in order (what
+            `Loader.channels` gives), else None.
     """
 
     settings: LoaderSettings
@@ -77,6 +83,8 @@ class LoaderPlan:
     mixing_measured: bool
     channel_order: dict[str, list[str]] | None
     decodings: dict[str, CFDecoding] = field(default_factory=dict)
+    statics: StaticPlan = field(default_factory=StaticPlan)
+    channels: dict[str, list[str]] | None = None
 
     @property
     def placement(self) -> Placement:
@@ -89,6 +97,9 @@ class LoaderPlan:
         the decoding starts from."""
         if self.settings.stack:
             groups = stacked_groups(self.source.layouts, self.samples.time.spec)
+            for placement in self.statics.placements:  # stacked beside them, decoded too
+                if placement.group is not None:
+                    groups[placement.group] = [*groups[placement.group], placement.name]
             return {
                 key: stored_values(promoted_dtype(self.decodings_of(variables)))
                 for key, variables in groups.items()
@@ -99,6 +110,11 @@ class LoaderPlan:
         """The source's layouts with the dtype of their decoded values: what stacking
         sees (decoding comes before it)."""
         return decoded_layouts(self.source)
+
+    def static_layouts(self) -> dict[str, VariableLayout]:
+        """The static fields' layouts with the dtype their values are kept in: what
+        stacking sees of them."""
+        return kept_static_layouts(self.source, self.statics)
 
     def decodings_of(self, variables: list[str]) -> list[str]:
         """The decoded dtypes of `variables`, in order.
@@ -148,10 +164,17 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
     )
     for warning in opened.decoding_warnings:
         log.warning("%s", warning)
+    if opened.statics_left_out:
+        log.info(
+            "static fields %s (no time dimension) left out of the default choice of "
+            "variables; name them in variables= (or a spec's group) to give them to every "
+            "sample",
+            list(opened.statics_left_out),
+        )
     samples = plan_split(
         opened,
         settings.split,
-        settings.spec,
+        fields_spec(settings.spec, list(opened.statics)),
         revisits=settings.revisits,
         stride=settings.stride,
         frequency=settings.frequency,
@@ -159,14 +182,27 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         patches=settings.patches,
     )
     anchors, spec = samples.anchors, samples.time.spec
+    statics = plan_statics(
+        opened,
+        settings.spec,
+        cast=settings.dtype,
+        stacked_on_host=settings.stack and placement.decode_on is None,
+        crop_size=None
+        if settings.patches is None
+        or (not settings.stack and placement.device.type != "cpu")
+        or (settings.stack and placement.decode_on is not None)
+        else settings.patches.size,
+    )
     fingerprint = opened.fingerprint(settings.split, anchors.anchors, cast=settings.dtype)
+    channels = None
+    if settings.stack:
+        channels = _channel_order(
+            opened, spec, statics, stacked=True, spatial_dims=settings.spatial_dims
+        )
     if settings.stack or any(layout.pick is not None for layout in opened.layouts.values()):
         # the order of the channels, which neither the arrays nor the picks record
-        fingerprint[CHANNELS_KEY] = batch_channels(
-            decoded_layouts(opened),
-            spec,
-            stacked=settings.stack,
-            spatial_dims=settings.spatial_dims,
+        fingerprint[CHANNELS_KEY] = _channel_order(
+            opened, spec, statics, stacked=settings.stack, spatial_dims=settings.spatial_dims
         )
     shares = rank_shares(
         anchors,
@@ -194,6 +230,7 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         world_size=placement.world_size,
         cache_writes=settings.cache is not None and not settings.cache.read_only,
         unit_cost=samples.units.memory_hint(),
+        statics=statics.cost,
     )
     pinned_by = None
     if placement.page_locked:  # by the stage that writes the batch last
@@ -201,11 +238,8 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
     channel_order = None
     if settings.normalise is not None:
         _check_stats_decoding(settings.normalise, opened)
-        channel_order = batch_channels(
-            decoded_layouts(opened),
-            spec,
-            stacked=settings.stack,
-            spatial_dims=settings.spatial_dims,
+        channel_order = _channel_order(
+            opened, spec, statics, stacked=settings.stack, spatial_dims=settings.spatial_dims
         )
     return LoaderPlan(
         settings=settings,
@@ -217,8 +251,44 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         pinned_by=pinned_by,
         mixing_measured=not settings.evaluation,
         channel_order=channel_order,
-        decodings=field_decodings(opened.decodings, spec),
+        decodings=field_decodings(
+            {n: d for n, d in opened.decodings.items() if n in opened.layouts}, spec
+        ),
+        statics=statics,
+        channels=channels,
     )
+
+
+def _channel_order(
+    opened: ZarrSource,
+    spec: SampleSpec | None,
+    statics: StaticPlan,
+    *,
+    stacked: bool,
+    spatial_dims: int,
+) -> dict[str, list[str]]:
+    """Each batch array's channel names (`core.channels.batch_channels`), statics
+    included."""
+    return batch_channels(
+        decoded_layouts(opened),
+        spec,
+        stacked=stacked,
+        spatial_dims=spatial_dims,
+        statics=statics.placements,
+        static_layouts=kept_static_layouts(opened, statics),
+    )
+
+
+def kept_static_layouts(source: ZarrSource, statics: StaticPlan) -> dict[str, VariableLayout]:
+    """`source`'s static fields' layouts with the dtype their values are kept in.
+
+    Args:
+        source: the opened source.
+        statics: its statics' plan (`builder.static_plan.plan_statics`).
+    """
+    return {
+        name: replace(layout, dtype=statics.dtypes[name]) for name, layout in source.statics.items()
+    }
 
 
 def decoded_layouts(source: ZarrSource) -> dict[str, VariableLayout]:

@@ -25,6 +25,7 @@ from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
 from insitubatch_nodes.nodes.read_planner import ReadPlanNode
 from insitubatch_nodes.nodes.shuffle_block import ShuffleBlockNode
 from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
+from insitubatch_nodes.nodes.static_fields import StaticFieldsNode
 
 
 def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
@@ -40,6 +41,11 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
     device node too, whose producer thread (`device_prefetch`) then decodes while the
     step runs. A `bfloat16` cast, which numpy cannot hold, comes after the device node.
     Always before `NormaliseNode`, which normalises decoded values.
+
+    Static fields are read whole and decoded here, once (`ZarrSource.read_statics`):
+    unstacked, they join batches after the device copy (moved to the device once, a
+    broadcast view per batch); stacked, before the stack, whose concatenation is their
+    one copy.
 
     Args:
         plan: the plan (`builder.loader_plan.plan_loader`); each call wires a graph of its
@@ -116,6 +122,17 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
         numpy_cast = None if settings.dtype == NO_NUMPY_DTYPE else settings.dtype
         after_copy = plan.cast_decodings() if numpy_cast != settings.dtype else {}
         node = CFDecodeNode(node, plan.decodings, dtype=numpy_cast)
+    placements = plan.statics.placements
+    static_values: dict[str, Any] = {}
+    if placements:
+        numpy_cast = None if settings.dtype == NO_NUMPY_DTYPE else settings.dtype
+        static_values = plan.source.read_statics(
+            numpy_cast, retry=settings.retry, decode_threads=choices.decode_threads
+        )
+    patch_size = None if settings.patches is None else settings.patches.size
+    stacked_statics = [p for p in placements if settings.stack and p.group is not None]
+    if stacked_statics:
+        node = StaticFieldsNode(node, static_values, stacked_statics, patch_size=patch_size)
     if settings.stack:
         node = StackChannelsNode(
             node,
@@ -124,10 +141,22 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
             spatial_dims=settings.spatial_dims,
             pin_memory=plan.pinned_by == PINNED_BY_STACK,
             pinned_batches=placement.staging_slots,
+            statics=stacked_statics,
+            static_layouts=plan.static_layouts(),
         )
     node = PinToDeviceNode(node, device=placement.device, prefetch=placement.device_prefetch)
     if after_copy:
         node = CFDecodeNode(node, after_copy, dtype=settings.dtype)
+    copied_statics = [p for p in placements if p not in stacked_statics]
+    if copied_statics:
+        node = StaticFieldsNode(
+            node,
+            static_values,
+            copied_statics,
+            patch_size=patch_size,
+            device=placement.device,
+            dtype=settings.dtype if settings.dtype == NO_NUMPY_DTYPE else None,
+        )
     if settings.normalise is not None:
         assert plan.channel_order is not None  # planned with normalise
         node = NormaliseNode(
@@ -137,4 +166,4 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
             spatial_dims=settings.spatial_dims,
             fill_nan=settings.fill_nan,
         )
-    return Loader(node, all_ranks_state=settings.all_ranks_state)
+    return Loader(node, all_ranks_state=settings.all_ranks_state, channels=plan.channels)

@@ -4,19 +4,24 @@ Models want one `(batch, channels, *spatial)` tensor, and normalisation wants to
 which statistics belong to which channel. The trailing `spatial_dims` axes of a variable
 are its grid; every axis between the sample axis and the grid (levels, members, ...) is
 flattened into channels named `variable[i]` (C order); a variable without such axes is one
-channel named after itself. Stacking concatenates the channels of a group's variables in
-the group's order; this module is the single place that order is defined.
+channel named after itself. Stacking concatenates a group's *channel sources* in order:
+its variables (each one's levels in turn), then its static fields (`core.static_fields`,
+one channel each, named after the variable). This module is the single place that order
+is defined; another kind of channel (forcings computed per sample) is one more list of
+sources slotted between the variables and the statics.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from insitubatch_nodes.core.geometry import VariableLayout
-from insitubatch_nodes.core.sample_spec import SampleSpec
+from insitubatch_nodes.core.sample_spec import SampleSpec, batch_key
+from insitubatch_nodes.core.static_fields import StaticPlacement, sample_layout
 
 DEFAULT_SPATIAL_DIMS = 2
 SPECLESS_STACK_KEY = "fields"
@@ -72,27 +77,99 @@ def stacked_groups(
     return {name: list(group.variables) for name, group in spec.groups.items()}
 
 
+@dataclass(frozen=True)
+class ChannelSource:
+    """One batch array a stacked tensor takes channels from.
+
+    Args:
+        key: the batch key of the array.
+        names: its channels' names, in order.
+        steps: whether the array has the group's steps axis (a time-varying field with a
+            spec); False for one to repeat along it (a static field).
+    """
+
+    key: str
+    names: tuple[str, ...]
+    steps: bool = True
+
+
+def stack_sources(
+    layouts: Mapping[str, VariableLayout],
+    spec: SampleSpec | None,
+    spatial_dims: int = DEFAULT_SPATIAL_DIMS,
+    statics: Sequence[StaticPlacement] = (),
+) -> dict[str, list[ChannelSource]]:
+    """Each stacked tensor's channel sources, in channel order (see the module).
+
+    Args:
+        layouts: the time-varying variables (and, for their channels' grids and dtypes,
+            nothing else), by name.
+        spec: the sample spec (of time-varying variables), or None.
+        spatial_dims: the trailing grid axes.
+        statics: where the static fields appear (`core.static_fields.static_placements`);
+            those of a group join its tensor.
+    """
+    sources = {
+        key: [
+            ChannelSource(
+                v if spec is None else batch_key(key, v),
+                tuple(channel_names(v, layouts[v], spatial_dims)),
+                spec is not None,
+            )
+            for v in variables
+        ]
+        for key, variables in stacked_groups(layouts, spec).items()
+    }
+    for placement in statics:
+        if placement.group is not None:
+            sources[placement.group].append(ChannelSource(placement.key, (placement.name,), False))
+    return sources
+
+
 def batch_channels(
     layouts: Mapping[str, VariableLayout],
     spec: SampleSpec | None,
     *,
     stacked: bool,
     spatial_dims: int = DEFAULT_SPATIAL_DIMS,
+    statics: Sequence[StaticPlacement] = (),
+    static_layouts: Mapping[str, VariableLayout] | None = None,
 ) -> dict[str, list[str]]:
-    """Each batch array's channel names, in channel order (axis -(spatial_dims + 1))."""
+    """Each batch array's channel names, in channel order (axis -(spatial_dims + 1)).
+
+    Args:
+        layouts: the time-varying variables, by name.
+        spec: the sample spec (of time-varying variables), or None.
+        stacked: whether a group's arrays are stacked into one tensor.
+        spatial_dims: the trailing grid axes.
+        statics: where the static fields appear (`core.static_fields.static_placements`).
+        static_layouts: the static fields' layouts (checked for stacking beside the
+            fields: their dtypes), or None.
+    """
     if stacked:
         groups = stacked_groups(layouts, spec)
-        check_stackable(layouts, groups, spatial_dims)
-        return {
-            key: [c for v in variables for c in channel_names(v, layouts[v], spatial_dims)]
-            for key, variables in groups.items()
+        every = dict(layouts)
+        every.update((n, sample_layout(lay)) for n, lay in (static_layouts or {}).items())
+        for placement in statics:
+            if placement.group is not None and placement.name in every:
+                groups[placement.group] = [*groups[placement.group], placement.name]
+        check_stackable(every, groups, spatial_dims)
+        found = {
+            key: [name for source in sources for name in source.names]
+            for key, sources in stack_sources(layouts, spec, spatial_dims, statics).items()
         }
+        found.update((p.key, [p.name]) for p in statics if p.group is None)
+        return found
+    found = {}
     if spec is None:
-        return {v: channel_names(v, layouts[v], spatial_dims) for v in layouts}
-    return {
-        key: channel_names(variable, layouts[variable], spatial_dims)
-        for key, _, variable, _ in spec.fields()
-    }
+        found = {v: channel_names(v, layouts[v], spatial_dims) for v in layouts}
+    else:
+        found = {
+            key: channel_names(variable, layouts[variable], spatial_dims)
+            for key, _, variable, _ in spec.fields()
+        }
+    found.update((p.key, [p.name]) for p in statics)
+    return found
 
 
 def check_stackable(

@@ -10,6 +10,8 @@ digest), the Icechunk snapshot when there is one, and how each array's values ar
 (`core.cf_decoding`: masks, packing, the dtype batches are cast to), since the same bytes
 decoded otherwise are other batches. It holds no URL and no storage options (those may
 carry secrets, and a store copied to another bucket is still the same data).
+Static fields (`core.static_fields`) are recorded the same way under `STATICS_KEY`, when
+there are any: a state saved with other statics (or none) is other batches.
 Where stacking or levels order a batch's channels, the loader adds their order
 (`CHANNELS_KEY`): the same arrays stacked in another variable order are other batches.
 `fingerprint_differences` says in words how two fingerprints differ.
@@ -28,6 +30,7 @@ from insitubatch_nodes.core.geometry import VariableLayout
 
 DIGEST_LENGTH = 16
 DECODING_KEY = "decoding"
+STATICS_KEY = "statics"  # static field -> its array entry, where the loader has any
 CHANNELS_KEY = "channels"  # batch key -> its channel names, where stacking or levels order them
 
 
@@ -50,6 +53,7 @@ def source_fingerprint(
     snapshot_id: str | None,
     anchors: np.ndarray | None = None,
     decodings: Mapping[str, Mapping[str, Any]] | None = None,
+    statics: Mapping[str, VariableLayout] | None = None,
 ) -> dict[str, Any]:
     """The fingerprint of a loader over `layouts` and split `split`, as plain data.
 
@@ -64,7 +68,9 @@ def source_fingerprint(
             record units only: units do not show a date boundary moved inside a unit, a
             stride, a frequency or a gap rule.
         decodings: each array's decoding record (`CFDecoding.record`, with the dtype
-            batches are cast to), or None to record none.
+            batches are cast to), or None to record none; static fields' too.
+        statics: the static fields' layouts, by name (recorded under `STATICS_KEY` when
+            there are any; their codecs and fill values are in `codecs`, `fill_values`).
     """
     units = np.sort(np.asarray(split_units, dtype=np.int64))
     split: dict[str, Any] = {
@@ -76,24 +82,28 @@ def source_fingerprint(
         steps = np.sort(np.asarray(anchors, dtype=np.int64))
         split["anchors"] = int(steps.size)
         split["anchors_digest"] = digest(steps.astype("<i8").tobytes())
-    return {
-        "arrays": {
-            name: {
-                "shape": list(layout.shape),
-                "chunks": list(layout.chunks),
-                "dtype": layout.dtype,
-                "codecs": codecs.get(name, ""),
-                "fill_value": fill_values.get(name, ""),
-                "pick": None
-                if layout.pick is None
-                else [layout.pick.axis, list(layout.pick.batch_indices)],
-                **_decoding_entry(None if decodings is None else decodings[name], layout.dtype),
-            }
-            for name, layout in sorted(layouts.items())
-        },
+
+    def entry(name: str, layout: VariableLayout) -> dict[str, Any]:
+        return {
+            "shape": list(layout.shape),
+            "chunks": list(layout.chunks),
+            "dtype": layout.dtype,
+            "codecs": codecs.get(name, ""),
+            "fill_value": fill_values.get(name, ""),
+            "pick": None
+            if layout.pick is None
+            else [layout.pick.axis, list(layout.pick.batch_indices)],
+            **_decoding_entry(None if decodings is None else decodings[name], layout.dtype),
+        }
+
+    found = {
+        "arrays": {name: entry(name, layout) for name, layout in sorted(layouts.items())},
         "split": split,
         "snapshot_id": snapshot_id,
     }
+    if statics:
+        found[STATICS_KEY] = {name: entry(name, layout) for name, layout in sorted(statics.items())}
+    return found
 
 
 def _decoding_entry(record: Mapping[str, Any] | None, stored_dtype: str) -> dict[str, Any]:
@@ -120,10 +130,12 @@ _ARRAY_FIELDS = (
 )
 
 
-def _array_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+def _array_differences(
+    saved: Mapping[str, Any], current: Mapping[str, Any], kind: str = "arrays"
+) -> list[str]:
     if sorted(saved) != sorted(current):
         return [
-            f"the state was saved on arrays {sorted(saved)}, this loader reads {sorted(current)}"
+            f"the state was saved on {kind} {sorted(saved)}, this loader reads {sorted(current)}"
         ]
     found = []
     for name in sorted(current):
@@ -212,6 +224,17 @@ def fingerprint_differences(saved: Any, current: Mapping[str, Any]) -> list[str]
             "a loader writes)"
         ]
     found = _array_differences(saved["arrays"], current["arrays"])
+    saved_statics, statics = saved.get(STATICS_KEY, {}), current.get(STATICS_KEY, {})
+    if not isinstance(saved_statics, Mapping) or not all(
+        isinstance(entry, Mapping) for entry in saved_statics.values()
+    ):
+        found.append("the state's record of its static fields is damaged")
+    else:
+        found += [
+            f"{difference}; rebuild the loader with the static fields it was saved with, "
+            f"or start a new run"
+            for difference in _array_differences(saved_statics, statics, "static fields")
+        ]
     before_channels, now_channels = saved.get(CHANNELS_KEY), current.get(CHANNELS_KEY)
     if before_channels is not None and now_channels is not None and before_channels != now_channels:
         found.append(

@@ -6,7 +6,9 @@ newest block, so at most `batch_size + 2 * block_samples` samples; pool shuffle:
 pool's P units, freed unit by unit, plus the newest block whose units wait to enter and a
 batch's worth for short units, `pool_window_samples`), the batch being gathered, the stored
 bytes of chunk reads in flight, and the blocks read ahead. The first three are fixed by
-the settings; read-ahead gets what is left, and at least one block must fit. With a
+the settings; so are the static fields (`core.static_fields`: each decoded array, once,
+and the copies of them host batches hold where stacked or cropped, `StaticCost`);
+read-ahead gets what is left, and at least one block must fit. With a
 writable chunk cache, the stored bytes waiting for the cache's writing thread
 (`io.cache.cache_writes`) take a share of the read-ahead beyond that one block
 (`CACHE_QUEUE_SHARE`, at most `CACHE_QUEUE_BYTES`): never more, so a cache neither makes
@@ -112,6 +114,25 @@ def default_block_chunks(unit_samples: int, unit_bytes: int, memory_budget: int)
 
 
 @dataclass(frozen=True)
+class StaticCost:
+    """What the static fields hold: the decoded arrays, once, and per sample the copies
+    a host batch makes of them (stacked channels, crops at patches; 0 for broadcast
+    views).
+
+    Args:
+        resident_bytes: the decoded statics (`core.static_fields.static_nbytes`).
+        sample_bytes: one sample's copies in a host batch
+            (`core.static_fields.static_copy_nbytes`).
+    """
+
+    resident_bytes: int = 0
+    sample_bytes: int = 0
+
+
+NO_STATICS = StaticCost()
+
+
+@dataclass(frozen=True)
 class MemoryPlan:
     """How one budget splits, in bytes.
 
@@ -123,6 +144,8 @@ class MemoryPlan:
         read_ahead_bytes: what is left: the blocks read ahead, at most.
         cache_queue_bytes: stored chunks queued for the chunk cache's writing thread, at
             most (0 without a writable cache).
+        static_bytes: the static fields, decoded, kept for the loader's life (their
+            copies in batches are in `batch_bytes`).
     """
 
     window_bytes: int
@@ -131,6 +154,7 @@ class MemoryPlan:
     block_bytes: int
     read_ahead_bytes: int
     cache_queue_bytes: int = 0
+    static_bytes: int = 0
 
     @property
     def blocks_alive_bytes(self) -> int:
@@ -174,6 +198,7 @@ def plan_memory(
     batches_held: int = 1,
     window_samples: int | None = None,
     cache_writes: bool = False,
+    statics: StaticCost = NO_STATICS,
 ) -> MemoryPlan:
     """Split `memory_budget` (bytes); a budget too small for one block read ahead is an
     error that says what the fixed parts need.
@@ -192,6 +217,7 @@ def plan_memory(
             `pool_window_samples`), or None for the block shuffle's.
         cache_writes: whether a chunk cache is written: its queue then takes a share of
             the read-ahead beyond one block (see the module).
+        statics: what the static fields hold (none by default).
     """
     per_sample = sample_nbytes(layouts)
     largest_chunk = max(
@@ -200,7 +226,8 @@ def plan_memory(
     if window_samples is None:
         window_samples = batch_size + 2 * block_samples
     window = window_samples * per_sample
-    batch = batches_held * batch_size * batch_sample_nbytes(layouts)
+    batch = batches_held * batch_size * (batch_sample_nbytes(layouts) + statics.sample_bytes)
+    kept = statics.resident_bytes
     # stored bytes are at most about decoded bytes
     if max_inflight is None:
         inflight = max(largest_chunk, min(memory_budget // INFLIGHT_SHARE, CEILING * largest_chunk))
@@ -209,19 +236,20 @@ def plan_memory(
         inflight = max_inflight * largest_chunk
         reads = f"{max_inflight} chunk reads in flight"
     block = block_samples * per_sample
-    read_ahead = memory_budget - window - batch - inflight
+    read_ahead = memory_budget - window - batch - inflight - kept
     if read_ahead < block:
+        static_part = f", the static fields {kept}" if kept else ""
         raise ValueError(
             f"memory_budget={memory_budget} bytes is too small: the shuffle window needs "
-            f"{window}, the batch {batch}, {reads} {inflight}, and "
-            f"one block read ahead {block} (at least {window + batch + inflight + block} in "
-            f"all); raise memory_budget, or lower block_chunks, batch_size, max_inflight or "
-            f"shuffle_window"
+            f"{window}, the batch {batch}, {reads} {inflight}{static_part}, and "
+            f"one block read ahead {block} (at least "
+            f"{window + batch + inflight + kept + block} in all); raise memory_budget, or "
+            f"lower block_chunks, batch_size, max_inflight or shuffle_window"
         )
     queue = 0
     if cache_writes:
         queue = min(CACHE_QUEUE_BYTES, memory_budget // CACHE_QUEUE_SHARE, read_ahead - block)
-    return MemoryPlan(window, batch, inflight, block, read_ahead - queue, queue)
+    return MemoryPlan(window, batch, inflight, block, read_ahead - queue, queue, kept)
 
 
 def block_sizing_budget(memory_budget: int | None) -> int:
@@ -312,6 +340,7 @@ def least_budget(
     max_inflight: int | None,
     batches_held: int,
     window_samples: int | None = None,
+    statics: StaticCost = NO_STATICS,
 ) -> int | None:
     """The least `memory_budget` that `plan_memory` accepts for a block of
     `block_samples` rows (one byte less is refused), or None when none up to
@@ -326,6 +355,7 @@ def least_budget(
         max_inflight: chunk reads under way at once at most, or None (see `plan_memory`).
         batches_held: gathered batches alive at once.
         window_samples: the shuffle window's rows (see `plan_memory`), or None.
+        statics: what the static fields hold (see `plan_memory`).
     """
 
     def fits(budget: int) -> bool:
@@ -338,6 +368,7 @@ def least_budget(
                 max_inflight=max_inflight,
                 batches_held=batches_held,
                 window_samples=window_samples,
+                statics=statics,
             )
         except ValueError:
             return False

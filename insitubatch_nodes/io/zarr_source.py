@@ -11,7 +11,7 @@ import numpy as np
 from zarr.abc.store import Store
 
 from insitubatch_nodes.core.batch_fields import SAMPLE_INDEX_KEY
-from insitubatch_nodes.core.cf_decoding import YIELDS_KEY, CFDecoding
+from insitubatch_nodes.core.cf_decoding import YIELDS_KEY, CFDecoding, decode_values
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
 from insitubatch_nodes.core.date_manifest import make_date_manifest, time_differences
 from insitubatch_nodes.core.date_ranges import RangeLike, TimeAxis
@@ -25,6 +25,8 @@ from insitubatch_nodes.io.metadata.levels import LevelsLike, level_picks
 from insitubatch_nodes.io.metadata.time_axis import read_time_axis
 from insitubatch_nodes.io.metadata.zarr_layout import arrays_of, open_root_group, select_variables
 from insitubatch_nodes.io.reads.block_reader import ReadContext
+from insitubatch_nodes.io.reads.retry import RetryPolicy
+from insitubatch_nodes.io.reads.static_reads import read_whole_arrays
 from insitubatch_nodes.io.stores.icechunk_store import snapshot_id_of
 from insitubatch_nodes.io.stores.open_store import describe, open_store
 from insitubatch_nodes.io.stores.redact import secrets_in
@@ -96,6 +98,10 @@ class ZarrSource:
     decodings: Mapping[str, CFDecoding] = field(default_factory=dict)
     # what the decoding may surprise a user with (a v2 fill_value of 0 masking zeros)
     decoding_warnings: tuple[str, ...] = ()
+    # static fields (no time dimension: `core.static_fields`), read whole by `read_statics`
+    statics: Mapping[str, VariableLayout] = field(default_factory=dict)
+    # static fields the default choice of variables left out (name them to read them)
+    statics_left_out: tuple[str, ...] = ()
     # values known to be secret (URL userinfo, signatures, options' keys): kept out of the
     # errors of later reads (the time coordinate), never in a repr or a state
     secrets: tuple[str, ...] = field(default=(), repr=False)
@@ -146,7 +152,8 @@ class ZarrSource:
         store = open_store(source, storage_options)
         group = open_root_group(store, where, secrets)
         arrays = arrays_of(group, where, secrets)
-        layouts = select_variables(arrays, variables, where)
+        selection = select_variables(arrays, variables, where, spatial_dims)
+        layouts, statics = selection.fields, selection.statics
         if SAMPLE_INDEX_KEY in layouts:
             raise ValueError(
                 f"a variable is named {SAMPLE_INDEX_KEY!r}, which batches use for the sample "
@@ -179,8 +186,9 @@ class ZarrSource:
             picks = level_picks(arrays, layouts, levels, spatial_dims, where, secrets)
             layouts = {n: replace(lay, pick=picks.get(n)) for n, lay in layouts.items()}
             geometry = replace(geometry, variables=dict(layouts))  # its grid, picks added
-        codecs = {name: codec_summary(arrays[name]) for name in layouts}
-        fills = {name: fill_value_text(arrays[name]) for name in layouts}
+        kept = [*layouts, *statics]
+        codecs = {name: codec_summary(arrays[name]) for name in kept}
+        fills = {name: fill_value_text(arrays[name]) for name in kept}
         snapshot = snapshot_id_of(store)
         decodings = {
             name: read_cf_decoding(
@@ -189,11 +197,11 @@ class ZarrSource:
                 decode_cf=decode_cf,
                 use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
             )
-            for name in layouts
+            for name in kept
         }
         warnings = (
             zero_fill_warning(name, arrays[name], decodings[name], use_zarr_fill_value_as_mask)
-            for name in layouts
+            for name in kept
         )
         return cls(
             store,
@@ -206,6 +214,8 @@ class ZarrSource:
             snapshot,
             decodings=decodings,
             decoding_warnings=tuple(w for w in warnings if w is not None),
+            statics=statics,
+            statics_left_out=selection.statics_left_out,
             secrets=tuple(secrets),
         )
 
@@ -223,6 +233,26 @@ class ZarrSource:
         """
         settings.setdefault("unit_length", self.geometry.unit_length)
         return ReadContext.create(self.store, self.layouts, where=self.where, **settings)
+
+    def read_statics(
+        self, cast: str | None = None, retry: RetryPolicy | None = None, decode_threads: int = 1
+    ) -> dict[str, np.ndarray]:
+        """Each static field, read whole through the loader's reader
+        (`io.reads.static_reads`) and decoded as `xr.open_zarr(url)[name]` shows it (or
+        stored values, with `decode_cf=False`), cast to `cast` when given.
+
+        Args:
+            cast: a numpy float dtype's name to cast the values to, or None.
+            retry: how transient read errors are retried (default `RetryPolicy()`).
+            decode_threads: threads that decode the chunks.
+        """
+        stored = read_whole_arrays(
+            self.store, self.statics, where=self.where, retry=retry, decode_threads=decode_threads
+        )
+        return {
+            name: decode_values(values, self.decodings[name], cast)
+            for name, values in stored.items()
+        }
 
     def split_units(self, split: str) -> np.ndarray:
         return self.manifest.units(split)
@@ -266,6 +296,7 @@ class ZarrSource:
             self.snapshot_id,
             anchors,
             self.decoding_records(cast),
+            statics=self.statics,
         )
 
     def decoding_records(self, cast: str | None = None) -> dict[str, dict[str, Any]]:

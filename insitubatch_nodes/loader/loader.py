@@ -27,7 +27,7 @@ nodes that it lacks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import torchdata.nodes
@@ -68,6 +68,11 @@ class Loader(torchdata.nodes.Loader[T]):
             Lightning's and accelerate's checkpointing do), so that the one checkpoint
             those frameworks write (rank 0's) resumes every rank. `load_state_dict` takes
             either kind of state.
+        channels: what `loader.channels` says: with `stack=True`, each stacked batch key
+            -> its channels' names in order (`{"fields": ["t2m", "temperature_500", ...,
+            "land_sea_mask"]}`: variables and levels, then static fields), so that a model
+            (and its checkpoint) can name its inputs; None for unstacked batches, whose
+            keys name them.
 
     Raises:
         ValueError: the graph's links cannot be told apart (`loader.graph_links`: two
@@ -82,9 +87,12 @@ class Loader(torchdata.nodes.Loader[T]):
         restart_on_stop_iteration: bool = True,
         *,
         all_ranks_state: bool = False,
+        channels: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         super().__init__(root, restart_on_stop_iteration)
         self.all_ranks_state = as_bool("all_ranks_state", all_ranks_state)
+        # with stack=True: each stacked batch key -> its channels' names, in order
+        self.channels = None if channels is None else {k: list(v) for k, v in channels.items()}
         self._links: GraphLinks = resolve_links(root)
         self._iterator: PeekingIterator[T] | None = None
         self._state_to_load: dict[str, Any] | None = None

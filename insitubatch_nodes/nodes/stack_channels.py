@@ -1,7 +1,9 @@
 """StackChannelsNode: a group's variables (and levels) as one `(batch, [steps,] C, *grid)`.
 
 The channel order is `core.channels.batch_channels(..., stacked=True)`, available as
-`channel_order` before the first batch, so a model (and a checkpoint) can record it.
+`channel_order` before the first batch, so a model (and a checkpoint) can record it: each
+group's channel sources in turn (`core.channels.stack_sources`: variables and levels,
+then static fields, which a spec's steps axis repeats).
 Stateless: one concatenation per group and batch, before the device copy (on the host),
 or on the device where the blocks were decoded there (`decode="gpu"`: the batch says so,
 `Batch.device`).
@@ -15,7 +17,7 @@ gather, when stacking: the gather's batch is only read here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,13 +27,14 @@ from torchdata.nodes import BaseNode
 from insitubatch_nodes.core.batch_fields import SAMPLE_INDEX_KEY
 from insitubatch_nodes.core.channels import (
     DEFAULT_SPATIAL_DIMS,
+    ChannelSource,
     batch_channels,
-    channel_names,
-    stacked_groups,
+    stack_sources,
 )
 from insitubatch_nodes.core.geometry import VariableLayout
-from insitubatch_nodes.core.sample_spec import SampleSpec, batch_key
+from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.core.settings import as_bool, as_int
+from insitubatch_nodes.core.static_fields import StaticPlacement
 from insitubatch_nodes.device.copy_ahead import CUDA_PREFETCH, staging_slots
 from insitubatch_nodes.device.staging_ring import StagingRing, page_locked
 from insitubatch_nodes.nodes import state_names
@@ -52,6 +55,10 @@ class StackChannelsNode(BaseNode[Batch]):
             `PinToDeviceNode` on a CUDA device. Without CUDA the ring is plain memory.
         pinned_batches: page-locked batches the ring holds (an int >= 1): the device
             node's `prefetch` + 1 (see `GatherNode`).
+        statics: where the static fields appear (`core.static_fields.static_placements`):
+            those of a group are its last channels, each `(batch, *grid)` in the batch
+            (`StaticFieldsNode` puts them there), repeated along a spec's steps.
+        static_layouts: the static fields' layouts, by name (their dtypes are checked).
     """
 
     STATE_NAME = state_names.STACK_CHANNELS
@@ -66,6 +73,8 @@ class StackChannelsNode(BaseNode[Batch]):
         spatial_dims: int = DEFAULT_SPATIAL_DIMS,
         pin_memory: bool = False,
         pinned_batches: int = staging_slots(CUDA_PREFETCH),
+        statics: Sequence[StaticPlacement] = (),
+        static_layouts: Mapping[str, VariableLayout] | None = None,
     ) -> None:
         super().__init__()
         self.source = source
@@ -75,18 +84,16 @@ class StackChannelsNode(BaseNode[Batch]):
         pinned_batches = as_int("pinned_batches", pinned_batches, minimum=1)
         self.spatial_dims = spatial_dims
         self.staging = StagingRing(pinned_batches, page_locked) if pin_memory else None
-        self.channel_order = batch_channels(layouts, spec, stacked=True, spatial_dims=spatial_dims)
-        self._parts = {
-            key: [
-                (
-                    v if spec is None else batch_key(key, v),
-                    len(channel_names(v, layouts[v], spatial_dims)),
-                )
-                for v in variables
-            ]
-            for key, variables in stacked_groups(layouts, spec).items()
-        }
-        self._stacked = {field for parts in self._parts.values() for field, _ in parts}
+        self.channel_order = batch_channels(
+            layouts,
+            spec,
+            stacked=True,
+            spatial_dims=spatial_dims,
+            statics=statics,
+            static_layouts=static_layouts,
+        )
+        self._sources = stack_sources(layouts, spec, spatial_dims, statics)
+        self._stacked = {s.key for sources in self._sources.values() for s in sources}
         self._has_steps = spec is not None
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
@@ -96,10 +103,7 @@ class StackChannelsNode(BaseNode[Batch]):
     def next(self) -> Batch:
         batch = as_batch(next(self.source))
         lead = 2 if self._has_steps else 1  # (batch,) or (batch, steps)
-        pieces = {
-            key: [self._piece(batch[f], c, lead) for f, c in parts]
-            for key, parts in self._parts.items()
-        }
+        pieces = {key: self._pieces(batch, sources, lead) for key, sources in self._sources.items()}
         out = {k: v for k, v in batch.items() if k not in self._stacked}
         if batch.device is not None:  # tensors on the device the blocks were decoded on
             out.update((key, torch.cat(p, dim=lead)) for key, p in pieces.items())
@@ -117,6 +121,19 @@ class StackChannelsNode(BaseNode[Batch]):
             staged.arrays[key][...] = array
         return Batch({**out, **staged.arrays}, staged=staged)
 
+    def _pieces(self, batch: Batch, sources: list[ChannelSource], lead: int) -> list[Any]:
+        """The group's sources as `(*lead axes, channels, *grid)` each: channel axes
+        flattened, and a source without the steps axis (a static) repeated along it (a
+        broadcast view: the concatenation is its one copy)."""
+        pieces = [self._piece(batch[s.key], len(s.names), lead if s.steps else 1) for s in sources]
+        steps = next((p.shape[1] for p, s in zip(pieces, sources, strict=True) if s.steps), 1)
+        return [
+            p
+            if s.steps or lead == 1
+            else _repeated(p.unsqueeze(1) if torch.is_tensor(p) else p[:, None], steps)
+            for p, s in zip(pieces, sources, strict=True)
+        ]
+
     def _piece(self, array: Any, channels: int, lead: int) -> Any:
         """`array` as `(*lead axes, channels, *grid)`: its channel axes flattened."""
         grid = array.shape[array.ndim - self.spatial_dims :]
@@ -129,6 +146,12 @@ class StackChannelsNode(BaseNode[Batch]):
         """The state without a copy, for a node downstream to keep unchanged
         (`nodes.state_views`)."""
         return named_state(self, {self.SOURCE_KEY: self._read_source_state()})
+
+
+def _repeated(array: Any, steps: int) -> Any:
+    """`array` (batch, 1, ...) as (batch, steps, ...), a broadcast view (numpy or torch)."""
+    shape = (array.shape[0], steps, *array.shape[2:])
+    return array.expand(*shape) if torch.is_tensor(array) else np.broadcast_to(array, shape)
 
 
 def _concatenated(pieces: list[np.ndarray], axis: int) -> tuple[tuple[int, ...], np.dtype]:

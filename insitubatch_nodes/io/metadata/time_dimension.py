@@ -13,8 +13,9 @@ writes `_ARRAY_DIMENSIONS` in Zarr v2, `dimension_names` in v3), time is found b
 3. else the first dimension of the variables, when they all share it (a store of samples
    with no dates).
 
-A variable without that dimension, or with it elsewhere than first, is refused by name
-(static fields are the next step). Arrays that name no dimensions (plain zarr-python
+A variable without that dimension is a static field (`core.static_fields`): read once,
+whole, and only on the fields' own grid (`check_static_grid`); one with time elsewhere
+than first is refused by name. Arrays that name no dimensions (plain zarr-python
 arrays) say nothing about time: their axis 0 is time, as it always was.
 """
 
@@ -85,7 +86,8 @@ def time_dimension(arrays: Mapping[str, zarr.Array], variables: Sequence[str]) -
 
     Args:
         arrays: the group's arrays by name.
-        variables: the selected variables.
+        variables: the selected time-varying variables (static fields split off first,
+            `static_variables`).
     """
     named = {n: dims for n in variables if (dims := dimension_names(arrays[n])) is not None}
     if not named:
@@ -102,14 +104,6 @@ def time_dimension(arrays: Mapping[str, zarr.Array], variables: Sequence[str]) -
             )
         return firsts.pop()
     for name, dims in named.items():
-        if time not in dims:
-            raise ValueError(
-                f"variable {name!r} has dimensions {dims} and no time dimension {time!r} (a "
-                f"static field, such as orography or a land-sea mask): the loader reads every "
-                f"variable along time and does not read static fields yet; leave it out of "
-                f"variables= and give it to your model as a constant "
-                f"(xr.open_zarr(url)[{name!r}].values)"
-            )
         if dims[0] != time:
             raise ValueError(
                 f"variable {name!r} has dimensions {dims}: its time dimension {time!r} is not "
@@ -132,3 +126,70 @@ def has_time(arrays: Mapping[str, zarr.Array], name: str, time: str | None) -> b
     """
     dims = dimension_names(arrays[name])
     return time is None or dims is None or time in dims
+
+
+def static_variables(arrays: Mapping[str, zarr.Array], variables: Sequence[str]) -> list[str]:
+    """The static fields among `variables`: those that name their dimensions, none of
+    them the time dimension the store names (`named_time`); empty when nothing names
+    time (then every variable is read along its axis 0, as it always was).
+
+    Args:
+        arrays: the group's arrays by name.
+        variables: the selected variables.
+    """
+    time = named_time(arrays, variables)
+    if time is None:
+        return []
+    return [
+        n
+        for n in variables
+        if (dims := dimension_names(arrays[n])) is not None and time not in dims
+    ]
+
+
+def check_static_grid(
+    arrays: Mapping[str, zarr.Array],
+    statics: Sequence[str],
+    fields: Sequence[str],
+    spatial_dims: int,
+) -> None:
+    """Refuse a static field that is not on the fields' grid: it must be the grid itself,
+    its dimensions the fields' last `spatial_dims` ones by name, of the same sizes (a
+    batch gives it beside them, cell for cell).
+
+    Args:
+        arrays: the group's arrays by name.
+        statics: the static fields (`static_variables`).
+        fields: the time-varying variables beside them (at least one).
+        spatial_dims: the trailing grid axes.
+    """
+    if statics and not fields:
+        raise ValueError(
+            f"the selected variables {list(statics)} are all static fields (no time "
+            f"dimension): the loader samples along time, so select at least one "
+            f"time-varying variable beside them"
+        )
+    for name in statics:
+        dims, shape = dimension_names(arrays[name]) or (), tuple(arrays[name].shape)
+        for field in fields:
+            field_dims = dimension_names(arrays[field])
+            field_shape = tuple(arrays[field].shape)
+            grid_shape = field_shape[len(field_shape) - spatial_dims :]
+            grid_dims = None if field_dims is None else field_dims[len(field_dims) - spatial_dims :]
+            if len(dims) != spatial_dims or (grid_dims is not None and dims != grid_dims):
+                raise ValueError(
+                    f"static field {name!r} has dimensions {dims}, and the grid of {field!r} "
+                    f"is {grid_dims if grid_dims is not None else grid_shape} (its last "
+                    f"spatial_dims={spatial_dims} dimensions): a static field is given "
+                    f"beside the fields cell for cell, so it must be their grid; store it "
+                    f"on their grid with their dimension names (ds[{name!r}].rename(...) "
+                    f"if only the names differ, else regrid it), or leave it out of "
+                    f"variables="
+                )
+            if shape != grid_shape:
+                raise ValueError(
+                    f"static field {name!r} has shape {shape} on {dims}, and {field!r}'s "
+                    f"grid is {grid_shape}: another grid (another resolution, or a region "
+                    f"of it); regrid it onto the fields' grid and store it beside them, "
+                    f"or leave it out of variables="
+                )

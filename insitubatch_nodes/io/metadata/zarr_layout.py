@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import obstore.exceptions
@@ -17,7 +18,13 @@ from zarr.storage import ObjectStore
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.io.metadata.array_metadata import check_torch_dtypes
 from insitubatch_nodes.io.metadata.cf_attributes import other_decoding
-from insitubatch_nodes.io.metadata.time_dimension import has_time, named_time, time_dimension
+from insitubatch_nodes.io.metadata.time_dimension import (
+    check_static_grid,
+    has_time,
+    named_time,
+    static_variables,
+    time_dimension,
+)
 from insitubatch_nodes.io.metadata.zarr_compat import run_on_zarr_loop
 from insitubatch_nodes.io.stores.redact import raise_scrubbed, redact, scrubbed
 from insitubatch_nodes.io.stores.store_errors import (
@@ -153,35 +160,62 @@ def layout_of(array: zarr.Array) -> VariableLayout:
     return VariableLayout(tuple(array.shape), tuple(array.chunks), str(dtype))
 
 
+class Selection(NamedTuple):
+    """The selected arrays, by kind.
+
+    Args:
+        fields: the time-varying variables' layouts, in order.
+        statics: the static fields' layouts (no time dimension), in order.
+        statics_left_out: static fields the default choice of variables left out.
+    """
+
+    fields: dict[str, VariableLayout]
+    statics: dict[str, VariableLayout]
+    statics_left_out: tuple[str, ...] = ()
+
+
 def select_variables(
-    arrays: Mapping[str, zarr.Array], variables: Sequence[str] | None, where: str
-) -> dict[str, VariableLayout]:
+    arrays: Mapping[str, zarr.Array],
+    variables: Sequence[str] | None,
+    where: str,
+    spatial_dims: int = 2,
+) -> Selection:
     """Layouts of the named arrays, or by default of every array with >= 2 dims.
 
     The default skips 1-D coordinate arrays (latitude, time, ...) that xarray writes next
-    to the data and the arrays that name dimensions without time (static fields:
-    `io.metadata.time_dimension`), and refuses to guess when the remaining arrays disagree
-    on axis 0. A chosen array without time, or with time not first, is refused by name
-    (it would be read as if its first axis were time); so is one whose values torch
-    cannot hold, here, before any read.
+    to the data and the static fields (arrays that name dimensions without time:
+    `io.metadata.time_dimension`; named, they are read), and refuses to guess when the
+    remaining arrays disagree on axis 0. A named array without time is a static field,
+    refused unless it is the fields' grid (`check_static_grid`); one with time not first
+    is refused by name (it would be read as if its first axis were time); so is one whose
+    values torch cannot hold, here, before any read.
 
     Args:
         arrays: the group's arrays by name (`arrays_of`).
         variables: the arrays to load, or None for the default choice.
         where: the store's description for messages (`io.stores.open_store.describe`).
+        spatial_dims: the trailing grid axes a static field must match.
     """
-    chosen = _chosen_arrays(arrays, variables, where)
+    chosen, left_out = _chosen_arrays(arrays, variables, where)
     check_torch_dtypes(chosen)
-    return {name: layout_of(array) for name, array in chosen.items()}
+    statics = static_variables(arrays, list(chosen))
+    fields = [n for n in chosen if n not in statics]
+    check_static_grid(arrays, statics, fields, spatial_dims)
+    return Selection(
+        {name: layout_of(chosen[name]) for name in fields},
+        {name: layout_of(chosen[name]) for name in statics},
+        left_out,
+    )
 
 
 def _chosen_arrays(
     arrays: Mapping[str, zarr.Array], variables: Sequence[str] | None, where: str
-) -> dict[str, zarr.Array]:
+) -> tuple[dict[str, zarr.Array], tuple[str, ...]]:
     if variables is None:
         chosen = {n: a for n, a in sorted(arrays.items()) if a.ndim >= 2}
         time = named_time(arrays, list(chosen))  # static fields left out, as coordinates are
-        chosen = {n: a for n, a in chosen.items() if has_time(arrays, n, time)}
+        left_out = tuple(n for n in chosen if not has_time(arrays, n, time))
+        chosen = {n: a for n, a in chosen.items() if n not in left_out}
         # dates, durations and booleans xarray decodes are left out, as coordinates are
         chosen = {n: a for n, a in chosen.items() if other_decoding(a) is None}
         if not chosen:
@@ -197,7 +231,7 @@ def _chosen_arrays(
                 + ", ".join(f"{n}={a.shape[0]}" for n, a in chosen.items())
                 + "); choose the ones that share a sample axis with variables=[...]"
             )
-        return chosen
+        return chosen, left_out
     if isinstance(variables, str):
         variables = [variables]
     seen: set[str] = set()
@@ -210,5 +244,6 @@ def _chosen_arrays(
         raise ValueError(
             f"unknown variable(s) {unknown} in {where}; its arrays are {sorted(arrays)}"
         )
-    time_dimension(arrays, variables)
-    return {n: arrays[n] for n in variables}
+    statics = static_variables(arrays, variables)
+    time_dimension(arrays, [n for n in variables if n not in statics])
+    return {n: arrays[n] for n in variables}, ()

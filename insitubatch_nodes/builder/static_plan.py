@@ -1,0 +1,68 @@
+"""The static fields' part of a plan (`core.static_fields`): where each appears, the dtype
+it is kept in, and what it costs the memory budget. `build_loader`'s plan and `insitubatch
+inspect` both take it from here, so the budget inspect reports is the loader's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from insitubatch_nodes.core.channels import SPECLESS_STACK_KEY
+from insitubatch_nodes.core.memory_bound import NO_STATICS, StaticCost
+from insitubatch_nodes.core.sample_spec import SampleSpec
+from insitubatch_nodes.core.static_fields import (
+    StaticPlacement,
+    static_copy_nbytes,
+    static_nbytes,
+    static_placements,
+)
+from insitubatch_nodes.io.zarr_source import ZarrSource
+
+NO_NUMPY_CAST = "bfloat16"  # a cast numpy cannot hold: statics are kept decoded, cast on torch
+
+
+@dataclass(frozen=True)
+class StaticPlan:
+    """The static fields of a loader, decided.
+
+    Args:
+        placements: where each appears in a batch, in order.
+        dtypes: static name -> the dtype its values are kept in (decoded, cast where
+            numpy can cast).
+        cost: what they hold of the memory budget.
+    """
+
+    placements: tuple[StaticPlacement, ...] = ()
+    dtypes: dict[str, str] = field(default_factory=dict)
+    cost: StaticCost = NO_STATICS
+
+
+def plan_statics(
+    source: ZarrSource,
+    spec: SampleSpec | None,
+    *,
+    cast: str | None,
+    stacked_on_host: bool,
+    crop_size: tuple[int, ...] | None,
+) -> StaticPlan:
+    """The plan of `source`'s static fields.
+
+    Args:
+        source: the opened source (its `statics` and their decodings).
+        spec: the user's sample spec (with its statics), or None.
+        cast: the dtype batches are cast to (`build_loader(dtype=...)`), or None.
+        stacked_on_host: whether host batches stack the statics into channels (copies).
+        crop_size: the patch size when host batches crop the statics at each sample's
+            patch (copies), else None.
+    """
+    if not source.statics:
+        return StaticPlan()
+    numpy_cast = None if cast == NO_NUMPY_CAST else cast
+    dtypes = {name: numpy_cast or source.decodings[name].decoded_dtype for name in source.statics}
+    shapes = {name: (layout.shape, dtypes[name]) for name, layout in source.statics.items()}
+    placements = tuple(static_placements(spec, list(source.statics), SPECLESS_STACK_KEY))
+    cost = StaticCost(
+        static_nbytes(shapes),
+        static_copy_nbytes(placements, shapes, stacked=stacked_on_host, patch_size=crop_size),
+    )
+    return StaticPlan(placements, dtypes, cost)
