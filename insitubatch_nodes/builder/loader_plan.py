@@ -196,12 +196,12 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
     fingerprint = opened.fingerprint(settings.split, anchors.anchors, cast=settings.dtype)
     channels = None
     if settings.stack:
-        channels = _channel_order(
+        channels = batch_channel_order(
             opened, spec, statics, stacked=True, spatial_dims=settings.spatial_dims
         )
     if settings.stack or any(layout.pick is not None for layout in opened.layouts.values()):
         # the order of the channels, which neither the arrays nor the picks record
-        fingerprint[CHANNELS_KEY] = _channel_order(
+        fingerprint[CHANNELS_KEY] = batch_channel_order(
             opened, spec, statics, stacked=settings.stack, spatial_dims=settings.spatial_dims
         )
     shares = rank_shares(
@@ -238,7 +238,7 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
     channel_order = None
     if settings.normalise is not None:
         _check_stats_decoding(settings.normalise, opened)
-        channel_order = _channel_order(
+        channel_order = batch_channel_order(
             opened, spec, statics, stacked=settings.stack, spatial_dims=settings.spatial_dims
         )
     return LoaderPlan(
@@ -259,7 +259,7 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
     )
 
 
-def _channel_order(
+def batch_channel_order(
     opened: ZarrSource,
     spec: SampleSpec | None,
     statics: StaticPlan,
@@ -268,7 +268,15 @@ def _channel_order(
     spatial_dims: int,
 ) -> dict[str, list[str]]:
     """Each batch array's channel names (`core.channels.batch_channels`), statics
-    included."""
+    included: what `Loader.channels` gives when stacked, and `insitubatch inspect` prints.
+
+    Args:
+        opened: the opened source.
+        spec: the spec of its time-varying variables (in stored steps), or None.
+        statics: its statics' plan (`builder.static_plan.plan_statics`).
+        stacked: whether a group's arrays are stacked into one tensor.
+        spatial_dims: the trailing grid axes.
+    """
     return batch_channels(
         decoded_layouts(opened),
         spec,

@@ -21,11 +21,14 @@ import torch
 from insitubatch_nodes.builder.fitting_budget import budget_that_fits, defaults_fit
 from insitubatch_nodes.builder.host_too_small import HostTooSmallError
 from insitubatch_nodes.builder.loader_choices import LoaderChoices, choose_loader_settings
+from insitubatch_nodes.builder.loader_plan import batch_channel_order
 from insitubatch_nodes.builder.placement import default_device_type, prefetch_for
 from insitubatch_nodes.builder.split_anchors import plan_split
+from insitubatch_nodes.builder.static_plan import plan_statics
 from insitubatch_nodes.builder.time_selection import Duration
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.byte_sizes import parse_nbytes, size_argument
+from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
 from insitubatch_nodes.core.inflight_target import CEILING
 from insitubatch_nodes.core.memory_bound import MemoryPlan
 from insitubatch_nodes.core.partition import assign_epoch
@@ -85,6 +88,8 @@ class LoaderDefaults:
             planned for revisits: what they gain the pool (for as many times the reads).
         stride_units: with a stride or frequency planned for, the units it is dealt in and
             why (`core.stride_units`), else None.
+        channels: planned for `stack=True`, each stacked tensor's channel names in order
+            (what `Loader.channels` gives), else None.
     """
 
     split: str
@@ -116,6 +121,7 @@ class LoaderDefaults:
     revisits: int = 1
     pool_without_revisits: int | None = None
     stride_units: str | None = None
+    channels: dict[str, list[str]] | None = None
 
 
 def _first_batches(anchors: AnchorSet, pool_size: int, batch_size: int) -> PoolRamp:
@@ -147,6 +153,7 @@ def loader_defaults(
     revisits: int = 1,
     stride: int | None = None,
     frequency: Duration | None = None,
+    stack: bool = False,
 ) -> LoaderDefaults:
     """What `build_loader(url, variables, split, batch_size=..., memory_budget=...)`
     would plan: the same anchors, device default, staging slots and choices.
@@ -170,6 +177,8 @@ def loader_defaults(
             then count strides), or None: the units planned for are those it is dealt in
             (`core.stride_units`).
         frequency: instead of `stride`, the anchors' spacing as a duration, or None.
+        stack: plan for `build_loader(stack=True)`: the channel list, and the static
+            fields' stacked copies counted in the batches.
     """
     if device is None:  # build_loader's default, without starting a CUDA context
         device = default_device_type()
@@ -180,6 +189,7 @@ def loader_defaults(
     timing: dict[str, Any] = {"stride": stride, "frequency": frequency}
     planned = plan_split(opened, split, spec, revisits=revisits, **timing)
     grid, anchors = planned.grid, planned.anchors
+    statics = plan_statics(opened, spec, cast=None, stacked_on_host=stack, crop_size=None)
     samples = int(anchors.unit_sizes(anchors.units).sum())
     refused: str | None = None
     fitting: int | None = None
@@ -210,6 +220,7 @@ def loader_defaults(
             decode_threads=None,
             batches_held=held,
             unit_cost=planned.units.memory_hint(),
+            statics=statics.cost,
         )
 
     try:
@@ -220,7 +231,12 @@ def loader_defaults(
     except ValueError as err:
         refused = redact(str(err), secrets)
         fitting = budget_that_fits(
-            anchors, opened.layouts, batch_size=batch_size, batches_held=held, above=budget
+            anchors,
+            opened.layouts,
+            batch_size=batch_size,
+            batches_held=held,
+            above=budget,
+            statics=statics.cost,
         )
     else:
         budget, memory_from, plan = chosen.memory_budget, chosen.memory_from, chosen.plan
@@ -256,6 +272,7 @@ def loader_defaults(
             opened.layouts,
             batch_size=batch_size,
             batches_held=held,
+            statics=statics.cost,
         )
         if not fits:
             argument = str(fitting)
@@ -288,4 +305,9 @@ def loader_defaults(
         revisits=revisits,
         pool_without_revisits=pool_without_revisits,
         stride_units=planned.units.text() if planned.time.steps > 1 else None,
+        channels=batch_channel_order(
+            opened, planned.time.spec, statics, stacked=True, spatial_dims=DEFAULT_SPATIAL_DIMS
+        )
+        if stack
+        else None,
     )

@@ -202,6 +202,12 @@ def _add_inspect(commands: Any) -> None:
         metavar="DURATION",
         help="plan for build_loader(frequency=...), e.g. 6h, instead of --stride",
     )
+    inspect.add_argument(
+        "--stack",
+        action="store_true",
+        help="plan for build_loader(stack=True): print the stacked channels in order "
+        "(variables, levels, static fields), as loader.channels gives them",
+    )
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -388,6 +394,7 @@ def _inspect(args: argparse.Namespace) -> int:
             revisits=args.revisits,
             stride=args.stride,
             frequency=args.frequency,
+            stack=args.stack,
         )
     except Exception as err:
         return _refused("inspect", err, options, args.url)

@@ -202,11 +202,14 @@ def _loader_lines(loader: LoaderDefaults) -> list[str]:
         ("  shuffle window", _plan_bytes(plan.window_bytes)),
         (batches, _plan_bytes(plan.batch_bytes)),
         ("  reads in flight", _plan_bytes(plan.inflight_bytes)),
+        *([("  static fields", _plan_bytes(plan.static_bytes))] if plan.static_bytes else []),
         ("  read-ahead", _plan_bytes(plan.read_ahead_bytes) + f": up to {blocks_ahead} blocks"),
         ("  total", _plan_bytes(loader.memory_budget)),
     ]
     width = max(len(name) for name, _ in rows)
     lines += [f"  {name:<{width}}  {value}".rstrip() for name, value in rows]
+    for key, names in (loader.channels or {}).items():
+        lines.append(f"  channels of {key!r} (stack=True): {', '.join(names)}")
     return lines
 
 

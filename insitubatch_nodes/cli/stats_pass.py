@@ -40,8 +40,11 @@ def compute_stats(
 ) -> ChannelStats:
     """Mean and std per channel over every step of `split`, in one pass over its chunks,
     of the values the loader yields: decoded as `xr.open_zarr` decodes them, NaN skipped
-    and counted (`core.moments`). The decoding is recorded, so a loader that decodes
-    otherwise refuses to normalise with them.
+    and counted (`core.moments`). A static field (`core.static_fields`) is one channel
+    whose statistics are those of its grid, read once (every sample holds the same); a
+    constant one has std 0, which `NormaliseNode` divides by 1 (its values become 0). The
+    decoding is recorded, so a loader that decodes otherwise refuses to normalise with
+    them.
 
     The batch and block sizes only set how much is held at once (`memory_budget`), not the
     result beyond float64 rounding. With `levels` (as `build_loader` takes them) the
@@ -75,9 +78,14 @@ def compute_stats(
     )
     channels = {v: channel_names(v, layout, spatial_dims) for v, layout in opened.layouts.items()}
     moments = {v: RunningMoments(len(names)) for v, names in channels.items()}
+    for name, values in opened.read_statics().items():  # the same at every step: once
+        channels[name] = [name]
+        moments[name] = RunningMoments(1)
+        moments[name].add(values.reshape(1, 1, -1))
+    fields = list(opened.layouts)
     loader = build_loader(
         opened.store,
-        list(opened.layouts),
+        fields,
         split,
         batch_size=batch_size,
         block_chunks=block_chunks,
@@ -92,7 +100,8 @@ def compute_stats(
         use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
     )
     for batch in loader:
-        for variable, running in moments.items():
+        for variable in fields:
+            running = moments[variable]
             values = batch[variable].numpy()
             running.add(values.reshape(values.shape[0], running.channels, -1))
     return ChannelStats(

@@ -173,6 +173,7 @@ def inspect_store(
     revisits: int = 1,
     stride: int | None = None,
     frequency: Duration | None = None,
+    stack: bool = False,
 ) -> StoreReport:
     """Describe `source` and the settings `build_loader` would choose for it.
 
@@ -205,6 +206,8 @@ def inspect_store(
             leads counted in strides, dealt in the units the stride fits
             (`core.stride_units`); None for every step.
         frequency: plan for `build_loader(frequency=...)` ("6h") instead of a stride.
+        stack: plan for `build_loader(stack=True)`: report the channel list (variables,
+            levels, static fields), and count the statics' stacked copies.
     """
     batch_size = as_int("batch_size", batch_size, minimum=1)
     window_steps = as_int("window_steps", window_steps, minimum=1)
@@ -234,6 +237,7 @@ def inspect_store(
         revisits=revisits,
         stride=stride,
         frequency=frequency,
+        stack=stack,
     )
     decoding = {name: describe_record(r) for name, r in opened.decoding_records().items()}
     return StoreReport(

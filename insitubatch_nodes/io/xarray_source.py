@@ -7,7 +7,9 @@ Users open stores with xarray and select what they train on: `xr.open_zarr(url)`
 reads the chunks directly (never through xarray or dask):
 
 - the variables are the Dataset's data variables, in its order; each must be a stored
-  array of the store, with its dimensions in the stored order and the stored dtype;
+  array of the store, with its dimensions in the stored order and the stored dtype; one
+  without the time dimension is a static field (`core.static_fields`), read whole and
+  cropped with the fields' region;
 - a time selection is a split of its own (`split=` names it): a run of steps is the date
   range of its first and last step (`splits=`, in the store's calendar: cftime dates of a
   `noleap` or `360_day` axis too), a run with a step of k (`isel(time=
@@ -43,7 +45,11 @@ from insitubatch_nodes.io.metadata.calendar_times import cftime_dates
 from insitubatch_nodes.io.metadata.cf_attributes import CF_ATTRIBUTES, read_cf_decoding
 from insitubatch_nodes.io.metadata.dimensions import coordinate, coordinate_values, dimension_names
 from insitubatch_nodes.io.metadata.time_axis import read_time_axis
-from insitubatch_nodes.io.metadata.time_dimension import time_dimension
+from insitubatch_nodes.io.metadata.time_dimension import (
+    check_static_grid,
+    static_variables,
+    time_dimension,
+)
 from insitubatch_nodes.io.metadata.zarr_layout import arrays_of, open_root_group
 from insitubatch_nodes.io.stores.open_store import describe, open_store
 from insitubatch_nodes.io.stores.redact import secrets_in
@@ -191,16 +197,20 @@ def dataset_request(
     decode_cf = not any(_shows_stored_values(ds[name]) for name in names)
     for name in names:
         _check_stored(ds[name], name, arrays, where, decode_cf)
-    time_dimension(arrays, names)  # time first in each, by name, as by URL (else refused)
-    time_dim = ds[names[0]].dims[0]
-    length = arrays[names[0]].shape[0]
-    dates, stride = _time_selection(ds, time_dim, arrays, names, length, where, secrets)
+    statics = static_variables(arrays, names)  # read whole, beside the fields
+    fields = [n for n in names if n not in statics]
+    check_static_grid(arrays, statics, fields, spatial_dims)
+    time_dimension(arrays, fields)  # time first in each, by name, as by URL (else refused)
+    time_dim = ds[fields[0]].dims[0]
+    length = arrays[fields[0]].shape[0]
+    dates, stride = _time_selection(ds, time_dim, arrays, fields, length, where, secrets)
     levels = {}
     crops: dict[str, tuple[int, int]] = {}  # spatial dim -> (start, length) when cropped
     read = _Coordinates(arrays, where, secrets)
     for name in names:
         dims = ds[name].dims
-        for axis, dim in enumerate(dims[1:], start=1):
+        first = 0 if name in statics else 1  # a static's axes are all grid
+        for axis, dim in enumerate(dims[first:], start=first):
             size = arrays[name].shape[axis]
             if axis < len(dims) - spatial_dims:
                 kept = _level_selection(ds, name, dim, read, size)

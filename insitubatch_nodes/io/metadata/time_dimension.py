@@ -173,9 +173,9 @@ def check_static_grid(
         dims, shape = dimension_names(arrays[name]) or (), tuple(arrays[name].shape)
         for field in fields:
             field_dims = dimension_names(arrays[field])
-            field_shape = tuple(arrays[field].shape)
-            grid_shape = field_shape[len(field_shape) - spatial_dims :]
-            grid_dims = None if field_dims is None else field_dims[len(field_dims) - spatial_dims :]
+            sample_shape = tuple(arrays[field].shape)[1:]  # time is first (checked)
+            grid_shape = sample_shape[max(0, len(sample_shape) - spatial_dims) :]
+            grid_dims = None if field_dims is None else field_dims[1:][-len(grid_shape) :]
             if len(dims) != spatial_dims or (grid_dims is not None and dims != grid_dims):
                 raise ValueError(
                     f"static field {name!r} has dimensions {dims}, and the grid of {field!r} "
