@@ -19,11 +19,13 @@ import xarray as xr
 import zarr
 
 from insitubatch_nodes import (
+    SampleSpec,
     ZarrSource,
     build_loader,
     compute_stats,
     make_manifest,
     open_icechunk,
+    window,
 )
 from tests.helpers.cf_stores import write_attributes
 from tests.helpers.paths import REPO
@@ -271,12 +273,14 @@ def _date_outside_the_calendar(ctx: Context) -> None:
 
 
 def _era5_with_static_and_moved_fields(ctx: Context) -> str:
-    """t2m (time, lat, lon), a land-sea mask (lat, lon), tp (lat, time, lon): by to_zarr."""
+    """t2m (time, lat, lon), a land-sea mask (lat, lon), an orography on a coarser grid
+    (lat2, lon2), tp (lat, time, lon): by to_zarr."""
     n = 88
     ds = xr.Dataset(
         {
             "t2m": (("time", "lat", "lon"), np.zeros((n, 3, 4), np.float32)),
             "lsm": (("lat", "lon"), np.zeros((3, 4), np.float32)),
+            "orog": (("lat2", "lon2"), np.zeros((2, 2), np.float32)),
             "tp": (("lat", "time", "lon"), np.zeros((3, n, 4), np.float32)),
         },
         coords={"time": hourly("2015-01-01", n), "lat": np.arange(3.0), "lon": np.arange(4.0)},
@@ -286,8 +290,17 @@ def _era5_with_static_and_moved_fields(ctx: Context) -> str:
     return path
 
 
-def _variable_without_time(ctx: Context) -> None:
-    build_loader(_era5_with_static_and_moved_fields(ctx), ["t2m", "lsm"])
+def _static_on_another_grid(ctx: Context) -> None:
+    build_loader(_era5_with_static_and_moved_fields(ctx), ["t2m", "orog"])
+
+
+def _only_static_fields(ctx: Context) -> None:
+    build_loader(_era5_with_static_and_moved_fields(ctx), ["lsm"])
+
+
+def _spec_group_of_statics_only(ctx: Context) -> None:
+    spec = SampleSpec({"inputs": window(["t2m"], 2), "consts": window(["lsm"], 1)})
+    build_loader(_era5_with_static_and_moved_fields(ctx), spec=spec)
 
 
 def _time_not_first(ctx: Context) -> None:
@@ -578,7 +591,9 @@ CASES = {
     "variables of different lengths": _misaligned_arrays,
     "a calendar's dates without cftime": _calendar_without_cftime,
     "a date the store's calendar does not have": _date_outside_the_calendar,
-    "a variable without a time dimension": _variable_without_time,
+    "a static field on another grid": _static_on_another_grid,
+    "only static fields": _only_static_fields,
+    "a sample spec group of static fields only": _spec_group_of_statics_only,
     "a variable whose time dimension is not its first": _time_not_first,
     "a manifest made for another store": _manifest_from_another_store,
     "a store changed since its manifest was made": _store_changed_since_the_manifest,

@@ -1,7 +1,7 @@
 """Dimensions by name, never by position: a variable is read along the dimension the store
-names time (the time coordinate's); one without it (orography, a land-sea mask) is refused
-by name, never read as if latitude were time, even when latitude has as many values as
-time; one whose time dimension is not its first is refused naming its dimensions; and
+names time (the time coordinate's); one without it (orography, a land-sea mask) is a
+static field, the whole grid in every sample, never read as if latitude were time, even
+when latitude has as many values as time (alone, it is refused by name); one whose time dimension is not its first is refused naming its dimensions; and
 arrays that name no dimensions keep axis 0 as time. On stores written by `to_zarr` (v2
 and v3) and zarr-python, by URL and as a Dataset."""
 
@@ -68,19 +68,21 @@ def _steps(url: str, variables: list[str] | None, **settings: Any) -> list[int]:
 
 @pytest.mark.parametrize("zarr_format", [2, 3])
 @pytest.mark.parametrize("lats", [STEPS, 3], ids=["lat-as-long-as-time", "lat-shorter"])
-def test_a_variable_without_time_is_refused_by_name(
+def test_a_variable_without_time_is_a_static_never_a_row_per_sample(
     tmp_path: Path, zarr_format: int, lats: int
 ) -> None:
     url = _write(tmp_path / "s.zarr", lats=lats, zarr_format=zarr_format)
-    with pytest.raises(
-        ValueError, match=r"variable 'orog' has dimensions \('lat', 'lon'\) and no time dimension"
-    ):
-        ib.build_loader(url, ["t2m", "orog"])
-    with pytest.raises(ValueError, match=r"variable 'orog' .* no time dimension 'time'"):
-        ib.build_loader(url, ["orog"])
     ds = xr.open_zarr(url, consolidated=False)
-    with pytest.raises(ValueError, match=r"variable 'orog' .* no time dimension 'time'"):
-        ib.build_loader(ds[["t2m", "orog"]])
+    for source in (url, ds[["t2m", "orog"]]):
+        variables = ["t2m", "orog"] if source is url else None
+        loader = ib.build_loader(
+            source, variables, split="all", batch_size=STEPS, evaluation=True, device="cpu"
+        )
+        (batch,) = list(loader)
+        assert as_numpy(batch["orog"]).shape == (STEPS, lats, 4)  # the grid, every sample
+        assert (as_numpy(batch["orog"]) == -1.0).all()
+    with pytest.raises(ValueError, match=r"the selected variables \['orog'\] are all static"):
+        ib.build_loader(url, ["orog"])
 
 
 @pytest.mark.parametrize("zarr_format", [2, 3])
@@ -128,8 +130,10 @@ def test_valid_time_is_the_time_dimension_of_a_cds_era5_layout(
     assert _steps(url, ["t2m"]) == list(range(STEPS))
     source = ib.ZarrSource.open(url, ["t2m"], splits={"x": ("2015-01-01T02", "2015-01-01T03")})
     assert source.manifest.step_ranges("x").tolist() == [[2, 4]]
-    with pytest.raises(ValueError, match=r"variable 'orog' .* no time dimension 'valid_time'"):
-        ib.build_loader(url, ["t2m", "orog"])
+    (batch,) = list(
+        ib.build_loader(url, ["t2m", "orog"], split="all", batch_size=STEPS, device="cpu")
+    )
+    assert as_numpy(batch["orog"]).shape == (STEPS, STEPS, 4)  # static beside valid_time
 
 
 def test_zarr_python_arrays_naming_their_dimensions_are_read_by_them(tmp_path: Path) -> None:
@@ -146,7 +150,9 @@ def test_zarr_python_arrays_naming_their_dimensions_are_read_by_them(tmp_path: P
     url = str(tmp_path / "z.zarr")
     assert _steps(url, ["t2m"]) == list(range(STEPS))
     with pytest.raises(
-        ValueError, match=r"variable 'mask' has dimensions \('x', 'y'\) and no time"
+        ValueError,
+        match=r"static field 'mask' has dimensions \('x', 'y'\), and the grid of 't2m' is "
+        r"\('x',\)",
     ):
         ib.build_loader(url, ["t2m", "mask"])
 
