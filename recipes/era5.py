@@ -10,7 +10,9 @@ few hundred steps whose time coordinate spans 1979-2018 at a coarse step, then:
    so a block's halo chunks are shared);
 2. computes per-channel mean/std over the train split in one pass, beside the manifest;
 3. builds the loader: window(2 steps) -> leads([1]), variables and levels stacked into
-   channels, normalised after the device copy;
+   channels, then the static fields GraphCast takes at every step (`land_sea_mask`,
+   `geopotential_at_surface`: time-less (latitude, longitude) arrays, read once),
+   normalised after the device copy; `loader.channels` names the input channels;
 4. trains a small conv net for --steps steps, checkpointing model + optimiser + loader.
 
     python recipes/era5.py                      # write the store, train, checkpoint
@@ -26,7 +28,8 @@ The real archives (anonymous reads; `--url` plus the options below):
 - WeatherBench2, the layout copied here (GCS, `storage_options={"skip_signature": True}`,
   6-hourly, so --lead-steps 1 = +6h):
   gs://weatherbench2/datasets/era5/1959-2023_01_10-6h-240x121_equiangular_with_poles_conservative.zarr
-  Its variable names are the defaults below.
+  Its variable names are the defaults below, its static fields too (`--statics` with no
+  name for none).
 - ARCO-ERA5 (hourly, 0.25 degree, one step per chunk, 721 x 1440):
   `gs://gcp-public-data-arco-era5/ar/full_37-1h-0p25deg-chunk-1.zarr-v3` with
   `--frequency 6h --unit-steps 6` for t-6h, t -> t+6h (6-hourly anchors; windows and
@@ -47,6 +50,7 @@ import insitubatch_nodes as ib
 from insitubatch_nodes.cli.split_command import parsed_splits
 from insitubatch_nodes.cli.synthetic import (
     WB2_LEVEL_VARIABLES,
+    WB2_STATICS,
     WB2_SURFACE,
     write_weatherbench2_like,
 )
@@ -63,6 +67,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--surface", nargs="+", default=list(WB2_SURFACE))
     parser.add_argument("--levels", nargs="*", default=list(WB2_LEVEL_VARIABLES))
+    parser.add_argument(
+        "--statics", nargs="*", default=list(WB2_STATICS), help="static fields, input only"
+    )
     parser.add_argument("--stride", type=int, default=1, help="steps between the two inputs")
     parser.add_argument("--lead-steps", type=int, default=1, help="target lead in steps")
     parser.add_argument("--stats", type=Path, default=None, help="precomputed stats JSON")
@@ -85,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
         data = train_loop.open_data(
             args,
             where,
-            variables,
+            [*variables, *args.statics],
             look_alike=(
                 f"wb2-like-{args.time_steps}x{rows}x{cols}.zarr",
                 lambda store: write_weatherbench2_like(
@@ -99,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         spec = ib.SampleSpec(
             {
-                "inputs": ib.window(variables, steps=2, stride=args.stride),
+                "inputs": ib.window([*variables, *args.statics], steps=2, stride=args.stride),
                 "targets": ib.leads(variables, [args.lead_steps]),
             }
         )
@@ -111,18 +118,21 @@ def main(argv: list[str] | None = None) -> None:
             drop_last=True,
             frequency=args.frequency,
         )
-        layouts = ib.ZarrSource.open(
-            data.url,
-            variables,
-            manifest=data.manifest,
-            storage_options=data.options,
-            levels=data.levels,
-        ).layouts
-        channels = ib.batch_channels(layouts, spec, stacked=True)["inputs"]
+        assert loader.channels is not None  # stacked
+        channels = loader.channels["inputs"]  # variables, levels, then the static fields
+        predicted = len(loader.channels["targets"])
         if where.rank == 0:
-            print(f"channels ({len(channels)}): {', '.join(channels[:6])}, ...", flush=True)
+            shown = (
+                [*channels[:6], "...", *channels[-len(args.statics) :]]
+                if args.statics
+                else channels[:6]
+            )
+            print(f"channels ({len(channels)}): {', '.join(shown)}", flush=True)
         train_loop.train(
-            loader, lambda: train_loop.ResidualConvNet(2, len(channels), args.hidden), args, where
+            loader,
+            lambda: train_loop.ResidualConvNet(2, len(channels), args.hidden, predicted),
+            args,
+            where,
         )
 
 

@@ -241,18 +241,23 @@ def open_data(
 
 class ResidualConvNet(torch.nn.Module):
     """`steps` stacked input steps of `channels` in, the next state out: a small conv net
-    as a residual on the last input (the recipes exercise the loader, not the model)."""
+    as a residual on the last input (the recipes exercise the loader, not the model).
+    With `predicted` channels fewer than `channels`, the inputs' last channels are inputs
+    only (static fields, stacked after the variables) and the state is the first ones."""
 
-    def __init__(self, steps: int, channels: int, hidden: int) -> None:
+    def __init__(
+        self, steps: int, channels: int, hidden: int, predicted: int | None = None
+    ) -> None:
         super().__init__()
+        self.predicted = channels if predicted is None else predicted
         self.net = torch.nn.Sequential(
             torch.nn.Conv2d(steps * channels, hidden, 3, padding=1),
             torch.nn.GELU(),
-            torch.nn.Conv2d(hidden, channels, 3, padding=1),
+            torch.nn.Conv2d(hidden, self.predicted, 3, padding=1),
         )
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:  # (B, steps, C, H, W)
-        return inputs[:, -1] + self.net(inputs.flatten(1, 2))
+        return inputs[:, -1, : self.predicted] + self.net(inputs.flatten(1, 2))
 
 
 def next_state_loss(model: torch.nn.Module, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:

@@ -35,6 +35,29 @@ def weather_field(variable: int, times: np.ndarray, grid: tuple[int, int]) -> np
     return (base + 3 * season + day + 2 * waves + 0.1 * noise).astype(np.float32)
 
 
+WB2_STATICS = ("land_sea_mask", "geopotential_at_surface")  # as WeatherBench2 names them
+
+
+def static_field(name: str, grid: tuple[int, int]) -> np.ndarray:
+    """`grid` float32 values of a static field WeatherBench2's ERA5 keeps (`WB2_STATICS`):
+    a land-sea mask of 0 and 1 (smooth continents), and the surface geopotential
+    (m2 s-2), 0 over sea and mountain-like over land.
+
+    Args:
+        name: one of `WB2_STATICS`.
+        grid: (latitude, longitude) points.
+    """
+    lat = np.linspace(np.pi / 2, -np.pi / 2, grid[0], dtype=np.float32)[:, None]
+    lon = np.linspace(0, 2 * np.pi, grid[1], endpoint=False, dtype=np.float32)[None, :]
+    land = (np.sin(2 * lon) * np.cos(3 * lat) + 0.3 * np.sin(5 * lat) > 0.2).astype(np.float32)
+    if name == WB2_STATICS[0]:
+        return land
+    if name == WB2_STATICS[1]:
+        heights = 9.80665 * 1500.0 * (1 + np.sin(7 * lon) * np.cos(4 * lat)) * np.cos(lat)
+        return (land * np.maximum(heights, 0.0)).astype(np.float32)
+    raise ValueError(f"no synthetic static field {name!r}; there are {list(WB2_STATICS)}")
+
+
 def write_era5_like(
     path: str | Path,
     *,
@@ -42,8 +65,10 @@ def write_era5_like(
     steps_per_chunk: int = 8,
     variables: Sequence[str] = ERA5_VARIABLES,
     grid: tuple[int, int] = ERA5_GRID,
+    statics: Sequence[str] = (),
 ) -> Path:
-    """Write `(time, lat, lon)` float32 arrays, zstd, Zarr v3; atomically (tmp then rename)."""
+    """Write `(time, lat, lon)` float32 arrays, zstd, Zarr v3; atomically (tmp then rename);
+    and `statics` (`WB2_STATICS`' names), `(lat, lon)`, one chunk each."""
     path = Path(path)
     staging = path.with_name(path.name + f".partial-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
@@ -64,6 +89,14 @@ def write_era5_like(
         for start in range(0, time_steps, steps_per_chunk * 16):
             stop = min(start + steps_per_chunk * 16, time_steps)
             array[start:stop] = weather_field(v, np.arange(start, stop), grid)
+    for name in statics:
+        group.create_array(
+            name,
+            data=static_field(name, grid),
+            compressors=zarr.codecs.ZstdCodec(level=1),
+            fill_value=np.nan,
+            dimension_names=("latitude", "longitude"),
+        )
     shutil.rmtree(path, ignore_errors=True)
     staging.rename(path)
     return path
@@ -119,12 +152,14 @@ def write_weatherbench2_like(
     surface: Sequence[str] = WB2_SURFACE,
     level_variables: Sequence[str] = WB2_LEVEL_VARIABLES,
     levels: Sequence[int] = WB2_LEVELS,
+    statics: Sequence[str] = WB2_STATICS,
 ) -> Path:
     """WeatherBench2's 1.5 degree ERA5 copy, scaled down in time: Zarr format 2, float32,
     one step per chunk ((1, lat, lon) and (1, level, lat, lon)), Blosc lz4, coordinates
-    as xarray writes them. Its time coordinate ("hours since 1979-01-01", Gregorian)
-    spans 1979-2018 at a coarse step (`coarse_hours`), so that date splits are written
-    as on the real archive ("1979:2015", "2016", "2017:2018")."""
+    as xarray writes them, and its time-less `statics` ((lat, lon), one chunk each). Its
+    time coordinate ("hours since 1979-01-01", Gregorian) spans 1979-2018 at a coarse
+    step (`coarse_hours`), so that date splits are written as on the real archive
+    ("1979:2015", "2016", "2017:2018")."""
     path = Path(path)
     staging, group = _staged_group(path, zarr_format=2)
     hours = np.arange(time_steps, dtype=np.int64) * coarse_hours(time_steps)
@@ -165,6 +200,11 @@ def write_weatherbench2_like(
             array[block[0] : block[-1] + 1] = np.stack(
                 [weather_field(v + 10 * i, block, grid) for i in range(len(levels))], axis=1
             )
+    for name in statics:
+        array = group.create_array(  # NaN fill, as xarray writes floats: a 0 is sea, not missing
+            name, data=static_field(name, grid), compressors=_blosc_lz4(), fill_value=np.nan
+        )
+        array.attrs["_ARRAY_DIMENSIONS"] = ["latitude", "longitude"]
     return _publish(staging, path)
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numcodecs
 import numpy as np
 import pytest
 import torch
@@ -379,3 +380,13 @@ def test_a_state_saved_with_other_statics_is_refused_by_name(tmp_path: Path) -> 
     same = _loader(url, ["t2m", "lsm"], split="train")
     same.load_state_dict(saved)
     next(iter(same))
+
+
+def test_a_static_chunk_cut_short_is_refused_as_every_chunk_is(tmp_path: Path) -> None:
+    url = _write(tmp_path / "s.zarr", zarr_format=3)
+    chunk = tmp_path / "s.zarr" / "lsm" / "c" / "1" / "2"
+    chunk.write_bytes(bytes(numcodecs.Zstd().encode(np.zeros(1))))  # of its 4 x 3 values
+    with pytest.raises(
+        ib.CorruptChunkError, match=r"chunk \(1, 2\) of variable 'lsm' \(key 'lsm/c/1/2'\)"
+    ):
+        _loader(url, ["t2m", "lsm"])
