@@ -31,6 +31,7 @@ from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
 from insitubatch_nodes.nodes.read_planner import ReadPlanNode
 from insitubatch_nodes.nodes.shuffle_block import ShuffleBlockNode
 from insitubatch_nodes.nodes.stack_channels import StackChannelsNode
+from insitubatch_nodes.nodes.static_fields import StaticFieldsNode
 
 __all__ = [
     "PATCH_ORIGIN_KEY",
@@ -59,6 +60,7 @@ __all__ = [
     "ShuffleBlockNode",
     "SplitManifest",
     "StackChannelsNode",
+    "StaticFieldsNode",
     "VariableGroup",
     "VariableLayout",
     "ZarrSource",

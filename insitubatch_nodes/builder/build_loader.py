@@ -96,8 +96,12 @@ def build_loader(
             (`io/xarray_source.py`): its variables, its time selection as split `split`
             (`splits=`, and `stride=` for every k-th step), its levels as `levels=`; what
             stored chunks cannot give (computed variables, part of the grid) is refused.
-        variables: the arrays to load (default: every array of 2 or more dimensions, or
-            the spec's variables); they must share axis 0, the sample axis.
+        variables: the arrays to load (default: every array of 2 or more dimensions with
+            the time dimension, or the spec's variables); they must share axis 0, the
+            sample axis. One without the store's time dimension (by dimension names) is a
+            static field: read once, decoded, and in every batch as `(batch, *grid)` under
+            its name (`core.static_fields`); it must lie on the fields' grid. The default
+            leaves statics out (the log names them).
         split: the split to read (`"train"`, `"val"`, `"test"`, a manifest's own, or
             `"all"`).
         batch_size: samples per batch.
@@ -202,8 +206,9 @@ def build_loader(
             steps t+offset of its variables (`{"group/variable": (batch, steps,
             *sample_shape)}`); anchors whose window would leave the split are not used.
         stack: put each group's variables (a spec-less loader's: key `"fields"`) into
-            one `(batch, [steps,] channels, *grid)` tensor, in the order of
-            `batch_channels(...)`.
+            one `(batch, [steps,] channels, *grid)` tensor: variables and their levels,
+            then static fields (repeated along the steps); `loader.channels` names them
+            in order.
         normalise: a `ChannelStats` (or its JSON file, see `insitubatch stats`): `(x -
             mean) / std` per channel after the device copy, as float32.
         spatial_dims: how many trailing axes are the grid (the axes between the sample
