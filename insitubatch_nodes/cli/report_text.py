@@ -65,6 +65,12 @@ def format_report(report: StoreReport) -> str:
         lines.append(
             "others  " + ", ".join(f"{n} {_dimensions_text(s)}" for n, s in report.others.items())
         )
+    if report.statics:
+        lines.append(
+            "statics "
+            + ", ".join(f"{n} {_dimensions_text(s)}" for n, s in report.statics.items())
+            + " (static fields: read once, in every sample)"
+        )
     lines += ["", f"arrays ({len(report.arrays)} selected)"]
     layout_rows = [
         [

@@ -132,6 +132,8 @@ class StoreReport:
             `xr.open_zarr` decodes them), in words.
         warnings: what the decoding may surprise a user with (a Zarr v2 `fill_value` of 0
             that masks every stored 0), as the loader logs it.
+        statics: the selected static fields (no time dimension, read once), by name,
+            with their shapes.
     """
 
     store: str
@@ -142,6 +144,7 @@ class StoreReport:
     loader: LoaderDefaults
     decoding: Mapping[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    statics: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON data (tuples as lists, the memory plan as a dict)."""
@@ -222,7 +225,12 @@ def inspect_store(
     selected = {name: arrays[name] for name in opened.layouts}
     sizes = run_on_zarr_loop(measure_stored_sizes(opened.store, selected, sampled_chunks))
     reports = tuple(_array_report(name, selected[name], *sizes[name]) for name in selected)
-    others = {name: tuple(a.shape) for name, a in sorted(arrays.items()) if name not in selected}
+    statics = {name: tuple(layout.shape) for name, layout in opened.statics.items()}
+    others = {
+        name: tuple(a.shape)
+        for name, a in sorted(arrays.items())
+        if name not in selected and name not in statics
+    }
     time = _time_report(arrays, reports, opened.geometry.num_samples)
     loader = loader_defaults(
         opened,
@@ -249,6 +257,7 @@ def inspect_store(
         loader,
         decoding,
         opened.decoding_warnings,
+        statics,
     )
 
 

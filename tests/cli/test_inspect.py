@@ -25,7 +25,7 @@ from insitubatch_nodes.builder.split_anchors import split_anchors
 from insitubatch_nodes.cli.main import main
 from insitubatch_nodes.cli.report_text import format_report
 from insitubatch_nodes.cli.store_report import inspect_store
-from insitubatch_nodes.cli.synthetic import write_era5_like
+from insitubatch_nodes.cli.synthetic import WB2_STATICS, write_era5_like
 from insitubatch_nodes.core import pool_ramp
 from insitubatch_nodes.core.byte_sizes import nbytes_text, parse_nbytes, size_argument
 from insitubatch_nodes.core.cf_time import cf_reference, decode_cf_times
@@ -815,3 +815,37 @@ def test_inspect_says_how_values_are_decoded_and_warns_of_a_v2_zero_fill(
     assert code == 0
     assert "v: batches hold its values decoded (0 -> NaN, * 0.5, + 10.0) as float64" in out
     assert "warning: variable 'v' is a Zarr v2 array whose fill_value is 0" in out
+
+
+def test_stack_prints_the_channel_list_and_the_statics_on_the_memory_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = write_era5_like(
+        tmp_path / "era5.zarr",
+        time_steps=STEPS,
+        steps_per_chunk=STEPS_PER_CHUNK,
+        grid=GRID,
+        statics=WB2_STATICS,
+    )
+    variables = ["t2m", "u10", *WB2_STATICS]
+    code, out, err = inspect(
+        capsys,
+        str(url),
+        "--device",
+        "cpu",
+        "--memory-budget",
+        "64MiB",
+        "--stack",
+        "--variables",
+        *variables,
+    )
+    assert code == 0 and err == ""
+    resident = 2 * GRID[0] * GRID[1] * 4  # two float32 grids, once
+    assert re.search(rf"\n    static fields +{nbytes_text(resident)}  \({resident} bytes\)\n", out)
+    assert "statics land_sea_mask (16 x 32), geopotential_at_surface (16 x 32)" in out
+    assert "land_sea_mask" not in out.split("\n")[1]  # not among the others
+    assert (
+        "channels of 'fields' (stack=True): t2m, u10, land_sea_mask, geopotential_at_surface" in out
+    )
+    loader = build_loader(str(url), variables, split="all", device="cpu", stack=True)
+    assert loader.channels == {"fields": variables}

@@ -150,8 +150,10 @@ def test_era5_splits_by_dates_and_keeps_levels_by_value(tmp_path: Path) -> None:
     assert "  val    2016          2016-06-08T00:00  2016-06-08T00:00      1      1" in output
     assert "geopotential_500, geopotential_850" in output
     assert "channels (8): " in output  # 4 surface + 2 levels + 2 statics
-    assert output.split("channels (8): ")[1].splitlines()[0].endswith(
-        "..., land_sea_mask, geopotential_at_surface"
+    assert (
+        output.split("channels (8): ")[1]
+        .splitlines()[0]
+        .endswith("..., land_sea_mask, geopotential_at_surface")
     )
     anchors = [int(a) for _, _, seen in _steps(output).values() for a in seen.split(", ")]
     assert len(anchors) == 12 and all(1 <= a <= 42 for a in anchors)

@@ -1,8 +1,9 @@
 """Dimensions by name, never by position: a variable is read along the dimension the store
 names time (the time coordinate's); one without it (orography, a land-sea mask) is a
 static field, the whole grid in every sample, never read as if latitude were time, even
-when latitude has as many values as time (alone, it is refused by name); one whose time dimension is not its first is refused naming its dimensions; and
-arrays that name no dimensions keep axis 0 as time. On stores written by `to_zarr` (v2
+when latitude has as many values as time (alone, it is refused by name); one whose time
+dimension is not its first is refused naming its dimensions; and arrays that name no
+dimensions keep axis 0 as time. On stores written by `to_zarr` (v2
 and v3) and zarr-python, by URL and as a Dataset."""
 
 from __future__ import annotations
