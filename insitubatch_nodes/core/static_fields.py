@@ -21,8 +21,9 @@ wherever nothing forces a copy. This module holds the rules, stated once:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -164,7 +165,17 @@ def whole_array_plan(layouts: Mapping[str, VariableLayout]) -> ReadPlan:
         layouts: the static arrays' layouts, by name.
     """
     none = np.zeros(0, dtype=np.int64)
-    assignment = EpochAssignment(0, 0, 0, 1, none, 0, 0, 0, evaluation=True)
+    assignment = EpochAssignment(
+        seed=0,
+        epoch=0,
+        rank=0,
+        world_size=1,
+        units=none,
+        rank_samples=0,
+        min_rank_samples=0,
+        max_rank_samples=0,
+        evaluation=True,
+    )
     reads = {}
     for name, layout in layouts.items():
         ranges = [range(math.ceil(s / c)) for s, c in zip(layout.shape, layout.chunks, strict=True)]
@@ -187,3 +198,24 @@ def whole_array_plan(layouts: Mapping[str, VariableLayout]) -> ReadPlan:
             for name, layout in layouts.items()
         },
     )
+
+
+def crop_positions(
+    origins: Any, size: tuple[int, ...], arange: Callable[[int], Any] = np.arange
+) -> list[Any]:
+    """Per cropped axis, the positions each sample's crop keeps, shaped to broadcast to
+    `(samples, *size)`: `static[(..., *crop_positions(origins, size))]` is every sample's
+    crop in one advanced index, `(*uncropped axes, samples, *size)`. Written once for numpy
+    and torch (`arange` makes the positions where `origins` live).
+
+    Args:
+        origins: `(samples, len(size))` integer crop origins (a batch's `patch_origin`).
+        size: the crop's length along each cropped axis (the grid's last ones).
+        arange: `np.arange`, or torch's on the origins' device.
+    """
+    index = []
+    for axis, length in enumerate(size):
+        shape = [-1] + [1] * len(size)
+        shape[1 + axis] = length
+        index.append((origins[:, axis, None] + arange(length)[None, :]).reshape(shape))
+    return index

@@ -128,9 +128,7 @@ class StackChannelsNode(BaseNode[Batch]):
         pieces = [self._piece(batch[s.key], len(s.names), lead if s.steps else 1) for s in sources]
         steps = next((p.shape[1] for p, s in zip(pieces, sources, strict=True) if s.steps), 1)
         return [
-            p
-            if s.steps or lead == 1
-            else _repeated(p.unsqueeze(1) if torch.is_tensor(p) else p[:, None], steps)
+            p if s.steps or lead == 1 else _repeated(p[:, None], steps)
             for p, s in zip(pieces, sources, strict=True)
         ]
 

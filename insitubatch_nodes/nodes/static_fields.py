@@ -28,7 +28,7 @@ import torch
 from torchdata.nodes import BaseNode
 
 from insitubatch_nodes.core.batch_fields import PATCH_ORIGIN_KEY, SAMPLE_INDEX_KEY
-from insitubatch_nodes.core.static_fields import StaticPlacement
+from insitubatch_nodes.core.static_fields import StaticPlacement, crop_positions
 from insitubatch_nodes.nodes.cf_decode import torch_dtype
 from insitubatch_nodes.nodes.items import Batch
 
@@ -111,7 +111,7 @@ def _host_field(
     if origins is None or size is None:
         return np.broadcast_to(static, (count, *static.shape))
     origins = np.asarray(origins)
-    index = _crop_index(origins, size, np.arange)
+    index = crop_positions(origins, size)
     return np.moveaxis(static[(Ellipsis, *index)], static.ndim - len(size), 0)
 
 
@@ -123,16 +123,5 @@ def _device_field(
     if origins is None or size is None:
         return static.expand(count, *static.shape)
     origins = torch.as_tensor(origins).to(static.device)
-    index = _crop_index(origins, size, lambda n: torch.arange(n, device=static.device))
+    index = crop_positions(origins, size, lambda n: torch.arange(n, device=static.device))
     return torch.movedim(static[(Ellipsis, *index)], static.ndim - len(size), 0)
-
-
-def _crop_index(origins: Any, size: tuple[int, ...], arange: Any) -> list[Any]:
-    """Per cropped axis, the positions each sample keeps, shaped to broadcast to
-    `(samples, *size)`: one advanced index per axis, taken in one go."""
-    index = []
-    for axis, length in enumerate(size):
-        shape = [-1] + [1] * len(size)
-        shape[1 + axis] = length
-        index.append((origins[:, axis, None] + arange(length)[None, :]).reshape(shape))
-    return index

@@ -15,6 +15,7 @@ from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import ObjectStore
 
+from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.io.metadata.array_metadata import check_torch_dtypes
 from insitubatch_nodes.io.metadata.cf_attributes import other_decoding
@@ -178,7 +179,7 @@ def select_variables(
     arrays: Mapping[str, zarr.Array],
     variables: Sequence[str] | None,
     where: str,
-    spatial_dims: int = 2,
+    spatial_dims: int = DEFAULT_SPATIAL_DIMS,
 ) -> Selection:
     """Layouts of the named arrays, or by default of every array with >= 2 dims.
 

@@ -1,0 +1,94 @@
+"""What static fields cost (issue 34): the ERA5-shaped store (4 surface fields, 121 x 240,
+zstd) read with its 2 static fields (`land_sea_mask`, `geopotential_at_surface`) against
+the same fields without them, unstacked and stacked, batches on the CPU.
+
+    PYTHONPATH=. python -m benchmarks.statics --repeats 3
+
+Each repeat runs every configuration once, one after another (interleaved, so a change in
+the machine's load falls on all of them alike): a fresh loader, one warm-up epoch, then
+--epochs timed epochs; the median and the range over repeats are reported, with the CPU
+time per sample (the process's, every thread), the steadier figure on a shared host.
+Unstacked, a static is a broadcast view of one array (no copy per sample); stacked, it is
+copied into every batch's channels, so its cost is that copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from insitubatch_nodes import build_loader
+from insitubatch_nodes.cli.synthetic import ERA5_VARIABLES, WB2_STATICS, write_era5_like
+
+CONFIGS = (  # (label, variables, build_loader settings)
+    ("fields", list(ERA5_VARIABLES), {}),
+    ("fields + 2 statics", [*ERA5_VARIABLES, *WB2_STATICS], {}),
+    ("fields, stacked", list(ERA5_VARIABLES), {"stack": True}),
+    ("fields + 2 statics, stacked", [*ERA5_VARIABLES, *WB2_STATICS], {"stack": True}),
+)
+
+
+def _run(path: str, variables: list[str], epochs: int, **settings: Any) -> dict[str, float]:
+    loader = build_loader(path, variables, "all", batch_size=32, device="cpu", seed=0, **settings)
+    for _ in loader:  # warm-up: the first epoch's start-up (the statics' read among it)
+        pass
+    samples = 0
+    start, cpu_start = time.perf_counter(), time.process_time()
+    for _ in range(epochs):
+        for batch in loader:
+            samples += len(batch["sample_index"])
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    loader.close()
+    return {"samples_s": samples / seconds, "cpu_us_per_sample": 1e6 * cpu / samples}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=480, help="time steps of the store")
+    parser.add_argument("--steps-per-chunk", type=int, default=8)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--folder", type=Path, default=None, help="where the store goes")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    folder = args.folder or Path(tempfile.mkdtemp(prefix="statics-"))
+    path = folder / f"era5-{args.steps}-c{args.steps_per_chunk}-statics.zarr"
+    if not path.exists():
+        write_era5_like(
+            path, time_steps=args.steps, steps_per_chunk=args.steps_per_chunk, statics=WB2_STATICS
+        )
+    runs: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in CONFIGS}
+    for _ in range(args.repeats):
+        for label, variables, settings in CONFIGS:
+            runs[label].append(_run(str(path), variables, args.epochs, **settings))
+    print(
+        "| loader | samples/s (median, range) | vs without statics "
+        "| CPU µs/sample (median) | vs without statics |"
+    )
+    print("|---|---|---|---|---|")
+    results = []
+    for label, _, settings in CONFIGS:
+        base = "fields, stacked" if settings.get("stack") else "fields"
+        rates = [r["samples_s"] for r in runs[label]]
+        median = statistics.median(rates)
+        cpu = statistics.median(r["cpu_us_per_sample"] for r in runs[label])
+        base_rate = statistics.median(r["samples_s"] for r in runs[base])
+        base_cpu = statistics.median(r["cpu_us_per_sample"] for r in runs[base])
+        results.append({"loader": label, "samples_s": rates, "cpu_us_per_sample": cpu})
+        print(
+            f"| {label} | {median:,.0f} ({min(rates):,.0f} .. {max(rates):,.0f}) "
+            f"| {100 * (median / base_rate - 1):+.1f}% | {cpu:,.0f} "
+            f"| {100 * (cpu / base_cpu - 1):+.1f}% |",
+            flush=True,
+        )
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
