@@ -182,16 +182,15 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         patches=settings.patches,
     )
     anchors, spec = samples.anchors, samples.time.spec
+    # statics join host batches (copies there count) before a host stack, or unstacked
+    # when batches stay on the CPU; else they join on the device
+    on_host = placement.decode_on is None if settings.stack else placement.device.type == "cpu"
     statics = plan_statics(
         opened,
         settings.spec,
         cast=settings.dtype,
-        stacked_on_host=settings.stack and placement.decode_on is None,
-        crop_size=None
-        if settings.patches is None
-        or (not settings.stack and placement.device.type != "cpu")
-        or (settings.stack and placement.decode_on is not None)
-        else settings.patches.size,
+        stacked_on_host=settings.stack and on_host,
+        crop_size=settings.patches.size if settings.patches is not None and on_host else None,
     )
     fingerprint = opened.fingerprint(settings.split, anchors.anchors, cast=settings.dtype)
     channels = None

@@ -160,7 +160,6 @@ def batch_channels(
         }
         found.update((p.key, [p.name]) for p in statics if p.group is None)
         return found
-    found = {}
     if spec is None:
         found = {v: channel_names(v, layouts[v], spatial_dims) for v in layouts}
     else:

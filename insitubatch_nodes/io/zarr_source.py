@@ -130,7 +130,8 @@ class ZarrSource:
 
         Args:
             source: the Zarr group: a URL or path, or an open zarr `Store`.
-            variables: the arrays to load (default: every array of 2 or more dimensions).
+            variables: the arrays to load (default: every array of 2 or more dimensions
+                with the time dimension); those without it are static fields (`statics`).
             manifest: the split manifest (`load_manifest` takes its forms).
             storage_options: object-store client options (obstore's).
             splits: split name -> an inclusive range of dates (`make_date_manifest`), cut
