@@ -9,7 +9,10 @@ the machine's load falls on all of them alike): a fresh loader, one warm-up epoc
 --epochs timed epochs; the median and the range over repeats are reported, with the CPU
 time per sample (the process's, every thread), the steadier figure on a shared host.
 Unstacked, a static is a broadcast view of one array (no copy per sample); stacked, it is
-copied into every batch's channels, so its cost is that copy.
+copied into every batch's channels, so its cost is that copy. Since the epochs' figures
+carry the host's load, the script also times those per-batch operations alone (a batch of
+32 on the ERA5 grid, the median of 50): the view, and the stack with and without the two
+static channels.
 """
 
 from __future__ import annotations
@@ -22,8 +25,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+
 from insitubatch_nodes import build_loader
-from insitubatch_nodes.cli.synthetic import ERA5_VARIABLES, WB2_STATICS, write_era5_like
+from insitubatch_nodes.cli.synthetic import (
+    ERA5_GRID,
+    ERA5_VARIABLES,
+    WB2_STATICS,
+    write_era5_like,
+)
 
 CONFIGS = (  # (label, variables, build_loader settings)
     ("fields", list(ERA5_VARIABLES), {}),
@@ -45,6 +56,29 @@ def _run(path: str, variables: list[str], epochs: int, **settings: Any) -> dict[
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     loader.close()
     return {"samples_s": samples / seconds, "cpu_us_per_sample": 1e6 * cpu / samples}
+
+
+def _median_ms(work: Any, times: int = 50) -> float:
+    taken = []
+    for _ in range(times):
+        start = time.perf_counter()
+        work()
+        taken.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(taken)
+
+
+def per_batch_costs(batch: int = 32) -> dict[str, float]:
+    """Milliseconds per batch of what statics add, alone: the broadcast view of one static
+    (unstacked), and the stack of the 4 fields with and without the 2 static channels."""
+    rng = np.random.default_rng(0)
+    fields = [rng.standard_normal((batch, 1, *ERA5_GRID), dtype=np.float32) for _ in range(4)]
+    static = torch.from_numpy(rng.standard_normal(ERA5_GRID, dtype=np.float32))
+    views = [np.broadcast_to(static.numpy(), (batch, 1, *ERA5_GRID)) for _ in WB2_STATICS]
+    return {
+        "view": _median_ms(lambda: static.expand(batch, *static.shape)),
+        "stack 4 fields": _median_ms(lambda: np.concatenate(fields, axis=1)),
+        "stack 4 fields + 2 statics": _median_ms(lambda: np.concatenate(fields + views, axis=1)),
+    }
 
 
 def main() -> None:
@@ -86,8 +120,14 @@ def main() -> None:
             f"| {100 * (cpu / base_cpu - 1):+.1f}% |",
             flush=True,
         )
+    costs = per_batch_costs()
+    print()
+    print("| per batch of 32, alone | ms (median of 50) |")
+    print("|---|---|")
+    for label, ms in costs.items():
+        print(f"| {label} | {ms:.3f} |")
     if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=1))
+        args.json.write_text(json.dumps({"runs": results, "per_batch_ms": costs}, indent=1))
 
 
 if __name__ == "__main__":
