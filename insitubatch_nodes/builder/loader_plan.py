@@ -195,9 +195,7 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
     fingerprint = opened.fingerprint(settings.split, anchors.anchors, cast=settings.dtype)
     channels = None
     if settings.stack:
-        channels = batch_channel_order(
-            opened, spec, statics, stacked=True, spatial_dims=settings.spatial_dims
-        )
+        channels = stacked_channels(opened, spec, statics, settings.spatial_dims)
     if settings.stack or any(layout.pick is not None for layout in opened.layouts.values()):
         # the order of the channels, which neither the arrays nor the picks record
         fingerprint[CHANNELS_KEY] = batch_channel_order(
@@ -284,6 +282,23 @@ def batch_channel_order(
         statics=statics.placements,
         static_layouts=kept_static_layouts(opened, statics),
     )
+
+
+def stacked_channels(
+    opened: ZarrSource, spec: SampleSpec | None, statics: StaticPlan, spatial_dims: int
+) -> dict[str, list[str]]:
+    """Each stacked tensor's channel names in order: what `Loader.channels` gives and
+    `insitubatch inspect --stack` prints (a static that no group of a spec names is a
+    batch key of its own, not among them).
+
+    Args:
+        opened: the opened source.
+        spec: the spec of its time-varying variables (in stored steps), or None.
+        statics: its statics' plan (`builder.static_plan.plan_statics`).
+        spatial_dims: the trailing grid axes.
+    """
+    order = batch_channel_order(opened, spec, statics, stacked=True, spatial_dims=spatial_dims)
+    return {key: order[key] for key in stacked_groups(opened.layouts, spec)}
 
 
 def kept_static_layouts(source: ZarrSource, statics: StaticPlan) -> dict[str, VariableLayout]:

@@ -21,7 +21,7 @@ import torch
 from insitubatch_nodes.builder.fitting_budget import budget_that_fits, defaults_fit
 from insitubatch_nodes.builder.host_too_small import HostTooSmallError
 from insitubatch_nodes.builder.loader_choices import LoaderChoices, choose_loader_settings
-from insitubatch_nodes.builder.loader_plan import batch_channel_order
+from insitubatch_nodes.builder.loader_plan import stacked_channels
 from insitubatch_nodes.builder.placement import default_device_type, prefetch_for
 from insitubatch_nodes.builder.split_anchors import plan_split
 from insitubatch_nodes.builder.static_plan import plan_statics
@@ -305,9 +305,7 @@ def loader_defaults(
         revisits=revisits,
         pool_without_revisits=pool_without_revisits,
         stride_units=planned.units.text() if planned.time.steps > 1 else None,
-        channels=batch_channel_order(
-            opened, planned.time.spec, statics, stacked=True, spatial_dims=DEFAULT_SPATIAL_DIMS
-        )
+        channels=stacked_channels(opened, planned.time.spec, statics, DEFAULT_SPATIAL_DIMS)
         if stack
         else None,
     )

@@ -151,6 +151,11 @@ def test_stacked_statics_are_the_last_channels_and_loader_channels_names_them(
         for channel, name in [(3, "lsm"), (4, "z")]:
             _same(stacked[:, channel], np.broadcast_to(_shown(url, name), (steps.size, LATS, LONS)))
     assert _loader(url, ["t2m", "lsm"]).channels is None  # unstacked: the keys name them
+    spec = ib.SampleSpec({"inputs": ib.window(["t2m"], steps=2)})
+    loose = _loader(url, ["t2m", "lsm"], spec=spec, stack=True)  # lsm in no group
+    assert loose.channels == {"inputs": ["t2m"]}
+    batch = next(iter(loose))
+    _same(batch["lsm"], np.broadcast_to(_shown(url, "lsm"), (5, LATS, LONS)))
 
 
 def test_with_a_window_a_static_has_no_steps_axis_and_is_stacked_at_every_step(
