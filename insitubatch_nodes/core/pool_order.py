@@ -124,6 +124,11 @@ def unit_draw(seed: int, epoch: int, unit: int, size: int) -> np.ndarray:
         unit: the unit's index in the store.
         size: the samples the unit holds.
     """
+    if size <= 1:
+        # The only permutation there is: with one step per chunk a unit is one sample, and
+        # a generator per unit (a `SeedSequence` and a `PCG64`) cost the main thread more
+        # than the rest of the unit's bookkeeping (issue 33). The same array either way.
+        return np.arange(size, dtype=np.int64)
     return rng_for(seed, "unit-draw", epoch, unit).permutation(size)
 
 

@@ -23,8 +23,10 @@ from insitubatch_nodes.core.pool_order import (
     pool_epoch_order,
     pool_take,
     pool_units,
+    unit_draw,
 )
 from insitubatch_nodes.core.quality import gap_score
+from insitubatch_nodes.core.seeding import rng_for
 from tests.helpers.profiles import examples
 from tests.helpers.strategies import geometries
 
@@ -190,6 +192,22 @@ def test_without_interleave_the_order_is_version_2s() -> None:
     want = ["5c6ce3ed57c12a19", "79686dcdee881e9c", "b2dd6e908a3d253d"]
     assert _digests(interleave=False) == want
     assert not set(_digests()) & set(want)
+
+
+@given(
+    st.integers(0, 2**32),
+    st.integers(0, 1000),
+    st.integers(0, 10**6),
+    st.integers(0, 5),
+)
+def test_a_unit_draw_is_its_keyed_permutation_whatever_its_size(
+    seed: int, epoch: int, unit: int, size: int
+) -> None:
+    """One-sample units skip the generator (issue 33): their draw is still the keyed
+    permutation's, value and dtype, so no order changes."""
+    drawn = unit_draw(seed, epoch, unit, size)
+    want = rng_for(seed, "unit-draw", epoch, unit).permutation(size)
+    assert drawn.dtype == want.dtype and drawn.tolist() == want.tolist()
 
 
 @settings(max_examples=60, deadline=None)
