@@ -19,7 +19,6 @@ through; the node never looks for it.
 
 from __future__ import annotations
 
-import copy
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +48,7 @@ from insitubatch_nodes.nodes.state_checks import (
     named_state,
     restore_shuffle_state,
 )
+from insitubatch_nodes.nodes.state_views import snapshot, state_reader
 
 
 @dataclass
@@ -120,6 +120,7 @@ class ShuffleBlockNode(BaseNode[BatchDraw]):
     ) -> None:
         super().__init__()
         self.source = source
+        self._read_source_state = state_reader(source)  # kept states: no copy per pull
         self.batch_size = as_int("batch_size", batch_size, minimum=1)
         self.drop_last = as_bool("drop_last", drop_last)
         self._epoch_keeper = checked_link(self, "epoch_keeper", epoch_keeper, EpochKeeper)
@@ -160,7 +161,7 @@ class ShuffleBlockNode(BaseNode[BatchDraw]):
 
     def _pull(self) -> bool:
         """Fetch the next block into the window; False once the epoch has no more blocks."""
-        before = self.source.state_dict()
+        before = self._read_source_state()
         try:
             block = next(self.source)
         except StopIteration:
@@ -266,11 +267,16 @@ class ShuffleBlockNode(BaseNode[BatchDraw]):
         return count_batches(self, self._epoch_keeper, self.batch_size, self.drop_last)
 
     def get_state(self) -> dict[str, Any]:
+        return snapshot(self.state_view())
+
+    def state_view(self) -> dict[str, Any]:
+        """The state without a copy, for a node downstream to keep unchanged
+        (`nodes.state_views`)."""
         drawn = self._window[0].drawn if self._window else (self._restore_drawn or 0)
         return named_state(
             self,
             {
-                self.SOURCE_KEY: copy.deepcopy(self._oldest_state),
+                self.SOURCE_KEY: self._oldest_state,
                 self.DRAWN_KEY: drawn,
                 self.YIELDED_KEY: self._yielded,
                 self.TARGET_KEY: self._target,

@@ -8,6 +8,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from insitubatch_nodes import build_loader
 from insitubatch_nodes.nodes.graph import graph_nodes
 from insitubatch_nodes.nodes.state_views import SharesState
@@ -22,11 +24,14 @@ def _wreck(state: Any) -> None:
     state.clear()
 
 
+@pytest.mark.parametrize("shuffle", ["pool", "block"])
 def test_a_returned_state_is_a_snapshot_that_later_pulls_and_edits_do_not_change(
-    memory_url: Any,
+    memory_url: Any, shuffle: str
 ) -> None:
     url, _ = memory_url()
-    loader = build_loader(url, split="all", batch_size=5, max_inflight=2, device="cpu")
+    loader = build_loader(
+        url, split="all", batch_size=5, max_inflight=2, device="cpu", shuffle=shuffle
+    )
     nodes = graph_nodes(loader.root)
     assert sum(isinstance(n, SharesState) for n in nodes) >= 5  # the views are in use
     iterator = iter(loader)
@@ -41,9 +46,14 @@ def test_a_returned_state_is_a_snapshot_that_later_pulls_and_edits_do_not_change
     assert (returned, whole) == kept
 
 
-def test_states_handed_out_share_nothing_with_what_the_nodes_keep(memory_url: Any) -> None:
+@pytest.mark.parametrize("shuffle", ["pool", "block"])
+def test_states_handed_out_share_nothing_with_what_the_nodes_keep(
+    memory_url: Any, shuffle: str
+) -> None:
     url, _ = memory_url()
-    loader = build_loader(url, split="all", batch_size=5, max_inflight=2, device="cpu")
+    loader = build_loader(
+        url, split="all", batch_size=5, max_inflight=2, device="cpu", shuffle=shuffle
+    )
     iterator = iter(loader)
     for _ in range(2):
         next(iterator)
