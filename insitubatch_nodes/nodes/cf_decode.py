@@ -33,6 +33,7 @@ from torchdata.nodes import BaseNode
 
 from insitubatch_nodes.core.cf_decoding import CFDecoding, decode_values
 from insitubatch_nodes.nodes.items import Batch
+from insitubatch_nodes.nodes.state_views import state_reader
 
 NO_NUMPY_DTYPE = "bfloat16"  # the one cast numpy cannot hold
 
@@ -99,6 +100,7 @@ class CFDecodeNode(BaseNode[Any]):
     ) -> None:
         super().__init__()
         self.source = source
+        self._read_source_state = state_reader(source)  # kept states: no copy per pull
         self.dtype = dtype
         self.decodings = {
             key: decoding
@@ -140,3 +142,10 @@ class CFDecodeNode(BaseNode[Any]):
 
     def get_state(self) -> dict[str, Any]:
         return self.source.state_dict()
+
+    def state_view(self) -> dict[str, Any]:
+        """The state without a copy, for a node downstream to keep unchanged
+        (`nodes.state_views`): its source's, as `get_state`. The device node reads it
+        after every batch, where a copy of the nested states cost more than the rest
+        of the batch's bookkeeping (issue 33)."""
+        return self._read_source_state()

@@ -33,7 +33,13 @@ def test_a_returned_state_is_a_snapshot_that_later_pulls_and_edits_do_not_change
         url, split="all", batch_size=5, max_inflight=2, device="cpu", shuffle=shuffle
     )
     nodes = graph_nodes(loader.root)
-    assert sum(isinstance(n, SharesState) for n in nodes) >= 5  # the views are in use
+    # the views are in use: every node the device node reads a state from after each
+    # batch offers one, or that read deep-copies the nested states per batch
+    below_the_root = [n for n in nodes if n is not loader.root]
+    assert len(below_the_root) >= 5
+    assert all(isinstance(n, SharesState) for n in below_the_root), [
+        type(n).__name__ for n in below_the_root if not isinstance(n, SharesState)
+    ]
     iterator = iter(loader)
     for _ in range(3):
         next(iterator)
