@@ -114,6 +114,7 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
         uniform_mixing=partial(split_mixing, anchors, settings.batch_size)
         if plan.mixing_measured
         else None,
+        copy_pool=reading.decode_pool,
     )
     after_copy = plan.decodings  # decoded after the copy: int16 crosses at half the bytes
     if settings.stack or placement.device.type == "cpu":

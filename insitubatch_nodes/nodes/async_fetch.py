@@ -206,7 +206,10 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
 
     def _start(self) -> None:
         runtime = EventLoopThread(
-            "fetch", self.context.decode_threads, on_busy=self.stats.count_loop_busy
+            "fetch",
+            self.context.decode_threads,
+            on_busy=self.stats.count_loop_busy,
+            pool=self.context.decode_pool,
         )
         self._runtime = runtime
         if self.decode_on is None:

@@ -26,8 +26,10 @@ from insitubatch_nodes.core.quality import UniformMixing
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.device.copy_ahead import CUDA_PREFETCH, staging_slots
 from insitubatch_nodes.device.staging_ring import StagingRing, page_locked
+from insitubatch_nodes.io.reads.decode_pool import DecodePool
 from insitubatch_nodes.nodes import state_names
 from insitubatch_nodes.nodes.batch_mixing import BatchMixing
+from insitubatch_nodes.nodes.helped_takes import HelpedTakes
 from insitubatch_nodes.nodes.items import Batch, BatchDraw, FetchedBlock
 from insitubatch_nodes.nodes.reused_buffers import ReusedBuffers
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
@@ -78,6 +80,11 @@ class GatherNode(BaseNode[Batch]):
             when figures are first asked for), or None to keep no mixing figures (an
             evaluation loader's batches are in order by design). With it, every batch's
             draw is handed to `mixing` (`nodes.batch_mixing`, O(batch) numpy work).
+        copy_pool: the decode pool of the fetch node upstream (`ReadContext.decode_pool`,
+            what `build_loader` passes), whose idle threads help copy host batches
+            (`nodes.helped_takes`); the node holds it from its first batch to the end of
+            the epoch (`close()`, a reset, or its source's end), so its threads outlive
+            the fetch loop's last read. None: batches are copied in the calling thread.
     """
 
     STATE_NAME = state_names.GATHER
@@ -90,6 +97,7 @@ class GatherNode(BaseNode[Batch]):
         pin_memory: bool = False,
         pinned_batches: int = staging_slots(CUDA_PREFETCH),
         uniform_mixing: Callable[[], UniformMixing] | None = None,
+        copy_pool: DecodePool | None = None,
     ) -> None:
         super().__init__()
         pin_memory = as_bool("pin_memory", pin_memory)
@@ -103,16 +111,24 @@ class GatherNode(BaseNode[Batch]):
         )  # each live block's index table (`gather`)
         self._gather_s = 0.0  # this epoch's time in the gather
         self.mixing = None if uniform_mixing is None else BatchMixing(uniform_mixing)
+        self.copy_pool = copy_pool
+        self._takes = HelpedTakes(None, 0)  # the pool's help, while this node holds it
+        self._holding: weakref.finalize | None = None  # releases the pool once
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
+        self.close()
         self.source.reset(source_part(self, initial_state, self.SOURCE_KEY))
         self._gather_s = 0.0
         if self.mixing is not None:
             self.mixing.restart()
 
     def next(self) -> Batch:
-        draw = next(self.source)
+        try:
+            draw = next(self.source)
+        except StopIteration:
+            self.close()  # the epoch's last batch is out: the pool's threads may stop
+            raise
         started = time.perf_counter()
         try:
             batch = self._gathered(draw)
@@ -133,10 +149,23 @@ class GatherNode(BaseNode[Batch]):
         if device is not None:
             return Batch(gather_tensors(draw), device=device)
         shapes = batch_shapes(draw)
+        if self.copy_pool is not None and self._holding is None:
+            executor = self.copy_pool.acquire()
+            self._holding = weakref.finalize(self, self.copy_pool.release)
+            self._takes = HelpedTakes(executor, self.copy_pool.threads)
         if self.staging is None:
-            return Batch(gather(draw, self._recycled(shapes), self._tables))
+            return Batch(gather(draw, self._recycled(shapes), self._tables, self._takes))
         staged = self.staging.stage(shapes)
-        return Batch(gather(draw, staged.arrays, self._tables), staged=staged)
+        return Batch(gather(draw, staged.arrays, self._tables, self._takes), staged=staged)
+
+    def close(self) -> None:
+        """Stop holding the decode pool (`copy_pool`), so that its threads stop once the
+        fetch loop is done with them too; the next batch takes it again. Safe to call at
+        any time, any number of times."""
+        holding, self._holding = self._holding, None
+        self._takes = HelpedTakes(None, 0)
+        if holding is not None:
+            holding()
 
     def stage_counters(self) -> dict[str, Any]:
         """This epoch's gather time so far (what `Loader.stats()` reports as `gather_s`;
@@ -188,6 +217,7 @@ def gather(
     draw: BatchDraw,
     out: Mapping[str, np.ndarray],
     tables: MutableMapping[FetchedBlock, np.ndarray] | None = None,
+    takes: HelpedTakes | None = None,
 ) -> dict[str, np.ndarray]:
     """The draw's batch, written into `out` (arrays of `batch_shapes(draw)`), with its
     `sample_index`.
@@ -220,12 +250,17 @@ def gather(
         tables: each block's index table, kept between calls (a
             `weakref.WeakKeyDictionary`, so that a table goes with its block), or None to
             make them for this batch only.
+        takes: how a field's rows are copied when one run of the batch's rows holds them
+            (`nodes.helped_takes`: with the decode threads' help), or None for a plain
+            take in the calling thread.
     """
     first_block = draw.parts[0][0]
     plan = first_block.plan
     layout = _TableLayout(batch_fields(plan), () if plan.patches is None else plan.patches.size)
     if tables is None:
         tables = {}
+    if takes is None:
+        takes = HelpedTakes(None, 0)
     picked = [_table(block, layout, tables)[rows] for block, rows in draw.parts]
     index = picked[0] if len(picked) == 1 else np.concatenate(picked)  # (batch, columns)
     if draw.order is not None:
@@ -245,7 +280,7 @@ def gather(
             elif isinstance(at, slice):
                 # (n,), or (n, steps) with steps; then the levels' rows with a reorder
                 source, rows = _reordering(array, index[at, take_columns], pick)
-                np.take(source, rows, axis=0, out=batch[key][at], mode="clip")
+                takes.take(source, rows, batch[key][at])
             else:  # one array's rows, scattered over the batch by the draw's order
                 source, rows = _reordering(array, index[at, take_columns], pick)
                 batch[key][at] = np.take(source, rows, axis=0, mode="clip")

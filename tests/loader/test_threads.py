@@ -56,6 +56,25 @@ def test_threads_stop_when_an_epoch_ends(memory_url: Any, device_prefetch: int |
     assert our_threads() == []  # no waiting: stopped by the time the loop ends
 
 
+def test_the_decode_threads_outlive_the_fetch_loop_while_the_gather_copies_on_them(
+    memory_url: Any,
+) -> None:
+    """The fetch loop stops at the epoch's last block; the pool shuffle then still draws
+    batches, whose copies the decode threads help with (`io.reads.decode_pool`): they stop
+    with the epoch's last batch instead."""
+    url, _ = memory_url()
+    loader = build_loader(url, split="all", batch_size=4, device="cpu")
+    iterator = iter(loader)
+    for _ in range(len(loader) - 1):  # every block is read by the last batch but one
+        next(iterator)
+    names = [t.name for t in our_threads()]
+    assert not any(name.endswith("-loop") for name in names), names
+    assert any("-decode" in name for name in names), names
+    for _ in iterator:
+        pass
+    assert our_threads() == []
+
+
 @pytest.mark.parametrize("device_prefetch", [None, 2])  # 2: a producer thread too
 def test_threads_stop_on_break_and_a_new_epoch_starts_cleanly(
     memory_url: Any, device_prefetch: int | None

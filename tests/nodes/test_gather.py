@@ -7,6 +7,7 @@ gather (on CPU tensors) gives the same batches."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -27,6 +28,7 @@ from insitubatch_nodes.core.sample_spec import SampleSpec, VariableGroup
 from insitubatch_nodes.io.reads.block_slots import BlockMemory, BlockSlots
 from insitubatch_nodes.nodes.batch_mixing import draw_samples_and_units
 from insitubatch_nodes.nodes.gather import batch_shapes, gather
+from insitubatch_nodes.nodes.helped_takes import HelpedTakes
 from insitubatch_nodes.nodes.items import BatchDraw, FetchedBlock
 from insitubatch_nodes.nodes.tensor_gather import gather_tensors
 from tests.helpers.profiles import examples
@@ -165,12 +167,17 @@ def _reference(
     return {key: np.array(values)[order] for key, values in batch.items()}
 
 
-def _gathered(draw: BatchDraw, tables: Any) -> dict[str, np.ndarray]:
+def _gathered(
+    draw: BatchDraw, tables: Any, takes: HelpedTakes | None = None
+) -> dict[str, np.ndarray]:
     out = {}
     for key, (shape, dtype) in batch_shapes(draw).items():
         out[key] = np.empty(shape, dtype=dtype)
         out[key].view(np.uint8)[...] = 0xA5  # any byte the gather leaves is seen
-    return gather(draw, out, tables)
+    return gather(draw, out, tables, takes)
+
+
+_HELPERS = concurrent.futures.ThreadPoolExecutor(3, thread_name_prefix="test-gather-helpers")
 
 
 def _assert_same(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
@@ -204,7 +211,8 @@ def test_the_gather_is_the_batch_a_sample_at_a_time(
     """Draws of random rows from random blocks, neighbours often sharing a backing array,
     in the parts' order or a random one of their own: each batch is the reference's, byte
     for byte, with index tables made for the batch or kept across batches (the gather
-    node's way), and so are its sample ids as the mixing tally counts them."""
+    node's way), with every take in pieces other threads help with, and so are its sample
+    ids as the mixing tally counts them."""
     assume(anchors.anchors.size > 0)
     blocks = _blocks(anchors, block_units, slot_samples, seed)
     assume(blocks)
@@ -223,6 +231,8 @@ def test_the_gather_is_the_batch_a_sample_at_a_time(
         want = _reference(draw, anchors.geometry.variables)
         _assert_same(_gathered(draw, tables), want)
         _assert_same(_gathered(draw, None), want)
+        helped = HelpedTakes(_HELPERS, 3, min_piece_bytes=1)  # every take in pieces
+        _assert_same(_gathered(draw, tables, helped), want)
         assert np.array_equal(draw_samples_and_units(draw)[0], want[SAMPLE_INDEX_KEY])
 
 

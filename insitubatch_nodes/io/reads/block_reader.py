@@ -36,6 +36,7 @@ from insitubatch_nodes.io.cache.chunk_cache import CacheSpec, ChunkCache
 from insitubatch_nodes.io.host.host_resources import HostResources
 from insitubatch_nodes.io.metadata.zarr_compat import resolve_pipeline
 from insitubatch_nodes.io.reads.block_slots import BlockMemory, BlockSlots
+from insitubatch_nodes.io.reads.decode_pool import DecodePool
 from insitubatch_nodes.io.reads.fetch_stats import FetchStats
 from insitubatch_nodes.io.reads.opened_arrays import OpenedArrays
 from insitubatch_nodes.io.reads.retry import RetryPolicy
@@ -81,6 +82,9 @@ class ReadContext:
         shard_indexes: shard indexes, read once for every epoch's readers.
         block_slots: the memory blocks lease, slot by slot.
         cache: the local chunk cache in front of the store, or None.
+        decode_pool: the decode threads (`decode_threads` of them), which the gather
+            that draws from these blocks may copy on too (`io.reads.decode_pool`); None:
+            each event loop makes its own.
     """
 
     store: Store
@@ -96,6 +100,7 @@ class ReadContext:
     shard_indexes: ShardIndexes
     block_slots: BlockSlots
     cache: ChunkCache | None = None
+    decode_pool: DecodePool | None = None
 
     @classmethod
     def create(
@@ -141,6 +146,8 @@ class ReadContext:
                 most (the memory budget's share for them, `MemoryPlan.cache_queue_bytes`).
         """
         decode_threads = as_optional_int("decode_threads", decode_threads, minimum=1)
+        if decode_threads is None:
+            decode_threads = HostResources.read().decode_threads()
         return cls(
             store=store,
             layouts=dict(layouts),
@@ -150,9 +157,7 @@ class ReadContext:
                 cap=as_optional_int("max_inflight", max_inflight, minimum=1),
                 max_bytes=as_optional_int("inflight_bytes", inflight_bytes, minimum=1),
             ),
-            decode_threads=(
-                HostResources.read().decode_threads() if decode_threads is None else decode_threads
-            ),
+            decode_threads=decode_threads,
             fast_path=as_bool("fast_path", fast_path),
             zarr_pipeline=resolve_pipeline(zarr_pipeline),
             stats=FetchStats(),
@@ -166,6 +171,7 @@ class ReadContext:
             cache=None
             if cache is None
             else ChunkCache(cache, as_int("cache_queue_bytes", cache_queue_bytes, minimum=0)),
+            decode_pool=DecodePool("fetch", decode_threads),
         )
 
     @property

@@ -1,8 +1,10 @@
-"""One asyncio event loop on a daemon thread, with its own decode thread pool.
+"""One asyncio event loop on a daemon thread, with a decode thread pool as its default
+executor.
 
-Both are started together and stopped together, and stopping never waits forever: all
-IO parallelism of the library lives here, so shutting this down is what "no thread left
-behind" means.
+The loop holds the pool (`io.reads.decode_pool`) from its start to its stop, and stopping
+never waits forever: all IO parallelism of the library lives here, so shutting this down
+is what "no thread left behind" means; the pool's threads stop with the loop unless the
+gather still copies on them, and then with the gather's epoch.
 
 The loop can also say how busy it is (`on_busy`): the time it spends between waits for
 IO, running callbacks or waiting for the GIL, is the Python work per read. When reads take
@@ -22,6 +24,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from insitubatch_nodes.io.host.threads import STOP_TIMEOUT_S, THREAD_PREFIX
+from insitubatch_nodes.io.reads.decode_pool import DecodePool
 
 T = TypeVar("T")
 
@@ -57,27 +60,31 @@ class _TimedSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type
 
 
 class EventLoopThread:
-    """An event loop running on its own daemon thread, with its decode thread pool as the
-    loop's default executor.
+    """An event loop running on its own daemon thread, holding a decode thread pool as the
+    loop's default executor while it runs.
 
     Args:
         name: what the threads' names say they are for.
-        decode_threads: threads of the decode pool.
+        decode_threads: threads of the decode pool, when the loop makes its own.
         on_busy: called from the loop's thread with the nanoseconds it spent working
             rather than waiting for IO, about a millisecond's worth at a time, or None.
+        pool: the decode pool to hold (shared with the gather, `ReadContext.decode_pool`),
+            or None for one of the loop's own.
     """
 
     def __init__(
-        self, name: str, decode_threads: int, on_busy: Callable[[int], None] | None = None
+        self,
+        name: str,
+        decode_threads: int,
+        on_busy: Callable[[int], None] | None = None,
+        pool: DecodePool | None = None,
     ) -> None:
         if on_busy is None:
             self._loop = asyncio.new_event_loop()
         else:
             self._loop = asyncio.SelectorEventLoop(_TimedSelector(on_busy))
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=decode_threads, thread_name_prefix=f"{THREAD_PREFIX}-{name}-decode"
-        )
-        self._loop.set_default_executor(self._executor)
+        self._pool = DecodePool(name, decode_threads) if pool is None else pool
+        self._loop.set_default_executor(self._pool.acquire())
         self._thread = threading.Thread(
             target=self._run, name=f"{THREAD_PREFIX}-{name}-loop", daemon=True
         )
@@ -106,12 +113,14 @@ class EventLoopThread:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def close(self) -> None:
-        """Cancel in-flight work, stop the loop, join its thread and the decode pool."""
+        """Cancel in-flight work, stop the loop, join its thread, and release the decode
+        pool (its threads are joined unless the gather still holds it)."""
         if self._closed:
             return
         self._closed = True
         if threading.current_thread() is self._thread:
             self._loop.stop()  # called from inside the loop (e.g. by a finalizer): no join
+            self._pool.release()
             return
         if self._thread.is_alive():
             cancelled = asyncio.run_coroutine_threadsafe(self._cancel_everything(), self._loop)
@@ -121,6 +130,6 @@ class EventLoopThread:
                 cancelled.result(timeout=STOP_TIMEOUT_S)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=STOP_TIMEOUT_S)
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        self._pool.release()
         if not self._thread.is_alive():
             self._loop.close()
