@@ -244,36 +244,3 @@ def test_a_block_collected_as_garbage_while_another_leases_gives_its_slots_back(
             gc.enable()
     gc.collect()
     assert slots.leased_bytes == 0
-
-
-def test_a_unit_holds_its_own_slots_of_every_variable_by_one_token() -> None:
-    """A token per unit, not per slot (issue 33: at one step per chunk a slot is one
-    sample of one variable): the unit's group is one token for its own slots and one per
-    slot it shares (a halo); dropping it gives every variable's slots back at once."""
-    layouts = {
-        "a": VariableLayout((40, 3), (2, 3), "float32"),
-        "b": VariableLayout((40,), (2,), "int16"),
-    }
-    geometry = SampleGeometry.from_layouts(layouts)
-    plan = _plans(geometry, 3)[0]
-    slots = BlockSlots(layouts, 1 << 20)
-    memory = slots.lease(plan)
-    assert all(len(memory.unit_lease(unit)) == 1 for unit in range(3))
-    per_unit = 2 * 12 + 2 * 2  # a 2-row slot of each variable
-    kept = memory.unit_lease(1)
-    memory.release_unit(1)
-    del kept
-    assert slots.leased_bytes == 2 * per_unit
-
-    spec = SampleSpec({"x": window(["a"], steps=2)})  # t-1, t: the halo is the neighbour
-    anchors = AnchorSet.for_split(geometry, np.arange(geometry.num_units), spec)
-    a = assign_epoch(anchors, anchors.units, seed=0, epoch=0, rank=0, world_size=1)
-    windowed = plan_block(anchors, np.sort(a.units)[2:5], assignment=a, block_index=0)
-    memory = BlockSlots(layouts, 1 << 20).lease(windowed)
-    groups = [memory.unit_lease(unit) for unit in range(3)]
-    # each unit's first anchor needs the chunk before: unit 0 its halo (its own token)
-    # and its chunk (shared with unit 1); unit 1 two shared chunks; unit 2 its own chunk
-    # and unit 1's (shared)
-    assert [len(group) for group in groups] == [2, 2, 2]
-    ids = [{id(token) for token in group} for group in groups]
-    assert [len(ids[0] & ids[1]), len(ids[1] & ids[2]), len(ids[0] & ids[2])] == [1, 1, 0]

@@ -16,17 +16,11 @@ once per block), and since blocks share the backing array, the gather takes a ba
 rows of one field from tens of blocks in one take; decoding shifts each chunk's target
 rows once (`BlockMemory.region`), which is Python work per chunk, not per sample.
 
-Leased slots are held by small tokens whose deletion gives their slots back: one token
-per unit for the slots only that unit's samples lie in (every variable's, given back
-together), and one per slot that several units need (a window's halo). The block's
-`BlockMemory` holds the tokens grouped by unit (a unit's group: its own token and the
-tokens of the shared slots it needs, so a slot two units need is in both groups). A token
-per unit rather than per slot: at one time step per chunk a slot is one sample of one
-variable, and a token, its deletion and a lock per slot were most of the main thread's
-bookkeeping per chunk (issue 33).
-
-By default the groups go with the block (when the shuffle and the gather are done with
-it: the batches the gather writes are copies, so nothing else views a slot). A pool
+Each leased slot is a small token whose deletion gives the slot back. The
+block's `BlockMemory` holds the tokens grouped by unit (a unit's group: the slots its
+samples' rows lie in, a window's halo included, so a slot two units need is in both
+groups). By default the groups go with the block (when the shuffle and the gather are done
+with it: the batches the gather writes are copies, so nothing else views a slot). A pool
 shuffle, which drains units one by one, takes a unit's group (`unit_lease`), drops it from
 the block (`release_unit`) once the unit has given its last sample, and lets the batch
 that drew those samples hold the group until it is gathered: a unit's slots then go back
@@ -144,32 +138,29 @@ class BlockMemory:
         return array[(slice(rows.start + shift, rows.stop + shift), *target[1:])]
 
 
-class _SlotsToken:
-    """Leased slots, given back together when the token is dropped (`__del__`).
+class _SlotToken:
+    """One leased slot, given back when the token is dropped (`__del__`).
 
-    A plain object with `__slots__`: a `weakref.finalize` took five objects the garbage
+    One object per slot: a `weakref.finalize` per slot took five objects the garbage
     collector tracks (token, finalizer, its record, its arguments, the weak reference),
     which with one time step per chunk were a third of the objects alive while a loader
     ran, and kept alive across collections they made the full ones come more often.
     """
 
-    __slots__ = ("_generation", "_nbytes", "_owner", "_slots")
+    __slots__ = ("_generation", "_name", "_nbytes", "_owner", "_slot")
 
     def __init__(
-        self,
-        owner: BlockSlots,
-        generation: int,
-        slots: tuple[tuple[str, int], ...],
-        nbytes: int,
+        self, owner: BlockSlots, generation: int, name: str, slot: int, nbytes: int
     ) -> None:
         self._owner = owner
         self._generation = generation
-        self._slots = slots  # (variable, slot) pairs
+        self._name = name
+        self._slot = slot
         self._nbytes = nbytes
 
     def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
         if not _finalizing():  # at interpreter exit there is nothing left to give back to
-            self._owner._give_back(self._generation, self._slots, self._nbytes)
+            self._owner._give_back(self._generation, self._name, self._slot, self._nbytes)
 
 
 def unit_segment_pairs(plan: ReadPlan, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -193,45 +184,22 @@ def unit_segment_pairs(plan: ReadPlan, name: str) -> tuple[np.ndarray, np.ndarra
 
 
 def _unit_groups(
-    plan: ReadPlan,
-    taken: Mapping[str, list[int]],
-    token: Callable[[list[tuple[str, int]]], _SlotsToken],
+    plan: ReadPlan, tokens: Mapping[str, list[_SlotToken]]
 ) -> dict[int, tuple[object, ...]]:
-    """The tokens of a block's slots grouped by the unit whose samples lie in them (see
-    the module): per unit, one token for the slots only it needs and the tokens of the
-    slots it shares with other units, one per slot; slots no unit needs (none, for plans
-    `core.read_plan` makes) under -1. Python work per (unit, variable), not per sample.
-
-    Args:
-        plan: the block's read plan.
-        taken: per variable, the slot leased for each of its segments.
-        token: makes the token holding some (variable, slot) pairs.
-    """
+    """The slot tokens grouped by the unit whose samples lie in them (see the module);
+    slots no unit needs (none, for plans `core.read_plan` makes) under -1."""
     if plan.unit_starts is None:
-        return {-1: (token([(n, slot) for n, slots in taken.items() for slot in slots]),)}
-    own: dict[int, list[tuple[str, int]]] = {}
-    shared: dict[int, list[object]] = {}
-    for name, slots in taken.items():
+        return {-1: tuple(t for group in tokens.values() for t in group)}
+    groups: dict[int, list[object]] = {}
+    for name, group in tokens.items():
+        used = np.zeros(len(group), dtype=bool)
         units, segments = unit_segment_pairs(plan, name)
-        uses = np.bincount(segments, minlength=len(slots))
-        alone = uses[segments] == 1
-        for unit, segment in zip(units[alone].tolist(), segments[alone].tolist(), strict=True):
-            own.setdefault(unit, []).append((name, slots[segment]))
-        if not alone.all():
-            tokens: dict[int, _SlotsToken] = {}
-            needing = zip(units[~alone].tolist(), segments[~alone].tolist(), strict=True)
-            for unit, segment in needing:
-                if segment not in tokens:
-                    tokens[segment] = token([(name, slots[segment])])
-                shared.setdefault(unit, []).append(tokens[segment])
-        unused = np.flatnonzero(uses == 0).tolist()
-        if unused:
-            own.setdefault(-1, []).extend((name, slots[segment]) for segment in unused)
-    groups: dict[int, tuple[object, ...]] = {}
-    for unit in own.keys() | shared.keys():
-        mine = [token(own[unit])] if unit in own else []
-        groups[unit] = (*mine, *shared.get(unit, ()))
-    return groups
+        used[segments] = True
+        for unit, segment in zip(units.tolist(), segments.tolist(), strict=True):
+            groups.setdefault(unit, []).append(group[segment])
+        for segment in np.flatnonzero(~used).tolist():
+            groups.setdefault(-1, []).append(group[segment])
+    return {unit: tuple(held) for unit, held in groups.items()}
 
 
 class _Backing:
@@ -357,17 +325,15 @@ class BlockSlots:
             - plan.segment_starts[name]
             for name, slots in taken.items()
         }
-        sizes = {name: backings[name].slot_nbytes for name in taken}
-
-        def token(slots: list[tuple[str, int]]) -> _SlotsToken:
-            nbytes = sum(sizes[name] for name, _ in slots)
-            return _SlotsToken(self, generation, tuple(slots), nbytes)
-
+        tokens: dict[str, list[_SlotToken]] = {}
+        for name, slots in taken.items():
+            size = backings[name].slot_nbytes
+            tokens[name] = [_SlotToken(self, generation, name, slot, size) for slot in slots]
         return BlockMemory(
             arrays,
             {name: plan.segment_starts[name] for name in taken},
             shifts,
-            _unit_groups(plan, taken, token),
+            _unit_groups(plan, tokens),
         )
 
     @property
@@ -377,14 +343,12 @@ class BlockSlots:
         with self._lock:
             return sum(b.array.nbytes for b in self._backings.values() if b.array is not None)
 
-    def _give_back(self, generation: int, slots: tuple[tuple[str, int], ...], nbytes: int) -> None:
+    def _give_back(self, generation: int, name: str, slot: int, nbytes: int) -> None:
         with self._lock:
             self.leased_bytes -= nbytes
             if generation != self._generation:
                 return  # its backing arrays were let go: they go when their blocks do
-            backings = self._backings
-            for name, slot in slots:
-                heapq.heappush(backings[name].given_back, slot)
+            heapq.heappush(self._backings[name].given_back, slot)
 
     def clear(self) -> None:
         """Let the backing arrays go (they are freed once the blocks still leasing them
