@@ -11,9 +11,10 @@ rows of the same take.
 
 Helping, not handing over: the caller copies pieces too, and never waits for a decode
 thread to start, since one busy decoding a block's chunks may not be free for many
-milliseconds. It asks up to one helper per decode thread, takes pieces until none is left,
-then withdraws the requests no thread has picked up, and waits only for the pieces other
-threads are copying. When the decode threads are busy (decoding is what limits), the
+milliseconds. It asks each decode thread for help once, cuts the take into a few pieces
+per thread (so that a helper waking late still finds some), takes pieces until none is
+left, then withdraws the requests no thread has picked up, and waits only for the pieces
+other threads are copying. When the decode threads are busy (decoding is what limits), the
 caller copies everything, as before; when they wait for room to read ahead (the drawing
 thread is what limits), they share its copy.
 """
@@ -25,6 +26,7 @@ import concurrent.futures
 import numpy as np
 
 MIN_PIECE_BYTES = 256 << 10  # a hand-off (a queue put, a thread's wake-up) costs ~10-20 us
+PIECES_PER_THREAD = 4  # a helper that wakes late still finds pieces left
 
 
 class HelpedTakes:
@@ -58,12 +60,13 @@ class HelpedTakes:
             out: where the rows go.
         """
         count = int(rows.shape[0]) if rows.ndim else 0
-        pieces = min(self._helpers + 1, count, out.nbytes // self._min_piece_bytes)
+        most = PIECES_PER_THREAD * (self._helpers + 1)
+        pieces = min(most, count, out.nbytes // self._min_piece_bytes)
         if pieces <= 1:
             np.take(source, rows, axis=0, out=out, mode="clip")
             return
         assert self._executor is not None
-        bounds = np.linspace(0, count, pieces + 1).astype(np.int64).tolist()
+        bounds = [count * piece // pieces for piece in range(pieces + 1)]
         left = list(range(pieces))
 
         def copy_pieces() -> None:
@@ -76,7 +79,7 @@ class HelpedTakes:
                 np.take(source, rows[start:stop], axis=0, out=out[start:stop], mode="clip")
 
         asked = []
-        for _ in range(pieces - 1):
+        for _ in range(min(self._helpers, pieces - 1)):
             try:
                 asked.append(self._executor.submit(copy_pieces))
             except RuntimeError:  # the pool was stopped meanwhile: copy alone
