@@ -31,6 +31,7 @@ from insitubatch_nodes.core.batch_fields import PATCH_ORIGIN_KEY, SAMPLE_INDEX_K
 from insitubatch_nodes.core.static_fields import StaticPlacement, crop_positions
 from insitubatch_nodes.nodes.cf_decode import torch_dtype
 from insitubatch_nodes.nodes.items import Batch
+from insitubatch_nodes.nodes.state_views import state_reader
 
 
 class StaticFieldsNode(BaseNode[Any]):
@@ -60,6 +61,7 @@ class StaticFieldsNode(BaseNode[Any]):
     ) -> None:
         super().__init__()
         self.source = source
+        self._read_source_state = state_reader(source)  # kept states: no copy per pull
         self.placements = tuple(placements)
         self.patch_size = None if patch_size is None else tuple(patch_size)
         self.device = torch.device(device)
@@ -102,6 +104,12 @@ class StaticFieldsNode(BaseNode[Any]):
 
     def get_state(self) -> dict[str, Any]:
         return self.source.state_dict()
+
+    def state_view(self) -> dict[str, Any]:
+        """The state without a copy, for a node downstream to keep unchanged
+        (`nodes.state_views`): its source's, as `get_state`. Stacked, this node sits
+        below the device node, which reads it after every batch."""
+        return self._read_source_state()
 
 
 def _host_field(

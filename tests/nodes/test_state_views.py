@@ -6,11 +6,13 @@ state changes neither the node nor the states it returns after."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from insitubatch_nodes import build_loader
+from insitubatch_nodes.cli.synthetic import WB2_STATICS, write_weatherbench2_like
 from insitubatch_nodes.nodes.graph import graph_nodes
 from insitubatch_nodes.nodes.state_views import SharesState
 
@@ -24,14 +26,34 @@ def _wreck(state: Any) -> None:
     state.clear()
 
 
+def _stacked_with_statics(folder: Path, shuffle: str) -> Any:
+    """A stacked loader with static fields: the static and stacking nodes sit below the
+    device node, which reads their states after every batch."""
+    path = write_weatherbench2_like(folder / "wb2.zarr", time_steps=24, grid=(8, 16))
+    return build_loader(
+        str(path),
+        variables=["2m_temperature", *WB2_STATICS],
+        split="all",
+        batch_size=5,
+        max_inflight=2,
+        device="cpu",
+        shuffle=shuffle,
+        stack=True,
+    )
+
+
+@pytest.mark.parametrize("graph", ["plain", "stacked with statics"])
 @pytest.mark.parametrize("shuffle", ["pool", "block"])
 def test_a_returned_state_is_a_snapshot_that_later_pulls_and_edits_do_not_change(
-    memory_url: Any, shuffle: str
+    memory_url: Any, tmp_path: Path, shuffle: str, graph: str
 ) -> None:
-    url, _ = memory_url()
-    loader = build_loader(
-        url, split="all", batch_size=5, max_inflight=2, device="cpu", shuffle=shuffle
-    )
+    if graph == "plain":
+        url, _ = memory_url()
+        loader = build_loader(
+            url, split="all", batch_size=5, max_inflight=2, device="cpu", shuffle=shuffle
+        )
+    else:
+        loader = _stacked_with_statics(tmp_path, shuffle)
     nodes = graph_nodes(loader.root)
     # the views are in use: every node the device node reads a state from after each
     # batch offers one, or that read deep-copies the nested states per batch
