@@ -78,6 +78,7 @@ def build_loader(
     use_zarr_fill_value_as_mask: bool | None = None,
     dtype: torch.dtype | str | None = None,
     fill_nan: float | None = None,
+    area: Sequence[float] | None = None,
     host: HostResources | None = None,
 ) -> Loader[dict[str, torch.Tensor]]:
     """Shuffled, split-aware, resumable batches from a Zarr group.
@@ -256,6 +257,14 @@ def build_loader(
             `xr.open_zarr(url)[v].astype(dtype)`. Default: the decoded dtype. In the state.
         fill_nan: with `normalise`, the value NaN (masked values) becomes after
             normalising, e.g. 0.0, since most models cannot take NaN.
+        area: `(north, west, south, east)` in degrees, as anemoi and the CDS write it:
+            every variable keeps only the grid points with `south <= lat <= north` and
+            `(lon - west) mod 360 <= (east - west) mod 360` (edges inclusive within 1e-6
+            degrees; `east - west >= 360` is the whole circle), found in its latitude and
+            longitude coordinates (stored in [0, 360) or [-180, 180)). Latitudes keep the
+            stored order; longitudes run eastward from `west`, so a box across the seam or
+            the dateline comes out in one piece. Only the chunks the box touches are read.
+            `loader.area` holds the batch's latitudes and longitudes. In the state.
         host: the host's available memory, cores and ranks the defaults follow (default
             `HostResources.read()`, once, now).
     """

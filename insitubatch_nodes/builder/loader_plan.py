@@ -161,6 +161,7 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         spatial_dims=settings.spatial_dims,
         decode_cf=settings.decode_cf,
         use_zarr_fill_value_as_mask=settings.use_zarr_fill_value_as_mask,
+        area=settings.area,
     )
     for warning in opened.decoding_warnings:
         log.warning("%s", warning)
@@ -196,7 +197,8 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
     channels = None
     if settings.stack:
         channels = stacked_channels(opened, spec, statics, settings.spatial_dims)
-    if settings.stack or any(layout.pick is not None for layout in opened.layouts.values()):
+    levels = any(pick.labels for layout in opened.layouts.values() for pick in layout.picks)
+    if settings.stack or levels:
         # the order of the channels, which neither the arrays nor the picks record
         fingerprint[CHANNELS_KEY] = batch_channel_order(
             opened, spec, statics, stacked=settings.stack, spatial_dims=settings.spatial_dims

@@ -167,4 +167,9 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
             spatial_dims=settings.spatial_dims,
             fill_nan=settings.fill_nan,
         )
-    return Loader(node, all_ranks_state=settings.all_ranks_state, channels=plan.channels)
+    return Loader(
+        node,
+        all_ranks_state=settings.all_ranks_state,
+        channels=plan.channels,
+        area=plan.source.area,
+    )

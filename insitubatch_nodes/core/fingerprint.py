@@ -28,6 +28,8 @@ import numpy as np
 from insitubatch_nodes.core.cf_decoding import DTYPE_KEY, describe_record
 from insitubatch_nodes.core.geometry import VariableLayout
 
+AREA_KEY = "area"  # the box area= keeps (`core.area.AreaSelection.record`), when given
+
 DIGEST_LENGTH = 16
 DECODING_KEY = "decoding"
 STATICS_KEY = "statics"  # static field -> its array entry, where the loader has any
@@ -90,9 +92,7 @@ def source_fingerprint(
             "dtype": layout.dtype,
             "codecs": codecs.get(name, ""),
             "fill_value": fill_values.get(name, ""),
-            "pick": None
-            if layout.pick is None
-            else [layout.pick.axis, list(layout.pick.batch_indices)],
+            "pick": _picks_entry(layout),
             **_decoding_entry(None if decodings is None else decodings[name], layout.dtype),
         }
 
@@ -106,6 +106,15 @@ def source_fingerprint(
     return found
 
 
+def _picks_entry(layout: VariableLayout) -> list[Any] | None:
+    """The positions a batch holds of each picked axis: `[axis, positions]` for one pick
+    (as states before areas recorded levels), a list of them for several."""
+    entries = [[pick.axis, list(pick.batch_indices)] for pick in layout.picks]
+    if not entries:
+        return None
+    return entries[0] if len(entries) == 1 else entries
+
+
 def _decoding_entry(record: Mapping[str, Any] | None, stored_dtype: str) -> dict[str, Any]:
     """The fingerprint's decoding entry of an array: none when batches hold its stored
     values (the fingerprint releases before decoding wrote, so their states still fit)."""
@@ -113,6 +122,13 @@ def _decoding_entry(record: Mapping[str, Any] | None, stored_dtype: str) -> dict
     if record is None or dict(record) == {DTYPE_KEY: native}:
         return {}
     return {DECODING_KEY: dict(record)}
+
+
+def _box(record: Any) -> str:
+    """An area's record as its box, or "none" (the whole grid)."""
+    if not isinstance(record, Mapping):
+        return "none (the whole grid)"
+    return str(tuple(record.get("box", ())))
 
 
 def _shown(value: Any) -> str:
@@ -241,6 +257,12 @@ def fingerprint_differences(saved: Any, current: Mapping[str, Any]) -> list[str]
             f"batches held the channels {before_channels} when the state was saved, now "
             f"{now_channels} (another variable or level order); rebuild the loader with the "
             f"variables and levels in the order it was saved with"
+        )
+    before_area, now_area = saved.get(AREA_KEY), current.get(AREA_KEY)
+    if before_area != now_area:
+        found.append(
+            f"the state was saved with area= {_box(before_area)}, this loader has area= "
+            f"{_box(now_area)}; rebuild the loader with the area it was saved with"
         )
     found += _split_differences(saved["split"], current["split"])
     before, now = saved.get("snapshot_id"), current.get("snapshot_id")

@@ -10,17 +10,19 @@ from typing import Any
 import numpy as np
 from zarr.abc.store import Store
 
+from insitubatch_nodes.core.area import Area, AreaSelection
 from insitubatch_nodes.core.batch_fields import SAMPLE_INDEX_KEY
 from insitubatch_nodes.core.cf_decoding import YIELDS_KEY, CFDecoding, decode_values
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
 from insitubatch_nodes.core.date_manifest import make_date_manifest, time_differences
 from insitubatch_nodes.core.date_ranges import RangeLike, TimeAxis
-from insitubatch_nodes.core.fingerprint import source_fingerprint
+from insitubatch_nodes.core.fingerprint import AREA_KEY, source_fingerprint
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.manifest import SplitManifest, make_manifest
 from insitubatch_nodes.core.unit_grid import grid_manifest
 from insitubatch_nodes.io.metadata.array_metadata import codec_summary, fill_value_text
 from insitubatch_nodes.io.metadata.cf_attributes import read_cf_decoding, zero_fill_warning
+from insitubatch_nodes.io.metadata.grid_coordinates import area_selection
 from insitubatch_nodes.io.metadata.levels import LevelsLike, level_picks
 from insitubatch_nodes.io.metadata.time_axis import read_time_axis
 from insitubatch_nodes.io.metadata.zarr_layout import arrays_of, open_root_group, select_variables
@@ -102,6 +104,7 @@ class ZarrSource:
     statics: Mapping[str, VariableLayout] = field(default_factory=dict)
     # static fields the default choice of variables left out (name them to read them)
     statics_left_out: tuple[str, ...] = ()
+    area: AreaSelection | None = None  # the grid points area= keeps, in the batch's order
     # values known to be secret (URL userinfo, signatures, options' keys): kept out of the
     # errors of later reads (the time coordinate), never in a repr or a state
     secrets: tuple[str, ...] = field(default=(), repr=False)
@@ -119,6 +122,7 @@ class ZarrSource:
         spatial_dims: int = DEFAULT_SPATIAL_DIMS,
         decode_cf: bool = True,
         use_zarr_fill_value_as_mask: bool | None = None,
+        area: Area | None = None,
     ) -> ZarrSource:
         """Open `source`, pick the variables, and check (or make) the split manifest.
 
@@ -142,6 +146,9 @@ class ZarrSource:
             decode_cf: decode values as `xr.open_zarr` does (masks, packing); False keeps
                 stored values (`mask_and_scale=False`).
             use_zarr_fill_value_as_mask: as `xr.open_zarr` takes it; None picks by format.
+            area: a box of latitude and longitude (`core.area`): every variable keeps only
+                its grid points, found in its coordinates (`io.metadata.grid_coordinates`);
+                None for the whole grid.
         """
         if splits is not None and manifest is not None:
             raise ValueError(
@@ -185,8 +192,18 @@ class ZarrSource:
                     )
         if levels is not None:
             picks = level_picks(arrays, layouts, levels, spatial_dims, where, secrets)
-            layouts = {n: replace(lay, pick=picks.get(n)) for n, lay in layouts.items()}
+            layouts = {
+                n: lay.with_picks([picks[n]]) if n in picks else lay for n, lay in layouts.items()
+            }
             geometry = replace(geometry, variables=dict(layouts))  # its grid, picks added
+        boxed = None
+        if area is not None:
+            boxed, axes = area_selection(arrays, layouts, area, where, secrets)
+            layouts = {
+                n: lay.with_picks(boxed.picks(axes[n].latitude_axis, axes[n].longitude_axis))
+                for n, lay in layouts.items()
+            }
+            geometry = replace(geometry, variables=dict(layouts))
         kept = [*layouts, *statics]
         codecs = {name: codec_summary(arrays[name]) for name in kept}
         fills = {name: fill_value_text(arrays[name]) for name in kept}
@@ -217,6 +234,7 @@ class ZarrSource:
             decoding_warnings=tuple(w for w in warnings if w is not None),
             statics=statics,
             statics_left_out=selection.statics_left_out,
+            area=boxed,
             secrets=tuple(secrets),
         )
 
@@ -288,7 +306,7 @@ class ZarrSource:
                 and not the units).
             cast: the dtype batches are cast to (`build_loader(dtype=...)`), or None.
         """
-        return source_fingerprint(
+        fingerprint = source_fingerprint(
             self.layouts,
             self.codecs,
             self.fill_values,
@@ -299,6 +317,9 @@ class ZarrSource:
             self.decoding_records(cast),
             statics=self.statics,
         )
+        if self.area is not None:
+            fingerprint[AREA_KEY] = self.area.record()
+        return fingerprint
 
     def decoding_records(self, cast: str | None = None) -> dict[str, dict[str, Any]]:
         """Each variable's decoding as plain data (`CFDecoding.record`, with the dtype
