@@ -74,7 +74,7 @@ def grid_axes(arrays: Mapping[str, zarr.Array], name: str) -> GridAxes:
     dims = dimension_names(array)
     if dims is None:
         raise ValueError(
-            f"area= needs {name!r}'s latitude and longitude axes, but it names no "
+            f"area= needs the latitude and longitude axes of {name!r}, but it names no "
             f"dimensions (_ARRAY_DIMENSIONS in Zarr v2, dimension_names in v3); write the "
             f"store with xarray (to_zarr names them), or leave area= out"
         )
@@ -102,7 +102,7 @@ def grid_axes(arrays: Mapping[str, zarr.Array], name: str) -> GridAxes:
         )
     missing = [kind for kind in (LATITUDE, LONGITUDE) if kind not in found]
     raise ValueError(
-        f"area= needs {name!r}'s latitude and longitude coordinates, but none of its "
+        f"area= needs the latitude and longitude coordinates of {name!r}, but none of its "
         f"dimensions {list(dims[1:])} has a 1-D {' or '.join(missing)} coordinate (an array "
         f"named after the dimension, such as latitude/lat with units degrees_north, "
         f"longitude/lon with units degrees_east); write the coordinates, or leave area= out"
