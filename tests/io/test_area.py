@@ -281,3 +281,23 @@ def test_coordinates_are_found_by_units_and_standard_name(tmp_path: Path) -> Non
     np.testing.assert_array_equal(got["v"], want.values[got[SAMPLE_INDEX_KEY]])
     assert loader.area.shape == (2, 3)
     assert zarr.open_group(str(path), mode="r")["v"].shape == (8, 3, 4)
+
+
+def test_stacked_and_normalised_channels_keep_the_box(stores: dict[str, str]) -> None:
+    """Stacked with levels and normalised by per-channel statistics of the whole grid:
+    each channel is xarray's box, normalised."""
+    url = stores["v2 descending [0, 360)"]
+    box = BOXES["across 0/360"]
+    stats = ib.compute_stats(url, ["t2m", "z"], split="all", levels=[500, 850])
+    got, _ = _epoch(
+        url, variables=["t2m", "z"], levels=[500, 850], area=box, stack=True, normalise=stats
+    )
+    want = xarray_area(xr.open_zarr(url, consolidated=False), *box)
+    steps = got[SAMPLE_INDEX_KEY]
+    assert got["fields"].shape == (12, 3, 5, 8)
+    t2m = (want.t2m.values[steps] - stats.mean["t2m"][0]) / stats.std["t2m"][0]
+    np.testing.assert_allclose(got["fields"][:, 0], t2m, rtol=1e-5, atol=1e-5)
+    z850 = want.z.sel(level=850).values[steps]
+    np.testing.assert_allclose(
+        got["fields"][:, 2], (z850 - stats.mean["z"][1]) / stats.std["z"][1], rtol=1e-5, atol=1e-5
+    )
