@@ -10,8 +10,13 @@ order (index arithmetic over samples times positions, never a step per sample).
 
 When the last axis itself is reordered (an area's columns across the seam), rows of
 single values would need an index as large as the batch, 8 bytes per value. The take then
-reads the block as rows of that axis and picks the columns with a second index of the
-axis's length (`PickedTake.columns`): two small index arrays, broadcast, one take. Crops
+reads the block as rows of that axis (`columns`: the axis's positions in the batch's
+order). An area's columns are a few runs of neighbouring positions (two across the seam:
+the stored end, then the start), so the take copies each run with one take of its rows
+(`column_runs`), which moves whole runs of values as a plain take does; a fancy index of
+rows by columns, broadcast, moved them one at a time (13 times slower on a 60 x 120 box).
+An order of many short runs (levels on the last axis, `spatial_dims=0`) takes that fancy
+index: still one take, its index arrays only as long as the rows and the axis. Crops
 (patches) index their axes through the same positions (`crop_lookups`), so a crop of a
 box across the seam is the batch's crop, not the store's.
 """
@@ -25,6 +30,8 @@ from typing import Any
 import numpy as np
 
 from insitubatch_nodes.core.geometry import AxisPick
+
+MAX_COLUMN_RUNS = 4  # this many runs or more of a reordered last axis: one fancy index instead
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,24 @@ class PickedTake:
         if pick is None or self.crop:
             return None
         return np.asarray(pick.places, dtype=np.int64)
+
+    def column_runs(self) -> tuple[tuple[int, int, int], ...] | None:
+        """`columns` as runs of neighbouring block positions, `(first, stop, batch
+        position of first)` each, when there are fewer than `MAX_COLUMN_RUNS` of them (an
+        area's columns: one run, or two across the seam); None otherwise (or without
+        `columns`)."""
+        columns = self.columns
+        if columns is None:
+            return None
+        breaks = np.flatnonzero(np.diff(columns) != 1) + 1
+        if breaks.size + 1 >= MAX_COLUMN_RUNS:
+            return None
+        starts = np.r_[0, breaks]
+        stops = np.r_[breaks, columns.size]
+        return tuple(
+            (int(columns[a]), int(columns[a]) + int(b - a), int(a))
+            for a, b in zip(starts.tolist(), stops.tolist(), strict=True)
+        )
 
     @property
     def folded(self) -> int:
@@ -115,8 +140,9 @@ class PickedTake:
 def take_picked(
     array: np.ndarray, rows: np.ndarray, take: PickedTake, out: np.ndarray | None = None
 ) -> np.ndarray:
-    """`array`'s samples at block rows `rows`, reordered as `take` says, as one fancy index
-    (what a gather writes into its batch; with `columns`, two broadcast index arrays).
+    """`array`'s samples at block rows `rows`, reordered as `take` says: one take of rows,
+    or with a reordered last axis one per run of its columns (`PickedTake.column_runs`),
+    or one fancy index of rows by columns (what a gather writes into its batch).
 
     Args:
         array: the block array (numpy).
@@ -128,8 +154,15 @@ def take_picked(
     columns = take.columns
     if columns is None:
         return np.take(source, flat, axis=0, out=out, mode="clip")
-    taken = source[flat[..., None], columns]
+    runs = take.column_runs()
+    if runs is None:
+        taken = source[flat[..., None], columns]
+        if out is None:
+            return taken
+        out[...] = taken
+        return out
     if out is None:
-        return taken
-    out[...] = taken
+        out = np.empty((*flat.shape, columns.size), dtype=array.dtype)
+    for first, stop, at in runs:
+        out[..., at : at + stop - first] = source[:, first:stop][flat]
     return out

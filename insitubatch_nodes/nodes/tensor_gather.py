@@ -172,6 +172,11 @@ def gather_tensors(draw: BatchDraw) -> dict[str, Any]:
                     tensor, uploaded[key], uploaded[PATCH_ORIGIN_KEY], crop, lookups
                 )
                 target.copy_(taken.reshape(target.shape))
+            elif take is not None and (runs := take.column_runs()) is not None:
+                flat = target.view(-1, len(take.picks[-1].places))
+                for first, end, at in runs:  # an area's columns: a take per run
+                    taken = torch.index_select(tensor[:, first:end], 0, uploaded[key].view(-1))
+                    flat[:, at : at + end - first].copy_(taken)
             elif (columns := on_device.get(f"{key}/columns")) is not None:
                 flat = target.view(-1, columns.numel())
                 flat.copy_(tensor[uploaded[key].view(-1, 1), columns])

@@ -100,6 +100,27 @@ def test_one_take_puts_every_reordered_axis_in_the_batchs_order(
     assert shape == want.shape
 
 
+@pytest.mark.parametrize(
+    ("places", "runs"),
+    [
+        ((5, 6, 7, 8, 9, 0, 1, 2), ((5, 10, 0), (0, 3, 5))),  # an area across the seam
+        ((9, 8, 7, 6, 5, 4, 3, 2, 1, 0), None),  # ten runs: one fancy index instead
+        ((3, 2, 1, 0), None),  # four: longitudes stored westward
+        ((0, 1, 0, 1, 2), ((0, 2, 0), (0, 3, 2))),  # a position twice
+    ],
+)
+def test_a_reordered_last_axis_is_taken_by_runs_or_one_fancy_index(
+    places: tuple[int, ...], runs: tuple[tuple[int, int, int], ...] | None
+) -> None:
+    block = np.arange(6 * 2 * 10, dtype=np.float32).reshape(6, 2, 10)
+    pick = AxisPick(2, tuple(range(10)), order=places)
+    take = PickedTake(block.shape, (pick,))
+    assert take.column_runs() == runs
+    rows = np.array([[4], [0], [4]])
+    want = block[rows][..., list(places)]
+    np.testing.assert_array_equal(take_picked(block, rows, take), want)
+
+
 @settings(max_examples=200, deadline=None)
 @given(blocks=_reordered_blocks(), data=st.data())
 def test_a_crop_of_reordered_axes_is_the_crop_of_the_batchs_order(
