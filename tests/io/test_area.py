@@ -301,3 +301,16 @@ def test_stacked_and_normalised_channels_keep_the_box(stores: dict[str, str]) ->
     np.testing.assert_allclose(
         got["fields"][:, 2], (z850 - stats.mean["z"][1]) / stats.std["z"][1], rtol=1e-5, atol=1e-5
     )
+
+
+def test_a_dataset_takes_an_area_and_refuses_two_regions(stores: dict[str, str]) -> None:
+    """A Dataset of the whole grid with area= reads the box; a Dataset that already selects
+    part of the grid (a region) and area= too is refused, not cropped twice."""
+    url = stores["v3 descending [-180, 180)"]
+    box = BOXES["across the dateline"]
+    ds = xr.open_zarr(url, consolidated=False)
+    got, _ = _epoch(ds[["t2m"]], area=box)
+    want = xarray_area(ds, *box)
+    np.testing.assert_array_equal(got["t2m"], want.t2m.values[got[SAMPLE_INDEX_KEY]])
+    with pytest.raises(ValueError, match=r"selects part of the grid and area= is given too"):
+        ib.build_loader(ds[["t2m"]].isel(latitude=slice(0, 5)), device="cpu", area=box)
