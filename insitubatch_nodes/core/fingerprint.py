@@ -28,6 +28,7 @@ import numpy as np
 from insitubatch_nodes.core.cf_decoding import DTYPE_KEY, describe_record
 from insitubatch_nodes.core.geometry import VariableLayout
 
+LISTED_POSITIONS = 64  # a picked axis's positions listed in a fingerprint, at most
 AREA_KEY = "area"  # the box area= keeps (`core.area.AreaSelection.record`), when given
 
 DIGEST_LENGTH = 16
@@ -108,8 +109,17 @@ def source_fingerprint(
 
 def _picks_entry(layout: VariableLayout) -> list[Any] | None:
     """The positions a batch holds of each picked axis: `[axis, positions]` for one pick
-    (as states before areas recorded levels), a list of them for several."""
-    entries = [[pick.axis, list(pick.batch_indices)] for pick in layout.picks]
+    (as states before areas recorded levels), a list of them for several. An axis of more
+    than `LISTED_POSITIONS` (an area's rows or columns on a fine grid) is recorded as
+    `[axis, count, digest]`, so that a state stays small."""
+    entries = []
+    for pick in layout.picks:
+        positions = list(pick.batch_indices)
+        if len(positions) > LISTED_POSITIONS:
+            packed = np.asarray(positions, dtype="<i8").tobytes()
+            entries.append([pick.axis, len(positions), digest(packed)])
+        else:
+            entries.append([pick.axis, positions])
     if not entries:
         return None
     return entries[0] if len(entries) == 1 else entries
@@ -142,7 +152,7 @@ _ARRAY_FIELDS = (
     ("dtype", "dtype was", str),
     ("codecs", "codecs were", repr),
     ("fill_value", "fill value was", str),
-    ("pick", "kept positions (levels) were", str),
+    ("pick", "kept positions (levels, an area) were", str),
 )
 
 

@@ -35,7 +35,7 @@ class AxisPick:
     850])` gives them whatever order the store keeps levels in: the read stays sorted, so
     it needs only the chunks that hold a kept position however the list was written, and
     the gather puts them in the batch's order with the same one take per field
-    (`core.batch_fields.picked_rows`).
+    (`core.picked_takes`).
 
     Args:
         axis: the array axis (1 or more: the sample axis is never picked).
