@@ -111,7 +111,8 @@ def gather_tensors(draw: BatchDraw) -> dict[str, Any]:
     """`gather` for blocks of tensors, on their device (`FetchedBlock.device`), queued on
     the caller's current stream: one `index_select` per (field, block) through one upload
     of the batch's row indices, or with patches one fancy index per (field, block); levels
-    the batch reorders come out of the same one (`core.picked_takes`). A
+    the batch reorders come out of the same one, an area's columns across the seam out of
+    one `index_select` per run of them (`core.picked_takes`). A
     draw that says its order (`BatchDraw.order`) is gathered so, then put in that order
     with one `index_select` per field (a copy on the device, rather than a take per
     sample). Only `sample_index` (and `patch_origin`) stay host arrays, in batch order.
@@ -173,7 +174,8 @@ def gather_tensors(draw: BatchDraw) -> dict[str, Any]:
                 )
                 target.copy_(taken.reshape(target.shape))
             elif take is not None and (runs := take.column_runs()) is not None:
-                flat = target.view(-1, len(take.picks[-1].places))
+                assert take.columns is not None  # runs are of the columns
+                flat = target.view(-1, take.columns.size)
                 for first, end, at in runs:  # an area's columns: a take per run
                     taken = torch.index_select(tensor[:, first:end], 0, uploaded[key].view(-1))
                     flat[:, at : at + end - first].copy_(taken)
