@@ -61,6 +61,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="level values to keep, e.g. 500 850 (per level: temperature_500)",
     )
+    stats.add_argument(
+        "--area",
+        default=None,
+        metavar="N,W,S,E",
+        help="statistics of the box's grid points only, as build_loader(area=...) crops",
+    )
     stats.add_argument("--anonymous", action="store_true", help="unsigned object-store reads")
     _add_inspect(commands)
     _add_bench(commands)
@@ -121,6 +127,7 @@ def _stats(args: argparse.Namespace) -> int:
         spatial_dims=args.spatial_dims,
         storage_options={"skip_signature": True} if args.anonymous else None,
         levels=args.levels,
+        area=None if args.area is None else Area.parse(args.area),
     )
     if args.out is not None:
         out = args.out

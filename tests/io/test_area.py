@@ -20,6 +20,7 @@ import xarray as xr
 import zarr
 
 import insitubatch_nodes as ib
+from insitubatch_nodes.cli.main import main
 from insitubatch_nodes.core.area import Area
 from insitubatch_nodes.core.batch_fields import PATCH_ORIGIN_KEY, SAMPLE_INDEX_KEY
 from insitubatch_nodes.loader.rank_states import RANK_STATES_KEY
@@ -341,3 +342,35 @@ def test_a_fine_grids_area_keeps_the_state_small(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"kept positions .* were \[\[1, 180, '[0-9a-f]+'\]"):
         wider.load_state_dict(state)
         next(iter(wider))
+
+
+def test_statistics_of_the_box(stores: dict[str, str], tmp_path: Path) -> None:
+    """`compute_stats(area=...)` and `insitubatch stats --area`: per-channel mean and std of
+    xarray's box, NaN skipped."""
+    url = stores["v2 ascending [-180, 180)"]
+    box = BOXES["across the dateline"]
+    stats = ib.compute_stats(url, ["t2m", "z"], split="all", levels=[850], area=box)
+    want = xarray_area(xr.open_zarr(url, consolidated=False), *box)
+    np.testing.assert_allclose(stats.mean["t2m"], [float(want.t2m.mean())], rtol=1e-6)
+    np.testing.assert_allclose(stats.std["t2m"], [float(want.t2m.std())], rtol=1e-5)
+    np.testing.assert_allclose(stats.mean["z"], [float(want.z.sel(level=850).mean())], rtol=1e-6)
+    out = tmp_path / "box.stats.json"
+    text = ",".join(str(v) for v in box)
+    assert (
+        main(
+            [
+                "stats",
+                url,
+                "--variables",
+                "t2m",
+                "--split",
+                "all",
+                "--area",
+                text,
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    assert ib.ChannelStats.load(out).mean["t2m"] == pytest.approx(stats.mean["t2m"])
