@@ -124,12 +124,14 @@ SPEC = ib.SampleSpec(
 
 
 @pytest.mark.parametrize("gather", ["host", "device"])
-@pytest.mark.parametrize("patches", [None, ib.PatchSpec((2, 3))])
+@pytest.mark.parametrize(
+    "patches", [None, ib.PatchSpec((2, 3)), ib.PatchSpec((2, 3), "tiles")], ids=str
+)
 @pytest.mark.parametrize("box", ["across 0/360", "across the dateline"])
 def test_levels_windows_and_patches_within_the_area(
     stores: dict[str, str], box: str, patches: ib.PatchSpec | None, gather: str
 ) -> None:
-    """Levels out of the stored order, a window and a lead, random patches of the box's
+    """Levels out of the stored order, a window and a lead, random patches or tiles of the box's
     grid, on the host gather and the device gather (blocks as CPU tensors): each batch
     array is xarray's box at its samples' steps, levels and crops."""
     url = stores["v2 descending [0, 360)"]
