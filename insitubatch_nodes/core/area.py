@@ -15,12 +15,14 @@ joins them.
 
 An area is two picks (`AxisPick`): the rows inside (sorted: they are the stored order)
 and the columns inside (sorted for the read, with the eastward order as the batch's,
-`AxisPick.order`), so a read needs only the chunks the box touches and the gather
-reorders columns in its one take (`core.picked_takes`).
+`AxisPick.order`), so a read needs only the chunks the box touches and the gather puts
+the columns in the batch's order as it takes them (`core.picked_takes`).
 
-`AreaSelection` is the one place the result lives: a later stage that needs the batch's
-grid (forcings computed from latitude and longitude, static fields cropped like the
-fields) takes `latitudes`, `longitudes` (in the batch's order) and the picks from it.
+`AreaSelection` is the one place the result lives (`ZarrSource.area` when a loader is
+planned, `Loader.area` after): a later stage that needs the batch's grid (forcings
+computed from latitude and longitude, static fields cropped like the fields) takes
+`latitudes`, `longitudes` (in the batch's order), `rows`, `columns` and `picks(...)` from
+it, and never works the box out again.
 """
 
 from __future__ import annotations
