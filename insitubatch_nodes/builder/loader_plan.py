@@ -304,14 +304,22 @@ def stacked_channels(
 
 
 def kept_static_layouts(source: ZarrSource, statics: StaticPlan) -> dict[str, VariableLayout]:
-    """`source`'s static fields' layouts with the dtype their values are kept in.
+    """`source`'s static fields' layouts as batches hold them: with the dtype their values
+    are kept in, and with an area, the box's grid (`ZarrSource.static_shapes`).
 
     Args:
         source: the opened source.
         statics: its statics' plan (`builder.static_plan.plan_statics`).
     """
+    shapes = source.static_shapes()
     return {
-        name: replace(layout, dtype=statics.dtypes[name]) for name, layout in source.statics.items()
+        name: replace(
+            layout,
+            shape=shapes[name],
+            chunks=tuple(min(c, s) for c, s in zip(layout.chunks, shapes[name], strict=True)),
+            dtype=statics.dtypes[name],
+        )
+        for name, layout in source.statics.items()
     }
 
 

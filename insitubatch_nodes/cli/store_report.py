@@ -254,7 +254,7 @@ def inspect_store(
     selected = {name: arrays[name] for name in opened.layouts}
     sizes = run_on_zarr_loop(measure_stored_sizes(opened.store, selected, sampled_chunks))
     reports = tuple(_array_report(name, selected[name], *sizes[name]) for name in selected)
-    statics = {name: tuple(layout.shape) for name, layout in opened.statics.items()}
+    statics = opened.static_shapes()
     others = {
         name: tuple(a.shape)
         for name, a in sorted(arrays.items())

@@ -170,6 +170,32 @@ class AreaSelection:
         order = () if np.array_equal(stored, self.columns) else tuple(int(p) for p in places)
         return rows, AxisPick(longitude_axis, tuple(int(i) for i in stored), order=order)
 
+    def crop(self, values: np.ndarray, latitude_axis: int, longitude_axis: int) -> np.ndarray:
+        """`values` on the whole grid (a static field, read whole once) cut to the box, in
+        the batch's order: what the fields' picks read, for an array read otherwise.
+
+        Args:
+            values: an array with the grid's latitude and longitude axes.
+            latitude_axis: its latitude axis (0 or more).
+            longitude_axis: its longitude axis.
+        """
+        rows = np.take(values, self.rows, axis=latitude_axis)
+        return np.take(rows, self.columns, axis=longitude_axis)
+
+    def cropped_shape(
+        self, shape: Sequence[int], latitude_axis: int, longitude_axis: int
+    ) -> tuple[int, ...]:
+        """`shape` with its latitude and longitude axes cut to the box's (`crop`'s shape).
+
+        Args:
+            shape: an array's shape on the whole grid.
+            latitude_axis: its latitude axis.
+            longitude_axis: its longitude axis.
+        """
+        cropped = list(shape)
+        cropped[latitude_axis], cropped[longitude_axis] = self.shape
+        return tuple(cropped)
+
     def record(self) -> dict[str, Any]:
         """The area as plain data (for a state's fingerprint): the box, the grid kept, and
         its first and last grid points."""

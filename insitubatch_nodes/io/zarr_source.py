@@ -105,6 +105,8 @@ class ZarrSource:
     # static fields the default choice of variables left out (name them to read them)
     statics_left_out: tuple[str, ...] = ()
     area: AreaSelection | None = None  # the grid points area= keeps, in the batch's order
+    # with an area: each static field's latitude and longitude axes, which `read_statics` crops
+    static_crops: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     # values known to be secret (URL userinfo, signatures, options' keys): kept out of the
     # errors of later reads (the time coordinate), never in a repr or a state
     secrets: tuple[str, ...] = field(default=(), repr=False)
@@ -196,14 +198,15 @@ class ZarrSource:
                 n: lay.with_picks([picks[n]]) if n in picks else lay for n, lay in layouts.items()
             }
             geometry = replace(geometry, variables=dict(layouts))  # its grid, picks added
-        boxed = None
+        boxed, static_crops = None, {}
         if area is not None:
-            boxed, axes = area_selection(arrays, layouts, area, where, secrets)
+            boxed, axes = area_selection(arrays, layouts, area, where, secrets, statics)
             layouts = {
                 n: lay.with_picks(boxed.picks(axes[n].latitude_axis, axes[n].longitude_axis))
                 for n, lay in layouts.items()
             }
             geometry = replace(geometry, variables=dict(layouts))
+            static_crops = {n: (axes[n].latitude_axis, axes[n].longitude_axis) for n in statics}
         kept = [*layouts, *statics]
         codecs = {name: codec_summary(arrays[name]) for name in kept}
         fills = {name: fill_value_text(arrays[name]) for name in kept}
@@ -235,6 +238,7 @@ class ZarrSource:
             statics=statics,
             statics_left_out=selection.statics_left_out,
             area=boxed,
+            static_crops=static_crops,
             secrets=tuple(secrets),
         )
 
@@ -258,7 +262,9 @@ class ZarrSource:
     ) -> dict[str, np.ndarray]:
         """Each static field, read whole through the loader's reader
         (`io.reads.static_reads`) and decoded as `xr.open_zarr(url)[name]` shows it (or
-        stored values, with `decode_cf=False`), cast to `cast` when given.
+        stored values, with `decode_cf=False`), cast to `cast` when given; with an area,
+        cut to the box as the fields are (`AreaSelection.crop`: its shape is
+        `static_shapes()`'s).
 
         Args:
             cast: a numpy float dtype's name to cast the values to, or None.
@@ -268,9 +274,22 @@ class ZarrSource:
         stored = read_whole_arrays(
             self.store, self.statics, where=self.where, retry=retry, decode_threads=decode_threads
         )
-        return {
+        decoded = {
             name: decode_values(values, self.decodings[name], cast)
             for name, values in stored.items()
+        }
+        if self.area is None:
+            return decoded
+        area = self.area
+        return {n: area.crop(v, *self.static_crops[n]) for n, v in decoded.items()}
+
+    def static_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Each static field's shape as batches hold it (the box's grid, with an area)."""
+        if self.area is None:
+            return {name: tuple(layout.shape) for name, layout in self.statics.items()}
+        return {
+            name: self.area.cropped_shape(layout.shape, *self.static_crops[name])
+            for name, layout in self.statics.items()
         }
 
     def split_units(self, split: str) -> np.ndarray:

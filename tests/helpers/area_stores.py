@@ -15,9 +15,10 @@ CHUNKS = {"time": 4, "level": 2, "latitude": 5, "longitude": 8}
 
 
 def grid_dataset(*, descending: bool, signed: bool, steps: int = 12, seed: int = 0) -> xr.Dataset:
-    """Two variables on a 10-degree global grid: latitudes stored descending (90 ... -90,
-    as ERA5) or ascending, longitudes in [-180, 180) (`signed`) or [0, 360); a few
-    values NaN (masked), so that comparisons see NaN where xarray does."""
+    """Two variables on a 10-degree global grid, and a static field (`land_sea_mask`, no
+    time): latitudes stored descending (90 ... -90, as ERA5) or ascending, longitudes in
+    [-180, 180) (`signed`) or [0, 360); a few values NaN (masked), so that comparisons
+    see NaN where xarray does."""
     rng = np.random.default_rng(seed)
     lat = np.arange(-90.0, 90.0 + STEP / 2, STEP)
     lat = lat[::-1] if descending else lat
@@ -34,6 +35,7 @@ def grid_dataset(*, descending: bool, signed: bool, steps: int = 12, seed: int =
         },
         coords={"time": times, "level": LEVELS, "latitude": lat, "longitude": lon},
     )
+    ds["land_sea_mask"] = (("latitude", "longitude"), rng.random((lat.size, lon.size), "f4"))
     ds.latitude.attrs.update(units="degrees_north", standard_name="latitude")
     ds.longitude.attrs.update(units="degrees_east", standard_name="longitude")
     return ds
@@ -45,6 +47,7 @@ def write_grid_store(path: Path, *, zarr_format: int, descending: bool, signed: 
     encoding = {
         "t2m": {"chunks": (CHUNKS["time"], CHUNKS["latitude"], CHUNKS["longitude"])},
         "z": {"chunks": tuple(CHUNKS.values())},
+        "land_sea_mask": {"chunks": (CHUNKS["latitude"], CHUNKS["longitude"])},
     }
     ds.to_zarr(str(path), mode="w", zarr_format=zarr_format, encoding=encoding, consolidated=False)
     return str(path)

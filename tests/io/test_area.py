@@ -376,3 +376,31 @@ def test_statistics_of_the_box(stores: dict[str, str], tmp_path: Path) -> None:
         == 0
     )
     assert ib.ChannelStats.load(out).mean["t2m"] == pytest.approx(stats.mean["t2m"])
+
+
+@pytest.mark.parametrize("stack", [False, True])
+@pytest.mark.parametrize("kind", ["v2 descending [0, 360)", "v3 descending [-180, 180)"])
+def test_static_fields_are_cropped_as_the_fields_are(
+    stores: dict[str, str], kind: str, stack: bool
+) -> None:
+    """A static field (no time) beside the fields: every batch holds xarray's box of it,
+    in the fields' order (across the seam too), unstacked or stacked as a channel; with
+    patches, each sample's crop of the box."""
+    url = stores[kind]
+    box = BOXES["across 0/360"]
+    want = xarray_area(xr.open_zarr(url, consolidated=False), *box)
+    got, loader = _epoch(url, variables=["t2m", "land_sea_mask"], area=box, stack=stack)
+    if stack:
+        assert loader.channels == {"fields": ["t2m", "land_sea_mask"]}
+        t2m, mask = got["fields"][:, 0], got["fields"][:, 1]
+    else:
+        t2m, mask = got["t2m"], got["land_sea_mask"]
+    np.testing.assert_array_equal(t2m, want.t2m.values[got[SAMPLE_INDEX_KEY]])
+    np.testing.assert_array_equal(mask, np.broadcast_to(want.land_sea_mask.values, mask.shape))
+    got, _ = _epoch(
+        url, variables=["t2m", "land_sea_mask"], area=box, stack=stack, patches=ib.PatchSpec((2, 3))
+    )
+    origins = got[PATCH_ORIGIN_KEY]
+    mask = got["fields"][:, 1] if stack else got["land_sea_mask"]
+    crops = [want.land_sea_mask.values[o0 : o0 + 2, o1 : o1 + 3] for o0, o1 in origins]
+    np.testing.assert_array_equal(mask, np.stack(crops))

@@ -63,12 +63,14 @@ def coordinate_kind(name: str, array: zarr.Array) -> str | None:
     return None
 
 
-def grid_axes(arrays: Mapping[str, zarr.Array], name: str) -> GridAxes:
+def grid_axes(arrays: Mapping[str, zarr.Array], name: str, first_axis: int = 1) -> GridAxes:
     """`name`'s latitude and longitude axes and coordinates, or why it has none.
 
     Args:
         arrays: the group's arrays by name.
         name: the variable.
+        first_axis: the first axis that may be one (1: axis 0 is time; 0 for a static
+            field, which has none).
     """
     array = arrays[name]
     dims = dimension_names(array)
@@ -79,7 +81,7 @@ def grid_axes(arrays: Mapping[str, zarr.Array], name: str) -> GridAxes:
             f"store with xarray (to_zarr names them), or leave area= out"
         )
     found: dict[str, tuple[int, str]] = {}
-    for axis in range(1, array.ndim):
+    for axis in range(first_axis, array.ndim):
         coord = coordinate(arrays, dims[axis], array.shape[axis])
         if coord is not None and (kind := coordinate_kind(dims[axis], coord)) is not None:
             found.setdefault(kind, (axis, dims[axis]))
@@ -100,10 +102,10 @@ def grid_axes(arrays: Mapping[str, zarr.Array], name: str) -> GridAxes:
             f"of latitude and longitude is not a box of its rows and columns; crop by "
             f"position with patches=PatchSpec(..., mode='region') instead"
         )
-    missing = [kind for kind in (LATITUDE, LONGITUDE) if kind not in found]
+    missing = " or ".join(kind for kind in (LATITUDE, LONGITUDE) if kind not in found)
     raise ValueError(
         f"area= needs the latitude and longitude coordinates of {name!r}, but none of its "
-        f"dimensions {list(dims[1:])} has a 1-D {' or '.join(missing)} coordinate (an array "
+        f"dimensions {list(dims[first_axis:])} has a 1-D {missing} coordinate (an array "
         f"named after the dimension, such as latitude/lat with units degrees_north, "
         f"longitude/lon with units degrees_east); write the coordinates, or leave area= out"
     )
@@ -115,18 +117,22 @@ def area_selection(
     area: Area,
     where: str = "the store",
     secrets: Iterable[str] = (),
+    statics: Iterable[str] = (),
 ) -> tuple[AreaSelection, dict[str, GridAxes]]:
-    """The grid points `area` keeps, and each selected variable's grid axes. Every
-    variable is cropped, so every one needs the same latitude and longitude coordinates.
+    """The grid points `area` keeps, and each selected variable's grid axes (the static
+    fields' too). Every variable is cropped, so every one needs the same latitude and
+    longitude coordinates.
 
     Args:
         arrays: the group's arrays by name.
-        layouts: the selected variables.
+        layouts: the selected time-varying variables.
         area: the box.
         where: the store's description for messages (credentials redacted).
         secrets: values known to be secret, kept out of a failed read's error.
+        statics: the selected static fields (no time axis: any axis may be a grid one).
     """
     axes = {name: grid_axes(arrays, name) for name in layouts}
+    axes |= {name: grid_axes(arrays, name, first_axis=0) for name in statics}
     grids = {(a.latitude, a.longitude) for a in axes.values()}
     if len(grids) != 1:
         raise ValueError(
