@@ -300,33 +300,67 @@ def _representable(values: Iterable[Number], dtype: np.dtype[Any]) -> tuple[Numb
     return tuple(sorted(kept))
 
 
-def decode_values(stored: np.ndarray, decoding: CFDecoding, cast: str | None = None) -> np.ndarray:
-    """`stored` decoded as xarray decodes it, as a new array: masked in the stored type,
-    then widened to the decoded dtype, multiplied, added to, and cast to `cast` (one pass
-    per step over the batch; never written into `stored`, whose buffer may be reused).
+# values decoded at a time when batches are cast: a float64 slab of 512 KiB stays in the
+# core's L2 cache from the multiply to the cast, so the float64 values are never written
+# out whole (benchmarks/README.md, "CF decoding")
+SLAB_VALUES = 1 << 16
+
+
+def decode_values(
+    stored: np.ndarray,
+    decoding: CFDecoding,
+    cast: str | None = None,
+    *,
+    slab_values: int = SLAB_VALUES,
+) -> np.ndarray:
+    """`stored` decoded as xarray decodes it, as a new array: widened to the decoded dtype
+    and multiplied in one step, added to, masked where the stored values equal a masked
+    one, then cast to `cast`. Values are computed as xarray computes them (in the decoded
+    dtype, multiply then add) so they are bit-equal to its own, and the output is the only
+    array written whole: with a cast, slabs of `SLAB_VALUES` are computed in the decoded
+    dtype and cast while they are still in cache. `stored`, whose buffer may be reused,
+    is never written.
 
     Args:
         stored: a field's stored values, of `decoding.stored_dtype`.
         decoding: how its variable is decoded.
         cast: a numpy float dtype's name to cast the decoded values to, or None.
+        slab_values: how many values are computed at a time before a cast (> 0).
     """
     values = stored
     if decoding.unsigned_as is not None:  # the same bits, read with the other sign
         values = values.view(decoding.unsigned_as)
+    computed = np.dtype(decoding.decoded_dtype)
+    output = np.empty(values.shape, dtype=computed if cast is None else np.dtype(cast))
+    flat_values, flat_output = values.reshape(-1), output.reshape(-1)
+    if output.dtype == computed:
+        _decode_into(flat_output, flat_values, decoding)
+        return output
+    slab = np.empty(min(slab_values, flat_values.size), dtype=computed)
+    for start in range(0, flat_values.size, slab_values):
+        part = flat_values[start : start + slab_values]
+        work = slab[: part.size]
+        _decode_into(work, part, decoding)
+        np.copyto(flat_output[start : start + slab_values], work, casting="unsafe")  # .astype
+    return output
+
+
+def _decode_into(output: np.ndarray, values: np.ndarray, decoding: CFDecoding) -> None:
+    """`values` (stored, as `unsigned_as` reads them) decoded into `output`, an array of
+    the decoded dtype and their shape: one pass each for the widening multiply, the add
+    and the mask (compared on the narrow stored values, written with one `copyto`)."""
+    if decoding.scale_factor is not None:  # widened then multiplied, as xarray does
+        np.multiply(values, decoding.scale_factor, out=output, dtype=output.dtype)
+    else:
+        np.copyto(output, values, casting="unsafe")  # astype: ints to floats of the kind
+    if decoding.add_offset is not None:
+        np.add(output, decoding.add_offset, out=output)
     mask = None
     for masked in decoding.masked:
         hit = values == masked
         mask = hit if mask is None else np.logical_or(mask, hit, out=mask)
-    decoded = values.astype(decoding.decoded_dtype)  # a copy, whatever the dtype
-    if decoding.scale_factor is not None:
-        np.multiply(decoded, decoding.scale_factor, out=decoded)
-    if decoding.add_offset is not None:
-        np.add(decoded, decoding.add_offset, out=decoded)
     if mask is not None:
-        np.copyto(decoded, np.nan, where=mask)
-    if cast is not None and cast != decoding.decoded_dtype:
-        decoded = decoded.astype(cast)
-    return decoded
+        np.copyto(output, np.nan, where=mask)
 
 
 def check_cast_dtype(dtype: str | None) -> str | None:
