@@ -313,13 +313,12 @@ def decode_values(
     *,
     slab_values: int = SLAB_VALUES,
 ) -> np.ndarray:
-    """`stored` decoded as xarray decodes it, as a new array: widened to the decoded dtype
-    and multiplied in one step, added to, masked where the stored values equal a masked
-    one, then cast to `cast`. Values are computed as xarray computes them (in the decoded
-    dtype, multiply then add) so they are bit-equal to its own, and the output is the only
-    array written whole: with a cast, slabs of `SLAB_VALUES` are computed in the decoded
-    dtype and cast while they are still in cache. `stored`, whose buffer may be reused,
-    is never written.
+    """`stored` decoded as xarray decodes it, as a new array: widened to the decoded dtype,
+    multiplied, added to, masked where the stored values equal a masked one, then cast to
+    `cast`. Values are computed as xarray computes them (in the decoded dtype, multiply
+    then add), so they are bit-equal to its own, and the output is the only array written
+    whole: with a cast, slabs of `slab_values` are computed in the decoded dtype and cast
+    while they are still in cache. `stored`, whose buffer may be reused, is never written.
 
     Args:
         stored: a field's stored values, of `decoding.stored_dtype`.
@@ -347,12 +346,14 @@ def decode_values(
 
 def _decode_into(output: np.ndarray, values: np.ndarray, decoding: CFDecoding) -> None:
     """`values` (stored, as `unsigned_as` reads them) decoded into `output`, an array of
-    the decoded dtype and their shape: one pass each for the widening multiply, the add
-    and the mask (compared on the narrow stored values, written with one `copyto`)."""
-    if decoding.scale_factor is not None:  # widened then multiplied, as xarray does
-        np.multiply(values, decoding.scale_factor, out=output, dtype=output.dtype)
-    else:
-        np.copyto(output, values, casting="unsafe")  # astype: ints to floats of the kind
+    the decoded dtype and their shape, in place: one pass each for the widening, the
+    multiply, the add and the mask (compared on the narrow stored values, written with one
+    `copyto`)."""
+    # widened, then multiplied in place: numpy's multiply that widens as it goes
+    # (`dtype=`) is slower than the two passes (benchmarks/README.md, "CF decoding")
+    np.copyto(output, values, casting="unsafe")
+    if decoding.scale_factor is not None:
+        np.multiply(output, decoding.scale_factor, out=output)
     if decoding.add_offset is not None:
         np.add(output, decoding.add_offset, out=output)
     mask = None
