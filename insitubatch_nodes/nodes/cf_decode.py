@@ -66,14 +66,16 @@ def decode_tensor(stored: torch.Tensor, decoding: CFDecoding, cast: str | None) 
         hit = values == masked
         mask = hit if mask is None else mask | hit
     decoded = values.to(torch_dtype(decoding.decoded_dtype))
-    if decoded is values and (decoding.scale_factor is not None or mask is not None):
+    # in place: one tensor of the decoded dtype, where each step made one of its own
+    packed = decoding.scale_factor is not None or decoding.add_offset is not None
+    if decoded is values and (packed or mask is not None):
         decoded = decoded.clone()  # the stored buffer may be reused: never write into it
     if decoding.scale_factor is not None:
-        decoded = decoded * decoding.scale_factor
+        decoded.mul_(decoding.scale_factor)
     if decoding.add_offset is not None:
-        decoded = decoded + decoding.add_offset
+        decoded.add_(decoding.add_offset)
     if mask is not None:
-        decoded = decoded.masked_fill(mask, float("nan"))
+        decoded.masked_fill_(mask, float("nan"))
     if cast is not None:
         decoded = decoded.to(torch_dtype(cast))
     return decoded

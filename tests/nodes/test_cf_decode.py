@@ -258,3 +258,26 @@ def test_the_node_decodes_host_batches_in_place_and_keeps_no_state() -> None:
     _same(batch["v"], np.array([[np.nan, 2.0], [3.0, 4.0]]))
     assert stored[0, 0] == -1  # the stored buffer is never written
     assert node.state_dict() == {"source": "state"}
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        {"add_offset": 1.5},
+        {"scale_factor": 2.0},
+        {"fill_values": [4.0]},
+        {"fill_values": [4.0], "scale_factor": 0.5, "add_offset": -1.0},
+    ],
+)
+def test_decoding_in_place_never_writes_the_stored_values(attributes: dict[str, Any]) -> None:
+    """float64 stored values decode to float64: the decoded tensor starts as the stored
+    one, and is copied before the in-place steps write it (both kernels)."""
+    decoding = cf_decoding("float64", **attributes)
+    assert decoding.decoded_dtype == "float64"
+    stored = np.arange(8.0).reshape(2, 4)
+    expected = stored.copy()
+    tensor = torch.from_numpy(stored)
+    decoded = decode_tensor(tensor, decoding, None)
+    assert not np.array_equal(decoded.numpy(), expected, equal_nan=True)
+    _same(decode_values(stored, decoding), decoded.numpy())
+    _same(stored, expected)
