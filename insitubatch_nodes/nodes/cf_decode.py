@@ -11,11 +11,16 @@ cannot share one tensor before they are decoded), before `NormaliseNode` always.
 It takes either a host `Batch` of numpy arrays (before stacking: it gives one back, of
 numpy arrays), a `Batch` of device tensors (`decode="gpu"`), or the device node's dict of
 tensors, and replaces each field by its decoded values: with numpy where the values are
-on the host (`core.cf_decoding.decode_values`; torch's CPU ops would wake a thread pool
-per step, which costs ten times the arithmetic on a busy host), with torch on a device.
+on the host (`core.cf_decoding.decode_values`; torch's CPU ops wake a thread pool per
+step, which costs ten times the arithmetic on a busy host, and on one thread still took
+2.4 times numpy's time), with torch on a device (in place, one tensor per field).
 
-Decoding is computed in the decoded dtype (float64 for packed Zarr, as xarray does: mask,
-then multiply, then add), then cast to `dtype` when one is given, so that a batch equals
+On the host it runs on the thread that pulls from it: the consumer's, or with
+`device_prefetch` the device node's producer thread, where it overlaps the training step
+(benchmarks/README.md, "CF decoding").
+
+Decoding is computed in the decoded dtype (float64 for packed Zarr, as xarray does:
+multiply, then add; NaN where a stored value is masked), then cast to `dtype` when one is given, so that a batch equals
 `xr.open_zarr(p)[v].astype(dtype)` bit for bit on the CPU.
 
 It keeps no state: its `state_dict` is its source's, so a graph with or without it saves
