@@ -15,8 +15,9 @@ per library checkout (its `insitubatch_nodes` imported from there), the checkout
 turns. A configuration's decoding share of an epoch is computed within each repeat,
 against that repeat's `decode_cf=False` run: (on - off) / on, of the wall time and of the
 process's CPU time (every thread) per sample, the steadier figure on a shared host; the
-median and the range over repeats are reported. The target: <= 10% of an epoch at one
-step per chunk and <= 5% at 24.
+median and the range over repeats are reported. "The decoding's own CPU" is the steadiest:
+the decoding alone (its floor below) over the loader's CPU per sample, both of one repeat.
+The target: <= 10% of an epoch at one step per chunk and <= 5% at 24.
 
 Beside the loaders, the floors of a batch's decoding on this host, in CPU time of the
 thread per sample (a batch of 32 samples, fresh output arrays as the loader makes them,
@@ -57,6 +58,11 @@ CONFIGS = (  # (label, store, build_loader settings)
     ("int16, decode on, dtype=float32", "int16", {"dtype": "float32"}),
     ("float32 store", "float32", {}),
 )
+# a loader's configuration -> the floor that times its decoding alone (`_floors`)
+KERNELS = {
+    "int16, decode on": "decode, float64",
+    "int16, decode on, dtype=float32": "decode, dtype=float32",
+}
 OTHER_TRAFFIC_BYTES = 8 << 20  # what a loader's reads and gathers move between batches
 
 
@@ -232,6 +238,21 @@ def _report(library: str, steps_per_chunk: int, latency: float, repeats: list[di
     floors = {name: [r["floors"][name] for r in repeats] for name in repeats[0]["floors"]}
     for name, values in floors.items():
         print(f"| {library} | {steps_per_chunk} | floor | {name} | | | {_spread(values)} | | | |")
+    for label, floor in KERNELS.items():  # the kernel's own CPU over the loader's, per repeat
+        own = [r["floors"][floor] / r["runs"][label]["cpu_us_per_sample"] for r in repeats]
+        rows.append(
+            {
+                "library": library,
+                "steps_per_chunk": steps_per_chunk,
+                "loader": label,
+                "latency_ms": latency,
+                "kernel_cpu_share": own,
+            }
+        )
+        print(
+            f"| {library} | {steps_per_chunk} | {latency:g} ms | {label}: the decoding's own "
+            f"CPU | | | | {_spread(own, 100, '{:.1f}%')} | | |"
+        )
     return rows
 
 
