@@ -20,8 +20,9 @@ On the host it runs on the thread that pulls from it: the consumer's, or with
 (benchmarks/README.md, "CF decoding").
 
 Decoding is computed in the decoded dtype (float64 for packed Zarr, as xarray does:
-multiply, then add; NaN where a stored value is masked), then cast to `dtype` when one is given, so that a batch equals
-`xr.open_zarr(p)[v].astype(dtype)` bit for bit on the CPU.
+multiply, then add; NaN where a stored value is masked), then cast to `dtype` when one
+is given, so that a batch equals `xr.open_zarr(p)[v].astype(dtype)` bit for bit on the
+CPU.
 
 It keeps no state: its `state_dict` is its source's, so a graph with or without it saves
 the same state. What it decodes is in the state's fingerprint instead (the permutation

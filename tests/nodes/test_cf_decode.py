@@ -281,3 +281,31 @@ def test_decoding_in_place_never_writes_the_stored_values(attributes: dict[str, 
     assert not np.array_equal(decoded.numpy(), expected, equal_nan=True)
     _same(decode_values(stored, decoding), decoded.numpy())
     _same(stored, expected)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "attributes"),
+    [
+        ("int16", {"scale_factor": 0.002, "add_offset": 273.15, "_FillValue": -32767}),
+        ("int16", {"scale_factor": 1.5e-4, "_FillValue": -1, "_Unsigned": "true"}),
+        ("uint8", {"scale_factor": 0.4, "add_offset": -40.5, "_FillValue": 255}),
+        ("int16", {"_FillValue": 0}),
+    ],
+)
+@pytest.mark.parametrize("cast", ["float32", "float16"])
+def test_every_narrow_stored_value_cast_equals_xarrays(
+    tmp_path: Path, dtype: str, attributes: dict[str, Any], cast: str
+) -> None:
+    """A cast of 8- and 16-bit integers is looked up in a table of every stored value
+    decoded: each of those values, stored, gives xarray's value cast, NaN where it masks."""
+    info = np.iinfo(dtype)
+    stored = np.arange(info.min, info.max + 1).astype(dtype).reshape(-1, 4, 4)
+    url = write_attributes(tmp_path / "s.zarr", stored, attributes, zarr_format=3)
+    decoding = read_cf_decoding("v", zarr.open_group(url, mode="r")["v"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # float16 overflows, as astype does
+        expected = _xarray(url).astype(cast)
+        got = decode_values(stored, decoding, cast)
+    assert np.isnan(expected).sum() == 1
+    _same(got, expected)
+    _same(decode_values(stored[::-1], decoding, cast), expected[::-1])
