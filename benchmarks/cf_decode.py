@@ -23,7 +23,8 @@ Beside the loaders, the floors of a batch's decoding on this host, in CPU time o
 thread per sample (a batch of 32 samples, fresh output arrays as the loader makes them,
 the 8 MiB of other traffic between batches that a loader's reads and gathers make): the
 decoding alone (`core.cf_decoding.decode_values`), and writing the output's bytes once
-(`np.empty(...).fill`, and a copy between warm float64 buffers).
+(`np.empty(...).fill`, and a copy between warm float64 buffers); --floors-only times only
+these (with --library, each checkout's decoding against the other's).
 
 --step-ms sleeps that long after each batch, a training step that leaves the CPU to the
 loader's threads; with --device-prefetch 1 the gather and the decoding run on the device
@@ -151,6 +152,7 @@ def _floors(repeats: int = 7, batches: int = 40) -> dict[str, float]:
     steps = {
         "decode, float64": lambda s: decode_values(s, decoding),
         "decode, dtype=float32": lambda s: decode_values(s, decoding, "float32"),
+        "decode, dtype=float16": lambda s: decode_values(s, decoding, "float16"),
         "np.empty(...).fill, float64": lambda s: np.empty(shape, np.float64).fill(1.0),
         "np.empty(...).fill, float32": lambda s: np.empty(shape, np.float32).fill(1.0),
         "copy of a float64 batch": lambda s: warm.copy(),
@@ -170,8 +172,10 @@ def _floors(repeats: int = 7, batches: int = 40) -> dict[str, float]:
 
 
 def _repeat(args: argparse.Namespace, paths: dict[str, str], latency: float) -> dict:
-    """One repeat: every configuration once, then the floors."""
-    runs = {label: _run(paths[store], args, latency, **kw) for label, store, kw in CONFIGS}
+    """One repeat: every configuration once (unless --floors-only), then the floors."""
+    runs = {}
+    if not args.floors_only:
+        runs = {label: _run(paths[store], args, latency, **kw) for label, store, kw in CONFIGS}
     return {"runs": runs, "floors": _floors()}
 
 
@@ -197,6 +201,8 @@ def _child_repeat(args: argparse.Namespace, library: str, steps_per_chunk: int, 
     ]
     if args.device_prefetch is not None:
         command += ["--device-prefetch", str(args.device_prefetch)]
+    if args.floors_only:
+        command.append("--floors-only")
     done = subprocess.run(command, check=True, capture_output=True, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -209,7 +215,7 @@ def _spread(values: list[float], scale: float = 1.0, fmt: str = "{:.1f}") -> str
 
 def _report(library: str, steps_per_chunk: int, latency: float, repeats: list[dict]) -> list:
     rows = []
-    for label, _, _ in CONFIGS:
+    for label, _, _ in CONFIGS if repeats[0]["runs"] else ():
         runs = [r["runs"][label] for r in repeats]
         offs = [r["runs"][OFF] for r in repeats]
         pairs = list(zip(runs, offs, strict=True))
@@ -238,7 +244,7 @@ def _report(library: str, steps_per_chunk: int, latency: float, repeats: list[di
     floors = {name: [r["floors"][name] for r in repeats] for name in repeats[0]["floors"]}
     for name, values in floors.items():
         print(f"| {library} | {steps_per_chunk} | floor | {name} | | | {_spread(values)} | | | |")
-    for label, floor in KERNELS.items():  # the kernel's own CPU over the loader's, per repeat
+    for label, floor in KERNELS.items() if repeats[0]["runs"] else ():  # over the loader's
         own = [r["floors"][floor] / r["runs"][label]["cpu_us_per_sample"] for r in repeats]
         rows.append(
             {
@@ -272,6 +278,7 @@ def main() -> None:
         help="checkouts whose insitubatch_nodes to compare, taking turns (each repeat a "
         "fresh process); default: the one imported here, in this process",
     )
+    parser.add_argument("--floors-only", action="store_true", help="no loaders, the floors")
     parser.add_argument("--folder", type=Path, default=None, help="where the stores go")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -304,6 +311,17 @@ def main() -> None:
                         )
             for library, done in repeats.items():
                 results += _report(library, steps_per_chunk, latency, done)
+            if len(repeats) == 2:  # the second checkout's floors against the first's
+                (first, before), (second, after) = repeats.items()
+                for name in before[0]["floors"]:
+                    ratios = [
+                        a["floors"][name] / b["floors"][name]
+                        for a, b in zip(after, before, strict=True)
+                    ]
+                    print(
+                        f"| {second} against {first} | {steps_per_chunk} | floor | {name} "
+                        f"| | | x{_spread(ratios, fmt='{:.2f}')} | | | |"
+                    )
     print(f"load average: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=1))
