@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from insitubatch_nodes.builder.forcing_plan import plan_forcings
 from insitubatch_nodes.builder.loader_choices import LoaderChoices, choose_loader_settings
 from insitubatch_nodes.builder.loader_settings import LoaderSettings
 from insitubatch_nodes.builder.placement import Placement
@@ -25,7 +26,8 @@ from insitubatch_nodes.builder.split_anchors import SplitPlan, plan_split
 from insitubatch_nodes.builder.static_plan import StaticPlan, plan_statics
 from insitubatch_nodes.core.cf_decoding import CFDecoding, promoted_dtype, stored_values
 from insitubatch_nodes.core.channels import batch_channels, stacked_groups
-from insitubatch_nodes.core.fingerprint import CHANNELS_KEY
+from insitubatch_nodes.core.fingerprint import CHANNELS_KEY, FORCINGS_KEY
+from insitubatch_nodes.core.forcings import ForcingPlan
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.rank_shares import RankShares, check_full_batch, rank_shares
 from insitubatch_nodes.core.sample_spec import SampleSpec
@@ -71,6 +73,8 @@ class LoaderPlan:
             what it holds of the budget (`builder.static_plan`).
         channels: with `stack=True`, each stacked tensor's channel names in order (what
             `Loader.channels` gives), else None.
+        forcings: what the forcings are computed from (`builder.forcing_plan`), or None
+            without forcings (not compared: the fingerprint records their names).
     """
 
     settings: LoaderSettings
@@ -85,6 +89,7 @@ class LoaderPlan:
     decodings: dict[str, CFDecoding] = field(default_factory=dict)
     statics: StaticPlan = field(default_factory=StaticPlan)
     channels: dict[str, list[str]] | None = None
+    forcings: ForcingPlan | None = field(default=None, compare=False)
 
     @property
     def placement(self) -> Placement:
@@ -201,6 +206,15 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         fingerprint[CHANNELS_KEY] = batch_channel_order(
             opened, spec, statics, stacked=settings.stack, spatial_dims=settings.spatial_dims
         )
+    forcings = plan_forcings(
+        settings.forcings,
+        opened,
+        spec,
+        spatial_dims=settings.spatial_dims,
+        patches=settings.patches,
+    )
+    if forcings is not None:  # other forcings are other batches
+        fingerprint[FORCINGS_KEY] = list(forcings.names)
     shares = rank_shares(
         anchors,
         anchors.units,
@@ -253,6 +267,7 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         ),
         statics=statics,
         channels=channels,
+        forcings=forcings,
     )
 
 

@@ -18,6 +18,7 @@ from insitubatch_nodes.loader.loader import Loader
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 from insitubatch_nodes.nodes.cf_decode import NO_NUMPY_DTYPE, CFDecodeNode
 from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
+from insitubatch_nodes.nodes.forcings import ForcingsNode
 from insitubatch_nodes.nodes.gather import GatherNode
 from insitubatch_nodes.nodes.normalise import NormaliseNode
 from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode
@@ -31,7 +32,8 @@ from insitubatch_nodes.nodes.static_fields import StaticFieldsNode
 def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
     """The loader `plan` describes: ChunkPermuteNode -> ReadPlanNode -> AsyncFetchNode ->
     PoolShuffleNode (or ShuffleBlockNode) -> GatherNode [-> CFDecodeNode ->
-    StackChannelsNode] -> PinToDeviceNode [-> CFDecodeNode] [-> NormaliseNode], in a
+    StackChannelsNode] -> PinToDeviceNode [-> CFDecodeNode] [-> ForcingsNode]
+    [-> NormaliseNode], in a
     `Loader`.
 
     Decoding (`CFDecodeNode`) comes after the device copy when batches cross to a GPU
@@ -158,6 +160,8 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
             device=placement.device,
             dtype=settings.dtype if settings.dtype == NO_NUMPY_DTYPE else None,
         )
+    if plan.forcings is not None:
+        node = ForcingsNode(node, plan.forcings, placement.device)
     if settings.normalise is not None:
         assert plan.channel_order is not None  # planned with normalise
         node = NormaliseNode(

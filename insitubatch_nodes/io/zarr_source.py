@@ -21,6 +21,7 @@ from insitubatch_nodes.core.manifest import SplitManifest, make_manifest
 from insitubatch_nodes.core.unit_grid import grid_manifest
 from insitubatch_nodes.io.metadata.array_metadata import codec_summary, fill_value_text
 from insitubatch_nodes.io.metadata.cf_attributes import read_cf_decoding, zero_fill_warning
+from insitubatch_nodes.io.metadata.grid_coordinates import GridCoordinates, read_grid_coordinates
 from insitubatch_nodes.io.metadata.levels import LevelsLike, level_picks
 from insitubatch_nodes.io.metadata.time_axis import read_time_axis
 from insitubatch_nodes.io.metadata.zarr_layout import arrays_of, open_root_group, select_variables
@@ -272,6 +273,19 @@ class ZarrSource:
         arrays = arrays_of(group, self.where, self.secrets)
         length = self.geometry.num_samples
         return read_time_axis(arrays, list(self.layouts), length, self.where, self.secrets)
+
+    def grid_coordinates(self, spatial_dims: int) -> GridCoordinates:
+        """The selected variables' grid latitude and longitude, read and decoded
+        (`io.metadata.grid_coordinates`).
+
+        Args:
+            spatial_dims: the trailing grid axes of each variable.
+        """
+        group = open_root_group(self.store, self.where, self.secrets)
+        arrays = arrays_of(group, self.where, self.secrets)
+        return read_grid_coordinates(
+            arrays, list(self.layouts), spatial_dims, self.where, self.secrets
+        )
 
     def fingerprint(
         self, split: str, anchors: np.ndarray | None = None, cast: str | None = None
