@@ -178,6 +178,7 @@ def forcing_values(
     calendar: str,
     grid: GridTerms | None,
     to_array: Callable[[np.ndarray], Any],
+    grid_rank: int,
 ) -> dict[str, Any]:
     """Each forcing of `names` for a batch, as a compact array of `xp` (float32) that
     broadcasts against `(batch, steps, *grid)`.
@@ -190,9 +191,10 @@ def forcing_values(
         calendar: the calendar `seconds` count in.
         grid: the grid's terms, or None when none of `names` needs the grid.
         to_array: a numpy array -> an array of `xp` where the grid terms are.
+        grid_rank: the grid's axes (the per-instant terms get as many trailing axes).
     """
     names = list(names)
-    rank = 0 if grid is None else grid.latitude_sin.ndim - 2  # the grid's axes
+    rank = grid_rank
     if seconds is not None:
         shaped = np.asarray(seconds, dtype=np.float64).reshape(*np.shape(seconds), *([1] * rank))
     values: dict[str, Any] = {}

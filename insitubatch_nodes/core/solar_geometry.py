@@ -161,7 +161,7 @@ def _daylight(xp: Any, a: Any, b: Any, hour_angle: Any) -> Any:
     count a day's light each, and within a turn (H in [-pi, pi)) the light lies between
     -h0 and h0, where cos h0 = -A / B (h0 = pi: the sun never sets; 0: it never rises)."""
     b = xp.clip(b, 0.0, None)  # cos(latitude) rounds below 0 at the poles in float32
-    ratio = xp.where(b > 0, -a / xp.where(b > 0, b, 1.0), xp.where(a > 0, -1.0, 1.0))
+    ratio = xp.where(b > 0, -a / xp.where(b > 0, b, 1.0), -xp.sign(a))  # B = 0: all or none
     half_day = xp.acos(xp.clip(ratio, -1.0, 1.0))
     turns = xp.floor((hour_angle + math.pi) / _TWO_PI)
     within = xp.clip(hour_angle - turns * _TWO_PI, -half_day, half_day)

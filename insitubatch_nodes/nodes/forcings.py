@@ -108,7 +108,7 @@ class ForcingsNode(BaseNode[dict[str, torch.Tensor]]):
             if plan.seconds is not None:
                 seconds = plan.seconds[index[:, None] + offsets[None, :]]
             values = forcing_values(
-                torch, plan.names, seconds, plan.calendar, grid, self._to_device
+                torch, plan.names, seconds, plan.calendar, grid, self._to_device, len(plan.grid)
             )
             shape = (size, len(offsets), *plan.output_grid)
             for key, value in zip(plan.keys(group), values.values(), strict=True):
