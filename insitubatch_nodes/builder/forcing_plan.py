@@ -68,7 +68,13 @@ def plan_forcings(
             )
     latitude = longitude = None
     if needs_grid:
-        coordinates = opened.grid_coordinates(spatial_dims)
+        placed = [n for n in names if FORCINGS[n].needs_grid]
+        try:
+            coordinates = opened.grid_coordinates(spatial_dims)
+        except ValueError as err:
+            raise ValueError(
+                f"the forcings {placed} are computed from the grid's latitude and longitude: {err}"
+            ) from None
         latitude, longitude = coordinates.latitude, coordinates.longitude
     if spec is None:
         groups: tuple[tuple[str | None, tuple[int, ...]], ...] = ((None, (0,)),)

@@ -578,6 +578,28 @@ def _variable_shown_as_dates(ctx: Context) -> None:
     build_loader(url, ["t2m"])
 
 
+def _unknown_forcing(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    build_loader(url, forcings=["zenith"])
+
+
+def _forcing_without_coordinates(ctx: Context) -> None:
+    n = 88
+    ds = xr.Dataset(
+        {"t2m": (("time", "y", "x"), np.zeros((n, 3, 4), np.float32))},
+        coords={"time": hourly("2015-01-01", n)},
+    )
+    path = str(ctx.tmp_path / "era5.zarr")
+    ds.to_zarr(path, zarr_format=3, consolidated=False)
+    build_loader(path, ["t2m"], forcings=["cos_latitude"])
+
+
+def _sun_on_a_models_calendar(ctx: Context) -> None:
+    build_loader(
+        _noleap_store(ctx), ["t2m"], forcings=["cos_solar_zenith_angle", "year_progress_sin"]
+    )
+
+
 CASES = {
     "a URL with a scheme we do not read": _unsupported_scheme,
     "a local path that does not exist": _missing_local_path,
@@ -633,6 +655,9 @@ CASES = {
     "a packing attribute that is not a number": _scale_factor_as_text,
     "masked values whose packing keeps integers": _masked_integers,
     "a variable xarray shows as dates": _variable_shown_as_dates,
+    "a forcing the loader does not compute": _unknown_forcing,
+    "a forcing of the place on a grid without coordinates": _forcing_without_coordinates,
+    "the sun on a model's calendar": _sun_on_a_models_calendar,
 }
 
 

@@ -209,7 +209,10 @@ def test_a_state_from_other_forcings_is_refused_by_name(tmp_path: Path) -> None:
 
     with pytest.raises(
         ValueError,
-        match=r"forcings \['cos_latitude'\] when the state was saved, now \['cos_latitude', 'year_progress_sin'\]; rebuild the loader with forcings=\['cos_latitude'\]",
+        match=(
+            r"forcings \['cos_latitude'\] when the state was saved, now \['cos_latitude', "
+            r"'year_progress_sin'\]; rebuild the loader with forcings=\['cos_latitude'\]"
+        ),
     ):
         next(iter(resumed(forcings=["cos_latitude", "year_progress_sin"])))
     with pytest.raises(ValueError, match="forcings="):

@@ -74,12 +74,12 @@ def read_grid_coordinates(
         if name is None:
             dims = "unnamed" if grid is None else [d for d, _ in grid]
             raise ValueError(
-                f"the forcings that depend on the place need the grid's {kind} and {where} "
-                f"has none for the grid axes {dims} of {list(variables)}: an array named "
-                f"{' or '.join(repr(n) for n in _NAMES[kind])} over a grid dimension, or one "
-                f"with standard_name {kind!r} (or units {_UNITS[kind][0]!r}) over the grid "
-                f"dimensions (dimension_names in Zarr v3, _ARRAY_DIMENSIONS in v2, as xarray "
-                f"writes them); write it, or leave out those forcings"
+                f"{where} has no {kind} for the grid axes {dims} of {list(variables)}: it "
+                f"would be an array named {' or '.join(repr(n) for n in _NAMES[kind])} over a "
+                f"grid dimension, or one with standard_name {kind!r} (or units "
+                f"{_UNITS[kind][0]!r}) over the grid dimensions (dimension_names in Zarr v3, "
+                f"_ARRAY_DIMENSIONS in v2, as xarray writes them); write it, or leave out those "
+                f"forcings"
             )
         assert grid is not None
         found[kind] = (name, _decoded(arrays[name], name, grid, where, secrets))
