@@ -335,3 +335,21 @@ def test_a_variable_named_like_a_forcing_is_refused(tmp_path: Path) -> None:
         ValueError, match=r"batch keys \['cos_latitude'\] are already a batch's keys"
     ):
         cpu_loader(other, ["t2m", "cos_latitude"], forcings=["cos_latitude"])
+
+
+@pytest.mark.parametrize("stack", [False, True])
+def test_normalise_leaves_forcings_as_defined(tmp_path: Path, stack: bool) -> None:
+    """Statistics cover the stored variables; the forcings beside them (a stacked tensor's
+    too) are the same numbers with and without `normalise=`."""
+    from insitubatch_nodes import compute_stats
+
+    url = _write(tmp_path)
+    settings = {"batch_size": 8, "forcings": FOUR, "seed": 6, "stack": stack}
+    plain = next(iter(cpu_loader(url, ["t2m"], **settings)))
+    stats = compute_stats(url, ["t2m"], split="all")
+    normalised = next(iter(cpu_loader(url, ["t2m"], normalise=stats, **settings)))
+    np.testing.assert_array_equal(normalised[SAMPLE_INDEX_KEY], plain[SAMPLE_INDEX_KEY])
+    field = "fields" if stack else "t2m"
+    assert not torch.equal(normalised[field], plain[field])  # the field was normalised
+    for name in FOUR:
+        assert torch.equal(normalised[name], plain[name]), name
