@@ -147,8 +147,8 @@ def hour_insolation(
     a, b = _zenith_terms(sun_at_middle, sin_latitude, cos_latitude)
     middle = sun_at_middle[..., 2] + longitude
     half_turn = 0.5 * seconds * _EARTH_TURN
-    energy = _daylight(xp, a, b, middle + half_turn) - _daylight(xp, a, b, middle - half_turn)
-    return energy * (solar_constant * sun_at_middle[..., 3] / _EARTH_TURN)
+    scale = solar_constant * sun_at_middle[..., 3] / _EARTH_TURN  # per instant: J m-2 per rad
+    return _daylight_between(xp, a, b, middle - half_turn, middle + half_turn, scale)
 
 
 def _zenith_terms(sun: Any, sin_latitude: Any, cos_latitude: Any) -> tuple[Any, Any]:
@@ -156,15 +156,20 @@ def _zenith_terms(sun: Any, sin_latitude: Any, cos_latitude: Any) -> tuple[Any, 
     return sin_latitude * sun[..., 0], cos_latitude * sun[..., 1]
 
 
-def _daylight(xp: Any, a: Any, b: Any, hour_angle: Any) -> Any:
-    """An antiderivative in H of max(0, A + B cos H), continuous over every H: whole turns
-    count a day's light each, and within a turn (H in [-pi, pi)) the light lies between
-    -h0 and h0, where cos h0 = -A / B (h0 = pi: the sun never sets; 0: it never rises)."""
+def _daylight_between(xp: Any, a: Any, b: Any, start: Any, end: Any, scale: Any) -> Any:
+    """`scale` times the integral of max(0, A + B cos H) dH from `start` to `end` (less
+    than a turn apart): F(end) - F(start) for the antiderivative F that is continuous over
+    every H: whole turns count a day's light each, and within a turn (H in [-pi, pi)) the
+    light lies between -h0 and h0, where cos h0 = -A / B (h0 = pi: the sun never sets; 0:
+    it never rises). A, B and h0 vary with latitude and H with longitude, so only the
+    terms that join them span the whole grid; the rest stay as small as their inputs."""
     b = xp.clip(b, 0.0, None)  # cos(latitude) rounds below 0 at the poles in float32
     ratio = xp.where(b > 0, -a / xp.where(b > 0, b, 1.0), -xp.sign(a))  # B = 0: all or none
     half_day = xp.acos(xp.clip(ratio, -1.0, 1.0))
-    turns = xp.floor((hour_angle + math.pi) / _TWO_PI)
-    within = xp.clip(hour_angle - turns * _TWO_PI, -half_day, half_day)
-    sin_half_day = xp.sin(half_day)
-    day = 2.0 * (a * half_day + b * sin_half_day)
-    return turns * day + a * (within + half_day) + b * (xp.sin(within) + sin_half_day)
+    a, b = a * scale, b * scale
+    day = 2.0 * (a * half_day + b * xp.sin(half_day))
+    turns_start = xp.floor((start + math.pi) / _TWO_PI)
+    turns_end = xp.floor((end + math.pi) / _TWO_PI)
+    first = xp.clip(start - turns_start * _TWO_PI, -half_day, half_day)
+    last = xp.clip(end - turns_end * _TWO_PI, -half_day, half_day)
+    return (turns_end - turns_start) * day + a * (last - first) + b * (xp.sin(last) - xp.sin(first))

@@ -237,7 +237,8 @@ def test_a_grid_without_coordinates_refuses_the_forcings_of_the_place(tmp_path: 
     time.attrs["units"] = "hours since 2000-01-01"
     url = str(tmp_path / "plain.zarr")
     with pytest.raises(
-        ValueError, match=r"need the grid's latitude and .* has none for the grid axes unnamed"
+        ValueError,
+        match=r"\['cos_latitude'\] are computed from the grid's latitude and longitude: .* has no latitude for the grid axes unnamed",
     ):
         cpu_loader(url, ["t2m"], forcings=["cos_latitude"], batch_size=4)
     batch = next(iter(cpu_loader(url, ["t2m"], forcings=["year_progress_sin"], batch_size=4)))
