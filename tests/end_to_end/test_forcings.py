@@ -238,7 +238,10 @@ def test_a_grid_without_coordinates_refuses_the_forcings_of_the_place(tmp_path: 
     url = str(tmp_path / "plain.zarr")
     with pytest.raises(
         ValueError,
-        match=r"\['cos_latitude'\] are computed from the grid's latitude and longitude: .* has no latitude for the grid axes unnamed",
+        match=(
+            r"\['cos_latitude'\] are computed from the grid's latitude and longitude: .* has "
+            r"no latitude for the grid axes unnamed"
+        ),
     ):
         cpu_loader(url, ["t2m"], forcings=["cos_latitude"], batch_size=4)
     batch = next(iter(cpu_loader(url, ["t2m"], forcings=["year_progress_sin"], batch_size=4)))
