@@ -10,7 +10,9 @@ benchmark (cos_solar_zenith_angle, toa_incident_solar_radiation, year_progress_s
 day_progress_cos) and for all 9. And samples/s of `build_loader` without forcings and with
 those 4, one warm-up epoch then `--epochs` timed epochs of a fresh loader per run, the two
 interleaved `--repeats` times (a change in the machine's load falls on both alike);
-the median and the range are reported.
+the median and the range are reported. `--torch-threads 1` keeps torch's arithmetic on one
+thread (on a shared, loaded host its default of one thread per core spins against the
+loader's own threads).
 """
 
 from __future__ import annotations
@@ -110,7 +112,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--folder", type=Path, default=None, help="where the store goes")
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=None,
+        help="torch's intra-op threads (default: its own)",
+    )
     args = parser.parse_args()
+    if args.torch_threads is not None:
+        torch.set_num_threads(args.torch_threads)
     folder = args.folder or Path(tempfile.mkdtemp(prefix="forcings-"))
     path = write_store(folder, args.steps, args.steps_per_chunk)
     print(

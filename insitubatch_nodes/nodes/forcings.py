@@ -9,11 +9,14 @@ gather at its `patch_origin`, as the fields were cropped. Every forcing is yield
 `(batch, [steps,] *grid)` float32 tensor expanded (without copying) from the compact one it
 was computed as, so it costs the memory of what it varies along. Stateless, so resume
 stays exact; before `NormaliseNode`, which leaves keys it has no statistics for as they
-are.
+are. Before the copy (`device=None`: where a stack takes forcings as channels, which it
+concatenates on the host), the forcings are numpy views of tensors computed on the host,
+or tensors on the device the batch says its arrays are on (`Batch.device`).
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -23,17 +26,20 @@ from torchdata.nodes import BaseNode
 from insitubatch_nodes.core.batch_fields import PATCH_ORIGIN_KEY, SAMPLE_INDEX_KEY
 from insitubatch_nodes.core.forcings import ForcingPlan, GridTerms, forcing_values, grid_terms
 from insitubatch_nodes.nodes import state_names
+from insitubatch_nodes.nodes.items import Batch, as_batch
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
 
 
-class ForcingsNode(BaseNode[dict[str, torch.Tensor]]):
+class ForcingsNode(BaseNode[dict[str, Any]]):
     """Each batch with its forcings added as keys (see the module).
 
     Args:
-        source: the batches on their device (`PinToDeviceNode`), with `sample_index` (and
-            `patch_origin`, with patches).
+        source: the batches, with `sample_index` (and `patch_origin`, with patches).
         plan: what the forcings are computed from (`core.forcings.ForcingPlan`).
-        device: the device the batches are on, where the forcings are computed.
+        device: the device the batches are on (after `PinToDeviceNode`), where the
+            forcings are computed as tensors; None before the copy, where each batch says
+            where its arrays live (`Batch.device`): forcings as numpy arrays on the host
+            (computed there with torch) when it says None, as tensors on its device else.
     """
 
     STATE_NAME = state_names.FORCINGS
@@ -41,38 +47,36 @@ class ForcingsNode(BaseNode[dict[str, torch.Tensor]]):
 
     def __init__(
         self,
-        source: BaseNode[dict[str, torch.Tensor]],
+        source: BaseNode[dict[str, Any]],
         plan: ForcingPlan,
-        device: str | torch.device,
+        device: str | torch.device | None = None,
     ) -> None:
         super().__init__()
         self.source = source
         self.plan = plan
-        self.device = torch.device(device)
-        self._whole: GridTerms | None = None  # the grid's terms on the device, made once
+        self.device = None if device is None else torch.device(device)
+        self._whole: dict[torch.device, GridTerms] = {}  # the grid's terms, once per device
         self._offsets = [np.asarray(offsets, dtype=np.int64) for _, offsets in plan.groups]
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         self.source.reset(source_part(self, initial_state, self.SOURCE_KEY))
 
-    def _to_device(self, array: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(array)).to(self.device, non_blocking=True)
-
-    def _grid(self, origins: Any) -> GridTerms | None:
-        """The grid's terms shaped `(1 or batch, 1, *grid)`: the whole grid's, or, with
-        patches, each sample's crop of it."""
+    def _grid(self, device: torch.device, origins: Any) -> GridTerms | None:
+        """The grid's terms on `device`, shaped `(1 or batch, 1, *grid)`: the whole
+        grid's, or, with patches, each sample's crop of it."""
         plan = self.plan
         if plan.latitude is None or plan.longitude is None:
             return None
-        if self._whole is None:
-            self._whole = grid_terms(
-                plan.latitude[None, None], plan.longitude[None, None], self._to_device
-            )
+        whole = self._whole.get(device)
+        if whole is None:
+            latitude, longitude = plan.latitude[None, None], plan.longitude[None, None]
+            whole = grid_terms(latitude, longitude, partial(_to_device, device))
+            self._whole[device] = whole
         if plan.patch_size is None:
-            return self._whole
-        origin = torch.as_tensor(origins, device=self.device)
-        return GridTerms(*(self._crop(term, origin) for term in _terms(self._whole)))
+            return whole
+        origin = torch.as_tensor(origins, device=device)
+        return GridTerms(*(self._crop(term, origin) for term in _terms(whole)))
 
     def _crop(self, term: torch.Tensor, origin: torch.Tensor) -> torch.Tensor:
         """`term` (1, 1, *grid) cropped at each sample's origin along the patched (last)
@@ -85,39 +89,49 @@ class ForcingsNode(BaseNode[dict[str, torch.Tensor]]):
         for axis, length in enumerate(grid):
             shape = [1] * (len(grid) + 1)  # (batch, *grid), for broadcasting
             if length == 1:
-                along = torch.zeros(1, dtype=torch.long, device=self.device)
+                along = torch.zeros(1, dtype=torch.long, device=term.device)
             elif axis < first:
-                along = torch.arange(length, device=self.device)
+                along = torch.arange(length, device=term.device)
                 shape[axis + 1] = length
             else:
-                steps = torch.arange(size[axis - first], device=self.device)
+                steps = torch.arange(size[axis - first], device=term.device)
                 along = origin[:, axis - first, None] + steps[None, :]  # (batch, crop)
                 shape[0], shape[axis + 1] = along.shape
             index.append(along.reshape(shape))
         return term[0, 0][tuple(index)].unsqueeze(1)
 
-    def next(self) -> dict[str, torch.Tensor]:
+    def next(self) -> dict[str, Any]:
         batch = next(self.source)
+        where = self.device if self.device is not None else as_batch(batch).device
+        device = torch.device("cpu") if where is None else where
         out = dict(batch)
         plan = self.plan
         index = np.asarray(torch.as_tensor(batch[SAMPLE_INDEX_KEY]).cpu(), dtype=np.int64)
-        grid = self._grid(batch.get(PATCH_ORIGIN_KEY))
-        size = len(index)
+        grid = self._grid(device, batch.get(PATCH_ORIGIN_KEY))
+        to_array = partial(_to_device, device)
         for (group, _), offsets in zip(plan.groups, self._offsets, strict=True):
             seconds = None
             if plan.seconds is not None:
                 seconds = plan.seconds[index[:, None] + offsets[None, :]]
             values = forcing_values(
-                torch, plan.names, seconds, plan.calendar, grid, self._to_device, len(plan.grid)
+                torch, plan.names, seconds, plan.calendar, grid, to_array, len(plan.grid)
             )
-            shape = (size, len(offsets), *plan.output_grid)
+            shape = (len(index), len(offsets), *plan.output_grid)
             for key, value in zip(plan.keys(group), values.values(), strict=True):
                 full = value.expand(shape)
-                out[key] = full if group is not None else full[:, 0]
-        return out
+                full = full if group is not None else full[:, 0]
+                out[key] = full.numpy() if where is None else full
+        if self.device is not None:
+            return out
+        return Batch(out, device=where)  # before the copy: say where they live
 
     def get_state(self) -> dict[str, Any]:
         return named_state(self, {self.SOURCE_KEY: self.source.state_dict()})
+
+
+def _to_device(device: torch.device, array: np.ndarray) -> torch.Tensor:
+    """A host array as a tensor on `device` (a view of it on the CPU)."""
+    return torch.from_numpy(np.ascontiguousarray(array)).to(device, non_blocking=True)
 
 
 def _terms(terms: GridTerms) -> tuple[torch.Tensor, ...]:

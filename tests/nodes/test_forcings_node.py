@@ -1,0 +1,65 @@
+"""`ForcingsNode` built by hand: before the device copy (`device=None`) it yields the same
+forcings as after it, as numpy arrays on the host in a `Batch` that says so, cropped at
+each sample's `patch_origin` alike; its state is its source's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import xarray as xr
+from torchdata.nodes import IterableWrapper
+
+from insitubatch_nodes import ZarrSource
+from insitubatch_nodes.builder.forcing_plan import plan_forcings
+from insitubatch_nodes.core.forcings import FORCINGS
+from insitubatch_nodes.core.patches import PatchSpec
+from insitubatch_nodes.nodes.forcings import ForcingsNode
+from insitubatch_nodes.nodes.items import Batch
+
+
+def _store(tmp_path: Path) -> str:
+    times = np.datetime64("2020-12-30T00", "ns") + np.arange(16) * np.timedelta64(3, "h")
+    ds = xr.Dataset(
+        {"t2m": (("time", "lat", "lon"), np.zeros((16, 7, 10), np.float32))},
+        coords={"time": times, "lat": np.linspace(-60, 60, 7), "lon": np.arange(-180, 180, 36.0)},
+    )
+    url = str(tmp_path / "s.zarr")
+    ds.to_zarr(url, zarr_format=3, consolidated=False)
+    return url
+
+
+def test_before_the_copy_the_forcings_are_the_same_numbers_on_the_host(tmp_path: Path) -> None:
+    opened = ZarrSource.open(_store(tmp_path), ["t2m"])
+    names = tuple(FORCINGS)
+    patches = PatchSpec((3, 4))
+    plan = plan_forcings(names, opened, None, spatial_dims=2, patches=patches)
+    assert plan is not None
+    index = np.array([0, 5, 9, 15])
+    origin = np.array([[0, 0], [4, 6], [2, 3], [1, 5]])
+    host_batch = Batch({"sample_index": index, "patch_origin": origin})
+    host = ForcingsNode(IterableWrapper([host_batch]), plan)
+    device = ForcingsNode(
+        IterableWrapper([{"sample_index": torch.from_numpy(index), "patch_origin": origin}]),
+        plan,
+        "cpu",
+    )
+    host.reset()
+    device.reset()
+    on_host, on_device = next(host), next(device)
+    assert isinstance(on_host, Batch) and on_host.device is None
+    for name in names:
+        assert isinstance(on_host[name], np.ndarray), name
+        assert on_host[name].shape == (4, 3, 4) and on_host[name].dtype == np.float32
+        np.testing.assert_array_equal(on_host[name], on_device[name].numpy(), err_msg=name)
+    whole = plan_forcings(names, opened, None, spatial_dims=2, patches=None)
+    assert whole is not None
+    full = ForcingsNode(IterableWrapper([{"sample_index": torch.from_numpy(index)}]), whole, "cpu")
+    full.reset()
+    uncropped = next(full)
+    for row, (y, x) in enumerate(origin):
+        for name in names:
+            np.testing.assert_array_equal(
+                on_host[name][row], uncropped[name][row, y : y + 3, x : x + 4].numpy()
+            )
