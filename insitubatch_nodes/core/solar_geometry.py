@@ -117,8 +117,9 @@ def cos_zenith(
         clip: whether to clip at 0 (the `cos_solar_zenith_angle` forcing does).
     """
     a, b = _zenith_terms(sun, sin_latitude, cos_latitude)
-    cosine = a + b * xp.cos(sun[..., 2] + longitude)
-    return xp.clip(cosine, 0.0, None) if clip else cosine
+    cosine = xp.multiply(b, xp.cos(sun[..., 2] + longitude))  # the one whole-grid array
+    xp.add(cosine, a, out=cosine)
+    return xp.clip(cosine, 0.0, None, out=cosine) if clip else cosine
 
 
 def hour_insolation(
@@ -172,4 +173,14 @@ def _daylight_between(xp: Any, a: Any, b: Any, start: Any, end: Any, scale: Any)
     turns_end = xp.floor((end + math.pi) / _TWO_PI)
     first = xp.clip(start - turns_start * _TWO_PI, -half_day, half_day)
     last = xp.clip(end - turns_end * _TWO_PI, -half_day, half_day)
-    return (turns_end - turns_start) * day + a * (last - first) + b * (xp.sin(last) - xp.sin(first))
+    # a (last - first) + b (sin last - sin first) + whole turns, written into the two
+    # whole-grid arrays already made (the grid's arithmetic is bound by memory, not math)
+    energy = xp.subtract(last, first)
+    xp.multiply(energy, a, out=energy)
+    xp.sin(first, out=first)
+    xp.sin(last, out=last)
+    xp.subtract(last, first, out=last)
+    xp.multiply(last, b, out=last)
+    xp.add(energy, last, out=energy)
+    xp.add(energy, (turns_end - turns_start) * day, out=energy)
+    return energy
