@@ -3,8 +3,8 @@ time and the grid's latitude and longitude (`build_loader(forcings=[...])`).
 
 The registry below names each forcing and what it needs (the time, the grid, real dates);
 `forcing_values` computes a batch's forcings at once, vectorised over its samples and
-steps (the sun's place in numpy on the host, one per instant; the grid in the batch's
-array namespace, torch on its device). The formulas are in `core.solar_geometry` and
+steps (the sun's place in numpy on the host, one per instant; the grid in numpy on the
+host, or torch on the batch's accelerator). The formulas are in `core.solar_geometry` and
 `core.progress_features`; each result is a compact array that broadcasts against
 `(batch, steps, *grid)` (e.g. year progress `(batch, steps, 1, 1)`), which the node
 expands to that shape without copying.
@@ -223,7 +223,7 @@ def forcing_values(
         _sin_cos(xp, phase, DAY_PROGRESS_SIN, DAY_PROGRESS_COS, names, values)
     if COS_LATITUDE in names:
         assert grid is not None
-        values[COS_LATITUDE] = grid.latitude_cos
+        values[COS_LATITUDE] = xp.asarray(grid.latitude_cos, copy=True)  # never the cache
     if SIN_LONGITUDE in names or COS_LONGITUDE in names:
         assert grid is not None
         _sin_cos(xp, grid.longitude_radians, SIN_LONGITUDE, COS_LONGITUDE, names, values)

@@ -63,3 +63,25 @@ def test_before_the_copy_the_forcings_are_the_same_numbers_on_the_host(tmp_path:
             np.testing.assert_array_equal(
                 on_host[name][row], uncropped[name][row, y : y + 3, x : x + 4].numpy()
             )
+
+
+def test_torch_where_batches_go_to_an_accelerator_computes_what_numpy_does(
+    tmp_path: Path,
+) -> None:
+    """The accelerator's path (torch on the batch's device), run here on the CPU, against
+    the host's (numpy), patches cropped on both."""
+    opened = ZarrSource.open(_store(tmp_path), ["t2m"])
+    names = tuple(FORCINGS)
+    plan = plan_forcings(names, opened, None, spatial_dims=2, patches=PatchSpec((3, 4)))
+    assert plan is not None
+    node = ForcingsNode(IterableWrapper([]), plan, "cpu")
+    index = np.array([1, 4, 13])
+    origin = np.array([[0, 6], [4, 0], [2, 2]])
+    by_numpy = node.forcings_of(index, origin, None, tensors=False)
+    by_torch = node.forcings_of(index, torch.from_numpy(origin), torch.device("cpu"), tensors=True)
+    for name in names:
+        assert by_torch[name].shape == (3, 3, 4) and by_torch[name].dtype == torch.float32
+        scale = 1361.0 * 3600 if name == "toa_incident_solar_radiation" else 1.0
+        np.testing.assert_allclose(
+            by_torch[name].numpy(), by_numpy[name], atol=2e-6 * scale, err_msg=name
+        )
