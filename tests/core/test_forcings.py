@@ -100,6 +100,26 @@ def test_the_closed_form_hour_is_the_integral_of_the_flux() -> None:
         np.testing.assert_allclose(ours, total, atol=1e-4 * FULL_SUN_HOUR)
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    st.datetimes(min_value=dt.datetime(1950, 1, 1), max_value=dt.datetime(2100, 1, 1)),
+    st.floats(-90.0, 90.0),
+    st.floats(-180.0, 360.0),
+)
+def test_the_hour_at_any_place_and_date_is_the_integral_of_the_flux(
+    when: dt.datetime, latitude: float, longitude: float
+) -> None:
+    sin_lat, cos_lat, lon = _grid(np.array([[latitude]]), np.array([[longitude]]))
+    middle = solar_geometry.sun_positions(np.array(_seconds(when) - 1800.0)).stacked()
+    ours = solar_geometry.hour_insolation(np, middle, sin_lat, cos_lat, lon)
+    cuts = 4000
+    turned = np.repeat(middle[None], cuts, axis=0)
+    turned[:, 2] += (np.arange(cuts) + 0.5 - cuts / 2) / cuts * (2 * math.pi / 24)
+    flux = solar_geometry.cos_zenith(np, turned, sin_lat[0, 0], cos_lat[0, 0], lon[0, 0])
+    total = flux.sum() * middle[3] * solar_geometry.SOLAR_CONSTANT * 3600.0 / cuts
+    assert abs(float(ours[0, 0]) - total) <= 1e-4 * FULL_SUN_HOUR
+
+
 def test_the_sun_stands_where_the_almanac_says() -> None:
     """Published values: the declination at the 2021 June solstice (2021-06-21 03:32 UTC)
     is +23.44 degrees, at the December one (12-21 15:59) -23.44; the Earth is nearest the
