@@ -32,9 +32,8 @@ from insitubatch_nodes.nodes.static_fields import StaticFieldsNode
 def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
     """The loader `plan` describes: ChunkPermuteNode -> ReadPlanNode -> AsyncFetchNode ->
     PoolShuffleNode (or ShuffleBlockNode) -> GatherNode [-> CFDecodeNode ->
-    StackChannelsNode] -> PinToDeviceNode [-> CFDecodeNode] [-> ForcingsNode]
-    [-> NormaliseNode], in a
-    `Loader`.
+    StackChannelsNode] [-> ForcingsNode on the CPU] -> PinToDeviceNode [-> CFDecodeNode]
+    [-> ForcingsNode] [-> NormaliseNode], in a `Loader`.
 
     Decoding (`CFDecodeNode`) comes after the device copy when batches cross to a GPU
     unstacked, so packed values cross in their stored width; when stacking, before the
@@ -42,7 +41,9 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
     differently) must be decoded first; on the CPU, where nothing is copied, before the
     device node too, whose producer thread (`device_prefetch`) then decodes while the
     step runs. A `bfloat16` cast, which numpy cannot hold, comes after the device node.
-    Always before `NormaliseNode`, which normalises decoded values.
+    Always before `NormaliseNode`, which normalises decoded values. Forcings
+    (`ForcingsNode`) likewise: computed on the device after the copy, or, on the CPU,
+    before the device node, on its producer thread when it has one.
 
     Static fields are read whole and decoded here, once (`ZarrSource.read_statics`):
     unstacked, they join batches after the device copy (moved to the device once, a
@@ -147,6 +148,10 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
             statics=stacked_statics,
             static_layouts=plan.static_layouts(),
         )
+    forcings_on_host = plan.forcings is not None and placement.device.type == "cpu"
+    if forcings_on_host:  # as decoding: on the device node's producer thread, if it has one
+        assert plan.forcings is not None
+        node = ForcingsNode(node, plan.forcings)
     node = PinToDeviceNode(node, device=placement.device, prefetch=placement.device_prefetch)
     if after_copy:
         node = CFDecodeNode(node, after_copy, dtype=settings.dtype)
@@ -160,7 +165,7 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
             device=placement.device,
             dtype=settings.dtype if settings.dtype == NO_NUMPY_DTYPE else None,
         )
-    if plan.forcings is not None:
+    if plan.forcings is not None and not forcings_on_host:  # on the device, after the copy
         node = ForcingsNode(node, plan.forcings, placement.device)
     if settings.normalise is not None:
         assert plan.channel_order is not None  # planned with normalise

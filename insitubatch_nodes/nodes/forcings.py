@@ -11,10 +11,10 @@ each sample's crop of them is one gather at its `patch_origin`, as the fields we
 Every forcing is yielded as a `(batch, [steps,] *grid)` float32 array expanded (without
 copying) from the compact one it was computed as, so it costs the memory of what it varies
 along. Stateless, so resume stays exact; before `NormaliseNode`, which leaves keys it has
-no statistics for as they are. Before the copy (`device=None`: where a stack takes
-forcings as channels, which it concatenates on the host), the forcings are read-only numpy
-views on the host, or tensors on the device the batch says its arrays are on
-(`Batch.device`).
+no statistics for as they are. Before the copy (`device=None`: on the CPU, where the device
+node's producer thread then computes them while the step runs, as it decodes; or where a
+stack takes forcings as channels, concatenated on the host) the forcings are numpy views
+on the host, or tensors on the device the batch says its arrays are on (`Batch.device`).
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ class ForcingsNode(BaseNode[dict[str, Any]]):
         """The forcings of samples at stored steps `index`, by batch key, each expanded to
         `(batch, [steps,] *grid)` without copying: tensors on `device`, computed there with
         torch; for `device` None, computed with numpy on the host, as CPU tensors sharing
-        its memory if `tensors`, else as read-only numpy views.
+        its memory if `tensors`, else as numpy views.
 
         Args:
             index: the samples' anchors (`sample_index`), int64.
@@ -150,7 +150,7 @@ class ForcingsNode(BaseNode[dict[str, Any]]):
             shape = (len(index), len(offsets), *plan.output_grid)
             for key, value in zip(plan.keys(group), values.values(), strict=True):
                 if device is None and not tensors:
-                    full = np.broadcast_to(value, shape)
+                    full = _host_view(value, shape)
                 else:
                     full = torch.as_tensor(value).expand(shape)
                 found[key] = full if group is not None else full[:, 0]
@@ -166,6 +166,14 @@ def _converter(device: torch.device | None) -> Any:
     if device is None:
         return np.ascontiguousarray
     return lambda array: torch.from_numpy(np.ascontiguousarray(array)).to(device, non_blocking=True)
+
+
+def _host_view(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """`value` broadcast to `shape` without copying, writable as its base is (so the
+    device node's `torch.from_numpy` takes it as it is; torch refuses in-place writes to
+    the expanded axes)."""
+    strides = np.broadcast_to(value, shape).strides
+    return np.lib.stride_tricks.as_strided(value, shape, strides)
 
 
 def _terms(terms: GridTerms) -> tuple[Any, ...]:

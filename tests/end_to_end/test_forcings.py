@@ -124,6 +124,16 @@ def test_each_batch_holds_its_samples_forcings(tmp_path: Path, zarr_format: int)
     )
 
 
+def test_on_the_producer_thread_the_batches_are_the_same(tmp_path: Path) -> None:
+    """On the CPU the forcings are computed before the device node, so with
+    `device_prefetch` its producer thread computes them while the step runs."""
+    url = _write(tmp_path)
+    settings = {"batch_size": 8, "forcings": ALL, "seed": 3}
+    inline = [batch_key(b) for b in cpu_loader(url, ["t2m"], **settings)]
+    ahead = [batch_key(b) for b in cpu_loader(url, ["t2m"], device_prefetch=2, **settings)]
+    assert ahead == inline
+
+
 def test_the_sun_shines_where_it_is_day(tmp_path: Path) -> None:
     """An independent check of the place and time together: at 06:00 UTC near the March
     equinox the sun stands over the equator at about 90 E (cos zenith ~1), and it is night
