@@ -20,6 +20,7 @@ the calendar's own year (`core.progress_features`), and the day progress, whose 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -293,3 +294,40 @@ class ForcingPlan:
             return self.grid
         kept = self.grid[: len(self.grid) - len(self.patch_size)]
         return (*kept, *self.patch_size)
+
+    def resident_nbytes(self) -> int:
+        """Host bytes the loader keeps for its forcings: the valid time of every stored
+        step, the grid's coordinates and their terms (`GridTerms`, made once)."""
+        kept = 0 if self.seconds is None else int(self.seconds.nbytes)
+        for coordinate, term_bytes in ((self.latitude, 8), (self.longitude, 12)):
+            if coordinate is not None:
+                kept += int(coordinate.nbytes) + coordinate.size * term_bytes
+        return kept
+
+    def sample_nbytes(self) -> int:
+        """Host bytes one sample's forcings hold in a batch computed on the host (each in
+        its compact shape, float32: expanded views add nothing), at most."""
+        grid = self.output_grid
+        latitude = _extent(self.latitude, self.grid, grid)
+        longitude = _extent(self.longitude, self.grid, grid)
+        per_step = {
+            COS_SOLAR_ZENITH_ANGLE: math.prod(grid),
+            TOA_INCIDENT_SOLAR_RADIATION: math.prod(grid),
+            YEAR_PROGRESS_SIN: 1,
+            YEAR_PROGRESS_COS: 1,
+            DAY_PROGRESS_SIN: longitude,
+            DAY_PROGRESS_COS: longitude,
+            COS_LATITUDE: latitude,
+            SIN_LONGITUDE: longitude,
+            COS_LONGITUDE: longitude,
+        }
+        steps = sum(len(offsets) for _, offsets in self.groups)
+        return 4 * steps * sum(per_step[name] for name in self.names)
+
+
+def _extent(coordinate: np.ndarray | None, grid: tuple[int, ...], output: tuple[int, ...]) -> int:
+    """Values a coordinate (shaped to broadcast against `grid`) has per sample on the
+    `output` grid: the output's length along each axis it varies on."""
+    if coordinate is None:
+        return 0
+    return math.prod(o for c, o in zip(coordinate.shape, output, strict=True) if c > 1)

@@ -85,3 +85,25 @@ def test_torch_where_batches_go_to_an_accelerator_computes_what_numpy_does(
         np.testing.assert_allclose(
             by_torch[name].numpy(), by_numpy[name], atol=2e-6 * scale, err_msg=name
         )
+
+
+def test_the_planned_bytes_hold_what_a_host_batch_makes(tmp_path: Path) -> None:
+    """`ForcingPlan.sample_nbytes` bounds the memory a host batch's forcings hold (their
+    compact arrays; views add nothing), with and without patches."""
+    opened = ZarrSource.open(_store(tmp_path), ["t2m"])
+    names = tuple(FORCINGS)
+    index = np.array([1, 4, 13])
+    for patches, origin in ((None, None), (PatchSpec((3, 4)), np.array([[0, 6], [4, 0], [2, 2]]))):
+        plan = plan_forcings(names, opened, None, spatial_dims=2, patches=patches)
+        assert plan is not None
+        node = ForcingsNode(IterableWrapper([]), plan)
+        made = node.forcings_of(index, origin, None, tensors=False)
+        held = sum(_compact_nbytes(array) for array in made.values())
+        assert held <= len(index) * plan.sample_nbytes()
+        assert plan.resident_nbytes() >= plan.seconds.nbytes + 7 * 8 + 10 * 8
+
+
+def _compact_nbytes(array: np.ndarray) -> int:
+    """The bytes a view holds: its length along the axes it does not broadcast."""
+    kept = [n for n, stride in zip(array.shape, array.strides, strict=True) if stride != 0]
+    return int(np.prod(kept)) * array.itemsize
