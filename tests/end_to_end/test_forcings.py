@@ -1,7 +1,7 @@
 """`build_loader(forcings=[...])` on real stores written by xarray's `to_zarr` (v2, v3): each
 batch's forcings are those of its samples' valid times (`sample_index` -> the time
 coordinate xarray decodes) and of the grid's coordinates as xarray shows them, for
-windows and leads step by step, cropped with patches; resume is exact; a state from a
+windows and leads step by step, cropped with patches; resume is exact (elastic too); a state from a
 loader with other forcings, unknown names, a grid without coordinates and the sun on a
 model's calendar are refused by name. The formulas themselves are held to independent
 implementations in `tests/core/test_forcings.py`; here the reference is those formulas
@@ -367,3 +367,39 @@ def test_normalise_leaves_forcings_as_defined(tmp_path: Path, stack: bool) -> No
     assert not torch.equal(normalised[field], plain[field])  # the field was normalised
     for name in FOUR:
         assert torch.equal(normalised[name], plain[name]), name
+
+
+def test_an_elastic_resume_keeps_each_samples_forcings(tmp_path: Path) -> None:
+    """Two ranks cut mid-epoch, resumed on one: every sample once, each batch's forcings
+    those of its samples."""
+    from collections import Counter
+
+    from insitubatch_nodes.loader.rank_states import RANK_STATES_KEY
+
+    url = _write(tmp_path)
+
+    def ranks(world: int) -> list[Any]:
+        return [
+            cpu_loader(url, ["t2m"], batch_size=4, forcings=FOUR, seed=5, rank=r, world_size=world)
+            for r in range(world)
+        ]
+
+    seen: list[int] = []
+    first = ranks(2)
+    iterators = [iter(loader) for loader in first]
+    for iterator in iterators:
+        for _ in range(2):
+            seen += next(iterator)[SAMPLE_INDEX_KEY].tolist()
+    state = torch_roundtrip({RANK_STATES_KEY: [loader.state_dict() for loader in first]})
+    for loader in first:
+        loader.close()
+    (resumed,) = ranks(1)
+    resumed.load_state_dict(state)
+    for batch in resumed:
+        index = batch[SAMPLE_INDEX_KEY].numpy()
+        seen += index.tolist()
+        expected = _reference(url, FOUR, index[:, None], "proleptic_gregorian")
+        for name in FOUR:
+            scale = 1361.0 * 3600 if name == "toa_incident_solar_radiation" else 1.0
+            np.testing.assert_allclose(batch[name].numpy(), expected[name][:, 0], atol=1e-5 * scale)
+    assert Counter(seen) == Counter(range(48))
