@@ -263,7 +263,8 @@ def build_loader(
             `year_progress_sin`/`_cos`, `day_progress_sin`/`_cos` (as GraphCast's),
             `cos_latitude`, `sin_longitude`/`cos_longitude`. Each is a batch key (a spec's
             `group/name`) of shape `(batch, [steps,] *grid)` (the patch's grid with
-            patches), float32, computed where batches go (docs: Model inputs); `normalise`
+            patches), float32, computed where batches go (docs: Model inputs); with
+            `stack=True`, channels of every stacked tensor after its variables. `normalise`
             leaves them as they are. The time coordinate and the grid's coordinates are read
             once, when the loader is built. In the state.
         host: the host's available memory, cores and ranks the defaults follow (default

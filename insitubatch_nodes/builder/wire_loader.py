@@ -43,7 +43,8 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
     step runs. A `bfloat16` cast, which numpy cannot hold, comes after the device node.
     Always before `NormaliseNode`, which normalises decoded values. Forcings
     (`ForcingsNode`) likewise: computed on the device after the copy, or, on the CPU,
-    before the device node, on its producer thread when it has one.
+    before the device node, on its producer thread when it has one; stacked, before the
+    stack, whose channels they are (and which `NormaliseNode` leaves as they are).
 
     Static fields are read whole and decoded here, once (`ZarrSource.read_statics`):
     unstacked, they join batches after the device copy (moved to the device once, a
@@ -137,6 +138,10 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
     stacked_statics = [p for p in placements if settings.stack and p.group is not None]
     if stacked_statics:
         node = StaticFieldsNode(node, static_values, stacked_statics, patch_size=patch_size)
+    stacked_forcings = () if plan.forcings is None or not settings.stack else plan.forcings.names
+    if stacked_forcings:  # channels of the stack: made where its batch is, before it
+        assert plan.forcings is not None
+        node = ForcingsNode(node, plan.forcings)
     if settings.stack:
         node = StackChannelsNode(
             node,
@@ -147,8 +152,11 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
             pinned_batches=placement.staging_slots,
             statics=stacked_statics,
             static_layouts=plan.static_layouts(),
+            forcings=stacked_forcings,
         )
-    forcings_on_host = plan.forcings is not None and placement.device.type == "cpu"
+    forcings_on_host = (
+        plan.forcings is not None and not settings.stack and placement.device.type == "cpu"
+    )
     if forcings_on_host:  # as decoding: on the device node's producer thread, if it has one
         assert plan.forcings is not None
         node = ForcingsNode(node, plan.forcings)
@@ -165,7 +173,7 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
             device=placement.device,
             dtype=settings.dtype if settings.dtype == NO_NUMPY_DTYPE else None,
         )
-    if plan.forcings is not None and not forcings_on_host:  # on the device, after the copy
+    if plan.forcings is not None and not settings.stack and not forcings_on_host:  # on the device
         node = ForcingsNode(node, plan.forcings, placement.device)
     if settings.normalise is not None:
         assert plan.channel_order is not None  # planned with normalise
@@ -175,5 +183,6 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
             plan.channel_order,
             spatial_dims=settings.spatial_dims,
             fill_nan=settings.fill_nan,
+            as_defined=stacked_forcings,
         )
     return Loader(node, all_ranks_state=settings.all_ranks_state, channels=plan.channels)

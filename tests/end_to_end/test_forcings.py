@@ -353,8 +353,8 @@ def test_a_variable_named_like_a_forcing_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("stack", [False, True])
 def test_normalise_leaves_forcings_as_defined(tmp_path: Path, stack: bool) -> None:
-    """Statistics cover the stored variables; the forcings beside them (a stacked tensor's
-    too) are the same numbers with and without `normalise=`."""
+    """Statistics cover the stored variables; the forcings beside them (or, stacked, their
+    channels of the stack) are the same numbers with and without `normalise=`."""
     from insitubatch_nodes import compute_stats
 
     url = _write(tmp_path)
@@ -363,10 +363,48 @@ def test_normalise_leaves_forcings_as_defined(tmp_path: Path, stack: bool) -> No
     stats = compute_stats(url, ["t2m"], split="all")
     normalised = next(iter(cpu_loader(url, ["t2m"], normalise=stats, **settings)))
     np.testing.assert_array_equal(normalised[SAMPLE_INDEX_KEY], plain[SAMPLE_INDEX_KEY])
-    field = "fields" if stack else "t2m"
-    assert not torch.equal(normalised[field], plain[field])  # the field was normalised
+    if stack:  # (batch, channels, *grid): t2m, then the forcings
+        assert not torch.equal(normalised["fields"][:, 0], plain["fields"][:, 0])
+        assert torch.equal(normalised["fields"][:, 1:], plain["fields"][:, 1:])
+        return
+    assert not torch.equal(normalised["t2m"], plain["t2m"])  # the field was normalised
     for name in FOUR:
         assert torch.equal(normalised[name], plain[name]), name
+
+
+def test_stacked_forcings_are_channels_between_the_variables_and_the_statics(
+    tmp_path: Path,
+) -> None:
+    """`stack=True`: each group's tensor takes the forcings after its variables (and their
+    levels) and before its statics, with the group's steps; `loader.channels` names them;
+    the values are the unstacked loader's."""
+    url = _write(tmp_path)
+    ds = xr.open_zarr(url, consolidated=False)
+    ds["land_sea_mask"] = (("latitude", "longitude"), np.ones((9, 12), np.float32))
+    other = str(tmp_path / "with_static.zarr")
+    ds.to_zarr(other, zarr_format=3, consolidated=False)
+    names = ["cos_latitude", "year_progress_sin"]
+    spec = SampleSpec(
+        {"inputs": window(["t2m", "land_sea_mask"], steps=2), "targets": leads(["t2m"], [1])}
+    )
+    settings = {"batch_size": 4, "spec": spec, "forcings": names, "seed": 2}
+    stacked = cpu_loader(other, stack=True, **settings)
+    assert stacked.channels == {
+        "inputs": ["t2m", *names, "land_sea_mask"],
+        "targets": ["t2m", *names],
+    }
+    apart = cpu_loader(other, **settings)
+    for together, alone in zip(stacked, apart, strict=True):
+        np.testing.assert_array_equal(together[SAMPLE_INDEX_KEY], alone[SAMPLE_INDEX_KEY])
+        assert together["inputs"].shape[1:] == (2, 4, 9, 12)  # steps, channels, grid
+        assert set(together) == {"inputs", "targets", SAMPLE_INDEX_KEY}
+        for group in ("inputs", "targets"):
+            for channel, name in enumerate(names, start=1):
+                np.testing.assert_array_equal(
+                    together[group][:, :, channel].numpy(), alone[f"{group}/{name}"].numpy()
+                )
+        ones = together["inputs"][:, :, 3].numpy()
+        assert np.array_equal(ones, np.ones_like(ones))  # the static, after the forcings
 
 
 def test_an_elastic_resume_keeps_each_samples_forcings(tmp_path: Path) -> None:
