@@ -31,6 +31,7 @@ from insitubatch_nodes.core.forcings import ForcingPlan, GridTerms, forcing_valu
 from insitubatch_nodes.nodes import state_names
 from insitubatch_nodes.nodes.items import Batch, as_batch
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
+from insitubatch_nodes.nodes.state_views import state_reader
 
 
 class ForcingsNode(BaseNode[dict[str, Any]]):
@@ -56,6 +57,7 @@ class ForcingsNode(BaseNode[dict[str, Any]]):
     ) -> None:
         super().__init__()
         self.source = source
+        self._read_source_state = state_reader(source)  # kept states: no copy per pull
         self.plan = plan
         self.device = None if device is None else torch.device(device)
         self._whole: dict[torch.device | None, GridTerms] = {}  # once per device
@@ -158,6 +160,12 @@ class ForcingsNode(BaseNode[dict[str, Any]]):
 
     def get_state(self) -> dict[str, Any]:
         return named_state(self, {self.SOURCE_KEY: self.source.state_dict()})
+
+    def state_view(self) -> dict[str, Any]:
+        """The state without a copy of its source's, for a node downstream to keep
+        unchanged (`nodes.state_views`): on the CPU, and stacked, this node sits below
+        the device node, which reads it after every batch."""
+        return named_state(self, {self.SOURCE_KEY: self._read_source_state()})
 
 
 def _converter(device: torch.device | None) -> Any:
