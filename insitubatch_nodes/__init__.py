@@ -3,6 +3,7 @@
 from insitubatch_nodes.builder.build_loader import build_loader
 from insitubatch_nodes.cli.stats_pass import compute_stats
 from insitubatch_nodes.core.anchors import AnchorSet
+from insitubatch_nodes.core.area import Area, AreaSelection
 from insitubatch_nodes.core.batch_fields import PATCH_ORIGIN_KEY, SAMPLE_INDEX_KEY
 from insitubatch_nodes.core.channels import batch_channels
 from insitubatch_nodes.core.date_manifest import make_date_manifest
@@ -37,6 +38,8 @@ __all__ = [
     "PATCH_ORIGIN_KEY",
     "SAMPLE_INDEX_KEY",
     "AnchorSet",
+    "Area",
+    "AreaSelection",
     "AsyncFetchNode",
     "Batch",
     "CFDecodeNode",

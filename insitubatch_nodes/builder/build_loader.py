@@ -79,6 +79,7 @@ def build_loader(
     dtype: torch.dtype | str | None = None,
     fill_nan: float | None = None,
     forcings: Sequence[str] | None = None,
+    area: Sequence[float] | None = None,
     host: HostResources | None = None,
 ) -> Loader[dict[str, torch.Tensor]]:
     """Shuffled, split-aware, resumable batches from a Zarr group.
@@ -263,10 +264,18 @@ def build_loader(
             `year_progress_sin`/`_cos`, `day_progress_sin`/`_cos` (as GraphCast's),
             `cos_latitude`, `sin_longitude`/`cos_longitude`. Each is a batch key (a spec's
             `group/name`) of shape `(batch, [steps,] *grid)` (the patch's grid with
-            patches), float32, computed where batches go (docs: Model inputs); with
-            `stack=True`, channels of every stacked tensor after its variables. `normalise`
-            leaves them as they are. The time coordinate and the grid's coordinates are read
-            once, when the loader is built. In the state.
+            patches, the box's with `area`), float32, computed where batches go (docs:
+            Model inputs); with `stack=True`, channels of every stacked tensor after its
+            variables. `normalise` leaves them as they are. The time coordinate and the
+            grid's coordinates are read once, when the loader is built. In the state.
+        area: `(north, west, south, east)` in degrees, as anemoi and the CDS write it:
+            every variable keeps only the grid points with `south <= lat <= north` and
+            `(lon - west) mod 360 <= (east - west) mod 360` (edges inclusive within 1e-6
+            degrees; `east - west >= 360` is the whole circle), found in its latitude and
+            longitude coordinates (stored in [0, 360) or [-180, 180)). Latitudes keep the
+            stored order; longitudes run eastward from `west`, so a box across the seam or
+            the dateline comes out in one piece. Only the chunks the box touches are read.
+            `loader.area` holds the batch's latitudes and longitudes. In the state.
         host: the host's available memory, cores and ranks the defaults follow (default
             `HostResources.read()`, once, now).
     """

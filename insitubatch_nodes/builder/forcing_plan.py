@@ -95,8 +95,10 @@ def plan_forcings(
 
 
 def _grid(opened: ZarrSource, spatial_dims: int) -> tuple[int, ...]:
-    """The grid shape the fields share (their last `spatial_dims` axes)."""
-    grids = {layout.shape[len(layout.shape) - spatial_dims :] for layout in opened.layouts.values()}
+    """The grid shape the fields share as batches hold it (their last `spatial_dims` axes;
+    with an area, the box's)."""
+    shapes = [layout.batch_sample_shape for layout in opened.layouts.values()]
+    grids = {shape[len(shape) - spatial_dims :] for shape in shapes}
     if len(grids) != 1:
         raise ValueError(
             f"forcings are computed on one grid, and the selected variables' last "

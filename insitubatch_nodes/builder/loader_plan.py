@@ -170,6 +170,7 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         spatial_dims=settings.spatial_dims,
         decode_cf=settings.decode_cf,
         use_zarr_fill_value_as_mask=settings.use_zarr_fill_value_as_mask,
+        area=settings.area,
     )
     for warning in opened.decoding_warnings:
         log.warning("%s", warning)
@@ -218,7 +219,8 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         channels = stacked_channels(
             opened, spec, statics, settings.spatial_dims, forcings=stacked_forcings
         )
-    if settings.stack or any(layout.pick is not None for layout in opened.layouts.values()):
+    levels = any(pick.labels for layout in opened.layouts.values() for pick in layout.picks)
+    if settings.stack or levels:
         # the order of the channels, which neither the arrays nor the picks record
         fingerprint[CHANNELS_KEY] = batch_channel_order(
             opened,
@@ -375,14 +377,22 @@ def _with_forcings(
 
 
 def kept_static_layouts(source: ZarrSource, statics: StaticPlan) -> dict[str, VariableLayout]:
-    """`source`'s static fields' layouts with the dtype their values are kept in.
+    """`source`'s static fields' layouts as batches hold them: with the dtype their values
+    are kept in, and with an area, the box's grid (`ZarrSource.static_shapes`).
 
     Args:
         source: the opened source.
         statics: its statics' plan (`builder.static_plan.plan_statics`).
     """
+    shapes = source.static_shapes()
     return {
-        name: replace(layout, dtype=statics.dtypes[name]) for name, layout in source.statics.items()
+        name: replace(
+            layout,
+            shape=shapes[name],
+            chunks=tuple(min(c, s) for c, s in zip(layout.chunks, shapes[name], strict=True)),
+            dtype=statics.dtypes[name],
+        )
+        for name, layout in source.statics.items()
     }
 
 

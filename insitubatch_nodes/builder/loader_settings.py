@@ -30,6 +30,7 @@ from insitubatch_nodes.builder.placement import (
     process_rank,
 )
 from insitubatch_nodes.builder.time_selection import Duration
+from insitubatch_nodes.core.area import Area
 from insitubatch_nodes.core.cf_decoding import check_cast_dtype
 from insitubatch_nodes.core.date_ranges import RangeLike
 from insitubatch_nodes.core.forcings import check_forcing_names
@@ -105,6 +106,7 @@ class LoaderSettings:
         dtype: the float dtype's name batches are cast to, or None.
         fill_nan: the value NaN becomes after normalising, or None.
         forcings: the forcings' names, checked, in the order given (empty for none).
+        area: the box of latitude and longitude every variable is cropped to, or None.
     """
 
     source: str | Path | Store
@@ -148,6 +150,7 @@ class LoaderSettings:
     dtype: str | None = None
     fill_nan: float | None = None
     forcings: tuple[str, ...] = ()
+    area: Area | None = None
 
 
 def check_shuffle(shuffle: str) -> str:
@@ -195,6 +198,11 @@ def check_settings(arguments: Mapping[str, Any]) -> LoaderSettings:
         )
         selected = ("variables", "splits", "manifest", "levels", "stride", "frequency", "patches")
         chosen = request.settings(given["split"], {k: given[k] for k in selected})
+        if given["area"] is not None and chosen.get("patches") is not None:
+            raise ValueError(
+                "the Dataset selects part of the grid and area= is given too: select the "
+                "region either on the Dataset (.isel/.sel) or with area=, not both"
+            )
         given.update(chosen, source=request.url)  # the Dataset's selection, as settings
         given.update(request.decoding_settings(given["decode_cf"]))
     check_shuffle(given["shuffle"])
@@ -239,6 +247,7 @@ def check_settings(arguments: Mapping[str, Any]) -> LoaderSettings:
     dtype = check_cast_dtype(_dtype_name(given["dtype"]))
     fill_nan = _optional_float("fill_nan", given["fill_nan"])
     forcings = check_forcing_names(given["forcings"])
+    area = None if given["area"] is None else Area.parse(given["area"])
     if fill_nan is not None and given["normalise"] is None:
         raise ValueError(
             f"fill_nan={fill_nan!r} replaces NaN after normalising, and normalise= is not "
@@ -287,6 +296,7 @@ def check_settings(arguments: Mapping[str, Any]) -> LoaderSettings:
         dtype=dtype,
         fill_nan=fill_nan,
         forcings=forcings,
+        area=area,
     )
 
 

@@ -59,7 +59,7 @@ def plan_statics(
         return StaticPlan()
     numpy_cast = None if cast == NO_NUMPY_CAST else cast
     dtypes = {name: numpy_cast or source.decodings[name].decoded_dtype for name in source.statics}
-    shapes = {name: (layout.shape, dtypes[name]) for name, layout in source.statics.items()}
+    shapes = {name: (shape, dtypes[name]) for name, shape in source.static_shapes().items()}
     placements = tuple(static_placements(spec, list(source.statics), SPECLESS_STACK_KEY))
     cost = StaticCost(
         static_nbytes(shapes),

@@ -185,4 +185,9 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
             fill_nan=settings.fill_nan,
             as_defined=stacked_forcings,
         )
-    return Loader(node, all_ranks_state=settings.all_ranks_state, channels=plan.channels)
+    return Loader(
+        node,
+        all_ranks_state=settings.all_ranks_state,
+        channels=plan.channels,
+        area=plan.source.area,
+    )

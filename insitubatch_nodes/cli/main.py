@@ -20,6 +20,7 @@ from insitubatch_nodes.cli.split_command import parsed_splits, split_manifest, s
 from insitubatch_nodes.cli.stats_pass import compute_stats
 from insitubatch_nodes.cli.store_options import add_store_options, storage_options_from
 from insitubatch_nodes.cli.store_report import inspect_store
+from insitubatch_nodes.core.area import Area
 from insitubatch_nodes.core.byte_sizes import parse_nbytes
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
 from insitubatch_nodes.io.reads.stored_sizes import DEFAULT_SAMPLED_CHUNKS
@@ -59,6 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=_number,
         default=None,
         help="level values to keep, e.g. 500 850 (per level: temperature_500)",
+    )
+    stats.add_argument(
+        "--area",
+        default=None,
+        metavar="N,W,S,E",
+        help="statistics of the box's grid points only, as build_loader(area=...) crops",
     )
     stats.add_argument("--anonymous", action="store_true", help="unsigned object-store reads")
     _add_inspect(commands)
@@ -120,6 +127,7 @@ def _stats(args: argparse.Namespace) -> int:
         spatial_dims=args.spatial_dims,
         storage_options={"skip_signature": True} if args.anonymous else None,
         levels=args.levels,
+        area=None if args.area is None else Area.parse(args.area),
     )
     if args.out is not None:
         out = args.out
@@ -187,6 +195,13 @@ def _add_inspect(commands: Any) -> None:
         metavar="K",
         help="plan for build_loader(revisits=K): each unit read K times per epoch, each "
         "visit keeping 1/K of its samples (default 1)",
+    )
+    inspect.add_argument(
+        "--area",
+        default=None,
+        metavar="N,W,S,E",
+        help="plan for build_loader(area=(N, W, S, E)) in degrees: the box's grid size and "
+        "the chunks it touches of each array (the fraction of the reads)",
     )
     inspect.add_argument(
         "--stride",
@@ -395,6 +410,7 @@ def _inspect(args: argparse.Namespace) -> int:
             stride=args.stride,
             frequency=args.frequency,
             stack=args.stack,
+            area=None if args.area is None else Area.parse(args.area),
         )
     except Exception as err:
         return _refused("inspect", err, options, args.url)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from insitubatch_nodes.cli.defaults_report import LoaderDefaults
-from insitubatch_nodes.cli.store_report import StoreReport, TimeReport
+from insitubatch_nodes.cli.store_report import AreaReport, StoreReport, TimeReport
 from insitubatch_nodes.core.byte_sizes import nbytes_text
 from insitubatch_nodes.core.memory_bound import LARGEST_BUDGET
 from insitubatch_nodes.io.reads.stored_sizes import StoredSizes
@@ -98,6 +98,8 @@ def format_report(report: StoreReport) -> str:
         if not text.startswith("stored values")
     ]
     lines += [f"  warning: {warning}" for warning in report.warnings]
+    if report.area is not None:
+        lines += ["", *_area_lines(report.area)]
     lines += [
         "",
         "bytes per chunk (stored: measured on the sampled chunks, mean (min .. max); "
@@ -299,3 +301,18 @@ def _units_read(loader: LoaderDefaults, units: int, samples: int) -> str:
 
 def _plan_bytes(nbytes: int) -> str:
     return f"{nbytes_text(nbytes):>10}  ({nbytes} bytes)"
+
+
+def _area_lines(area: AreaReport) -> list[str]:
+    """The box's grid and the chunks it touches, per array."""
+    (lat0, lat1), (lon0, lon1) = area.latitudes, area.longitudes
+    lines = [
+        f"area {tuple(area.box)} (north, west, south, east): {area.grid[0]} x {area.grid[1]} "
+        f"grid points (latitude {lat0:g} .. {lat1:g}, longitude {lon0:g} .. {lon1:g} eastward)"
+    ]
+    for name, (touched, every) in area.chunks.items():
+        lines.append(
+            f"  {name}: reads {touched} of {every} chunks per time chunk "
+            f"({touched / every:.1%} of the reads)"
+        )
+    return lines

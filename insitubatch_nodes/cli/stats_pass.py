@@ -14,6 +14,7 @@ from typing import Any
 from zarr.abc.store import Store
 
 from insitubatch_nodes.builder.build_loader import build_loader
+from insitubatch_nodes.core.area import Area
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS, channel_names
 from insitubatch_nodes.core.manifest import units_to_ranges
 from insitubatch_nodes.core.moments import RunningMoments
@@ -37,6 +38,7 @@ def compute_stats(
     levels: LevelsLike | None = None,
     decode_cf: bool = True,
     use_zarr_fill_value_as_mask: bool | None = None,
+    area: Sequence[float] | None = None,
 ) -> ChannelStats:
     """Mean and std per channel over every step of `split`, in one pass over its chunks,
     of the values the loader yields: decoded as `xr.open_zarr` decodes them, NaN skipped
@@ -64,7 +66,10 @@ def compute_stats(
         decode_cf: statistics of decoded values (the default), or of stored ones (False),
             as the loader they normalise for yields.
         use_zarr_fill_value_as_mask: as `build_loader` takes it.
+        area: `(north, west, south, east)`, as `build_loader` takes it: statistics of the
+            box's grid points only (a regional model's), or None for the whole grid.
     """
+    box = None if area is None else Area.parse(area)
     spatial_dims = as_int("spatial_dims", spatial_dims, minimum=0)
     opened = ZarrSource.open(
         source,
@@ -75,6 +80,7 @@ def compute_stats(
         spatial_dims=spatial_dims,
         decode_cf=decode_cf,
         use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
+        area=box,
     )
     channels = {v: channel_names(v, layout, spatial_dims) for v, layout in opened.layouts.items()}
     moments = {v: RunningMoments(len(names)) for v, names in channels.items()}
@@ -98,6 +104,7 @@ def compute_stats(
         spatial_dims=spatial_dims,
         decode_cf=decode_cf,
         use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
+        area=box,
     )
     for batch in loader:
         for variable in fields:

@@ -31,6 +31,7 @@ import zarr
 
 from insitubatch_nodes.builder.time_selection import Duration
 from insitubatch_nodes.cli.defaults_report import LoaderDefaults, loader_defaults
+from insitubatch_nodes.core.area import Area, AreaSelection
 from insitubatch_nodes.core.cf_decoding import describe_record
 from insitubatch_nodes.core.cf_time import dates_text, step_text
 from insitubatch_nodes.core.geometry import VariableLayout
@@ -118,6 +119,27 @@ class TimeReport:
 
 
 @dataclass(frozen=True)
+class AreaReport:
+    """The box `--area` asks for, on the store's grid: what a loader with `area=` reads.
+
+    Args:
+        box: `[north, west, south, east]`, as given.
+        grid: (latitudes, longitudes) of the box's grid points.
+        latitudes: the first and last latitude, in the batch's (the stored) order.
+        longitudes: the first and last longitude, in the batch's order (eastward).
+        chunks: per array, `[touched, all]`: the chunks of one time step's grid (and
+            levels) the box touches, and all of them; their ratio is the fraction of the
+            reads (and decoded bytes, edge chunks aside) a loader with the area makes.
+    """
+
+    box: tuple[float, ...]
+    grid: tuple[int, int]
+    latitudes: tuple[float, float]
+    longitudes: tuple[float, float]
+    chunks: Mapping[str, tuple[int, int]]
+
+
+@dataclass(frozen=True)
 class StoreReport:
     """Everything `insitubatch inspect` prints.
 
@@ -134,6 +156,7 @@ class StoreReport:
             that masks every stored 0), as the loader logs it.
         statics: the selected static fields (no time dimension, read once), by name,
             with their shapes.
+        area: the box `--area` asks for on the store's grid, or None.
     """
 
     store: str
@@ -145,6 +168,7 @@ class StoreReport:
     decoding: Mapping[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     statics: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    area: AreaReport | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON data (tuples as lists, the memory plan as a dict)."""
@@ -177,6 +201,7 @@ def inspect_store(
     stride: int | None = None,
     frequency: Duration | None = None,
     stack: bool = False,
+    area: Area | None = None,
 ) -> StoreReport:
     """Describe `source` and the settings `build_loader` would choose for it.
 
@@ -211,6 +236,8 @@ def inspect_store(
         frequency: plan for `build_loader(frequency=...)` ("6h") instead of a stride.
         stack: plan for `build_loader(stack=True)`: report the channel list (variables,
             levels, static fields), and count the statics' stacked copies.
+        area: plan for `build_loader(area=...)`: the box's grid, the chunks it touches
+            (the loader's defaults count only those), or None for the whole grid.
     """
     batch_size = as_int("batch_size", batch_size, minimum=1)
     window_steps = as_int("window_steps", window_steps, minimum=1)
@@ -218,14 +245,16 @@ def inspect_store(
     revisits = as_int("revisits", revisits, minimum=1)
     memory_budget = as_optional_int("memory_budget", memory_budget, minimum=1)
     sampled_chunks = as_int("sampled_chunks", sampled_chunks, minimum=1)
-    opened = ZarrSource.open(source, variables, manifest=manifest, storage_options=storage_options)
+    opened = ZarrSource.open(
+        source, variables, manifest=manifest, storage_options=storage_options, area=area
+    )
     secrets = secrets_in(storage_options, source if isinstance(source, str) else None)
     group = open_root_group(opened.store, opened.where, secrets)
     arrays = arrays_of(group, opened.where, secrets)
     selected = {name: arrays[name] for name in opened.layouts}
     sizes = run_on_zarr_loop(measure_stored_sizes(opened.store, selected, sampled_chunks))
     reports = tuple(_array_report(name, selected[name], *sizes[name]) for name in selected)
-    statics = {name: tuple(layout.shape) for name, layout in opened.statics.items()}
+    statics = opened.static_shapes()
     others = {
         name: tuple(a.shape)
         for name, a in sorted(arrays.items())
@@ -258,6 +287,24 @@ def inspect_store(
         decoding,
         opened.decoding_warnings,
         statics,
+        None if opened.area is None else _area_report(opened.area, opened.layouts),
+    )
+
+
+def _area_report(selection: AreaSelection, layouts: Mapping[str, VariableLayout]) -> AreaReport:
+    """The box's grid and, per array, the chunks of one time step it touches of all."""
+    chunks = {}
+    for name, layout in layouts.items():
+        inner = zip(layout.shape[1:], layout.chunks[1:], strict=True)
+        every = math.prod(-(-s // c) for s, c in inner)
+        chunks[name] = (len(layout.inner_chunk_grid()), every)
+    lat, lon = selection.latitudes, selection.longitudes
+    return AreaReport(
+        tuple(selection.area.to_list()),
+        selection.shape,
+        (float(lat[0]), float(lat[-1])),
+        (float(lon[0]), float(lon[-1])),
+        chunks,
     )
 
 

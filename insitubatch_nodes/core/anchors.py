@@ -209,17 +209,28 @@ def patch_grid(geometry: SampleGeometry, names: list[str], patches: PatchSpec) -
             + ", ".join(f"{n} has {geometry.variables[n].sample_shape}" for n in names)
             + "; select variables on one grid"
         )
-    cropped = [
+    repeated = [
         n
         for n in names
-        if (pick := geometry.variables[n].pick) is not None
-        and pick.axis >= len(geometry.variables[n].shape) - k
+        for pick in geometry.variables[n].picks
+        if pick.axis >= len(geometry.variables[n].shape) - k
+        and len(pick.places) != len(pick.indices)
     ]
-    if cropped:
+    if repeated:
         raise ValueError(
-            f"patches of size {patches.size} crop the last {k} axes, but {cropped} keep only "
-            f"some positions of one of them; pick positions of an axis patches do not crop"
+            f"patches of size {patches.size} crop the last {k} axes, but {repeated} hold a "
+            f"position of one of them twice; pick each position of an axis patches crop once"
         )
+    boxed = [
+        n
+        for n in names
+        if any(p.axis >= len(geometry.variables[n].shape) - k for p in geometry.variables[n].picks)
+    ]
     grid = next(iter(grids.values()))
+    if boxed and any(s > g for s, g in zip(patches.size, grid, strict=True)):
+        raise ValueError(
+            f"patches of size {patches.size} are larger than the area's grid {grid} (the "
+            f"grid points area= keeps of {boxed}); use a smaller patch or a larger area"
+        )
     patches.check_grid(grid)
     return grid

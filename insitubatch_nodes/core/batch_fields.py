@@ -1,12 +1,11 @@
-"""What a batch holds, field by field, the one fancy index that crops patches, and the rows
-that put picked levels in the order asked for: the index math both gathers share, the
-host's (`nodes.gather`) and the device's (`nodes.tensor_gather`), so the two cannot
-disagree on a batch's shape or order."""
+"""What a batch holds, field by field, and the one fancy index that crops patches: the index
+math both gathers share, the host's (`nodes.gather`) and the device's
+(`nodes.tensor_gather`), so the two cannot disagree on a batch's shape or order (the rows
+that put picked positions in the order asked for: `core.picked_takes`)."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,30 +38,34 @@ def batch_shape(
     block_shape: tuple[int, ...],
     columns: np.ndarray | None,
     crop: tuple[int, ...],
-    pick: AxisPick | None = None,
+    picks: tuple[AxisPick, ...] = (),
 ) -> tuple[int, ...]:
-    """(batch, [steps,] *sample_shape), the cropped axes at the patch's size, a reordered
-    picked axis as long as the order asked for.
+    """(batch, [steps,] *sample_shape), the cropped axes at the patch's size, each
+    reordered picked axis as long as the order asked for.
 
     Args:
         size: samples in the batch.
         block_shape: the block array's shape (rows first).
         columns: the field's offset columns, or None for no steps axis.
         crop: the patch's size along the cropped (last) axes, or () for none.
-        pick: the variable's pick when the batch reorders it (`ReadPlan.reordered`), or
-            None.
+        picks: the variable's picks the batch reorders (`ReadPlan.reordered`).
     """
-    sample_shape = tuple(block_shape[1:])
-    if pick is not None:
-        at = pick.axis - 1
-        sample_shape = (*sample_shape[:at], len(pick.places), *sample_shape[at + 1 :])
+    sample = list(block_shape[1:])
+    for pick in picks:
+        sample[pick.axis - 1] = len(pick.places)
+    sample_shape = tuple(sample)
     sample_shape = (*sample_shape[: len(sample_shape) - len(crop)], *crop)
     steps = () if columns is None else (columns.size,)
     return (size, *steps, *sample_shape)
 
 
 def crop_index(
-    rows: Any, origins: Any, size: tuple[int, ...], ndim: int, arange: Callable[[int], Any]
+    rows: Any,
+    origins: Any,
+    size: tuple[int, ...],
+    ndim: int,
+    arange: Callable[[int], Any],
+    lookups: Sequence[Any | None] = (),
 ) -> tuple[tuple[Any, ...], int]:
     """The one fancy index that takes `array[rows[i, j], ..., o_i : o_i + size]` for all
     i, j from an `ndim`-dimensional block, built from numpy arrays or from tensors (with
@@ -75,6 +78,9 @@ def crop_index(
         size: the crop's length along each cropped (last) axis.
         ndim: the block's dimensions.
         arange: `np.arange`, or `torch.arange` on the block's device.
+        lookups: per cropped axis, the block positions of the batch's positions
+            (`PickedTake.crop_lookups`, of the same kind as `rows`), or None where they
+            are the same; empty for none.
     """
     n, steps = rows.shape
     k = len(size)
@@ -84,40 +90,8 @@ def crop_index(
     for axis, length in enumerate(size):
         shape = [n, 1] + [1] * k
         shape[2 + axis] = length
-        index.append((origins[:, axis, None] + arange(length)[None, :]).reshape(shape))
+        along = origins[:, axis, None] + arange(length)[None, :]
+        if axis < len(lookups) and (lookup := lookups[axis]) is not None:
+            along = lookup[along]
+        index.append(along.reshape(shape))
     return tuple(index), middle
-
-
-def picked_view(array: Any, pick: AxisPick) -> Any:
-    """A block array (numpy or a tensor) as rows of what lies after its picked axis:
-    `(-1, *array.shape[pick.axis + 1:])`, the array a reordering take reads
-    (`picked_rows`). A view of the block's memory, which is contiguous.
-
-    Args:
-        array: the block array (rows first).
-        pick: its variable's pick.
-    """
-    return array.reshape(-1, *array.shape[pick.axis + 1 :])
-
-
-def picked_rows(rows: np.ndarray, block_shape: tuple[int, ...], pick: AxisPick) -> np.ndarray:
-    """The rows of `picked_view` that hold the samples at block rows `rows` with the picked
-    axis in the batch's order: `(*rows.shape, *block_shape[1:pick.axis], len(places))`.
-
-    A take of them is the batch, its levels in the order asked for, in one take per field
-    as without a pick: reordering levels costs index arithmetic over (samples x levels),
-    never a second copy of the batch nor a step per sample. The read stays sorted (each
-    kept level once, only the chunks holding one); the order is applied here.
-
-    Args:
-        rows: block rows of the samples (or of their steps), any shape.
-        block_shape: the block array's shape (rows first).
-        pick: the variable's pick (`ReadPlan.reordered`).
-    """
-    between = tuple(block_shape[1 : pick.axis])
-    kept = block_shape[pick.axis]
-    places = np.asarray(pick.places, dtype=np.int64)
-    per_row = math.prod(between) * kept  # rows of the view per block row
-    inner = np.arange(0, per_row, kept, dtype=np.int64)[:, None] + places[None, :]
-    flat = np.asarray(rows, dtype=np.int64)[..., None] * per_row + inner.reshape(-1)
-    return flat.reshape(*np.shape(rows), *between, places.size)

@@ -33,6 +33,7 @@ so that a state or a statistics file made on other values is refused by name.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -300,33 +301,116 @@ def _representable(values: Iterable[Number], dtype: np.dtype[Any]) -> tuple[Numb
     return tuple(sorted(kept))
 
 
-def decode_values(stored: np.ndarray, decoding: CFDecoding, cast: str | None = None) -> np.ndarray:
-    """`stored` decoded as xarray decodes it, as a new array: masked in the stored type,
-    then widened to the decoded dtype, multiplied, added to, and cast to `cast` (one pass
-    per step over the batch; never written into `stored`, whose buffer may be reused).
+# values decoded at a time when batches are cast: a float64 slab of 512 KiB stays in the
+# core's L2 cache from the multiply to the cast, so the float64 values are never written
+# out whole (benchmarks/README.md, "CF decoding")
+SLAB_VALUES = 1 << 16
+# stored integers this narrow are cast through a table of every stored value's decoding
+TABLE_BITS = 16
+TABLES_KEPT = 8  # tables (at most 256 KiB each: float32 of 16 bits) kept, the last used
+
+
+def decode_values(
+    stored: np.ndarray,
+    decoding: CFDecoding,
+    cast: str | None = None,
+    *,
+    slab_values: int = SLAB_VALUES,
+) -> np.ndarray:
+    """`stored` decoded as xarray decodes it, as a new array: widened to the decoded dtype,
+    multiplied, added to, masked where the stored values equal a masked one, then cast to
+    `cast`. Values are computed as xarray computes them (in the decoded dtype, multiply
+    then add), so they are bit-equal to its own, and the output is the only array written
+    whole: with a cast, slabs of `slab_values` are computed in the decoded dtype and cast
+    while they are still in cache. A cast of integers of up to 16 bits looks each value up
+    instead, in a table of every stored value decoded and cast the same way (one pass
+    where the arithmetic takes five). `stored`, whose buffer may be reused, is never
+    written.
 
     Args:
         stored: a field's stored values, of `decoding.stored_dtype`.
         decoding: how its variable is decoded.
         cast: a numpy float dtype's name to cast the decoded values to, or None.
+        slab_values: how many values are computed (or looked up) at a time (> 0).
     """
     values = stored
     if decoding.unsigned_as is not None:  # the same bits, read with the other sign
         values = values.view(decoding.unsigned_as)
+    if cast is not None and _cast_by_table(values.dtype, decoding, cast):
+        return _looked_up(values, _decoded_table(decoding, cast), slab_values)
+    return _computed(values, decoding, cast, slab_values)
+
+
+def _cast_by_table(reads: np.dtype[Any], decoding: CFDecoding, cast: str) -> bool:
+    """Whether a table is the cheaper way: narrow integers, cast to a narrower float than
+    the decoded one (to float64 the table's lookups cost what the arithmetic does)."""
+    narrow = reads.kind in "iu" and 8 * reads.itemsize <= TABLE_BITS
+    return narrow and np.dtype(cast).itemsize < np.dtype(decoding.decoded_dtype).itemsize
+
+
+@functools.lru_cache(maxsize=TABLES_KEPT)
+def _decoded_table(decoding: CFDecoding, cast: str) -> np.ndarray:
+    """Every stored value of the (narrow, integer) stored type decoded and cast, indexed
+    by the value's bits read as unsigned."""
+    reads = np.dtype(decoding.unsigned_as or decoding.stored_dtype)
+    every = np.arange(1 << (8 * reads.itemsize), dtype=f"u{reads.itemsize}").view(reads)
+    table = _computed(every, decoding, cast, SLAB_VALUES)
+    table.flags.writeable = False  # shared by every batch
+    return table
+
+
+def _looked_up(values: np.ndarray, table: np.ndarray, slab_values: int) -> np.ndarray:
+    """`table`'s entries at `values`' bits, in slabs (numpy's take wants its indices as
+    intp: a slab of them stays in cache)."""
+    bits = values.reshape(-1).view(f"u{values.dtype.itemsize}")
+    output = np.empty(values.shape, dtype=table.dtype)
+    flat_output = output.reshape(-1)
+    indices = np.empty(min(slab_values, bits.size), dtype=np.intp)
+    for start in range(0, bits.size, slab_values):
+        part = bits[start : start + slab_values]
+        taken = indices[: part.size]
+        np.copyto(taken, part)
+        np.take(table, taken, out=flat_output[start : start + slab_values], mode="wrap")
+    return output
+
+
+def _computed(
+    values: np.ndarray, decoding: CFDecoding, cast: str | None, slab_values: int
+) -> np.ndarray:
+    """`values` (as `unsigned_as` reads them) decoded by arithmetic (see `decode_values`)."""
+    computed = np.dtype(decoding.decoded_dtype)
+    output = np.empty(values.shape, dtype=computed if cast is None else np.dtype(cast))
+    flat_values, flat_output = values.reshape(-1), output.reshape(-1)
+    if output.dtype == computed:
+        _decode_into(flat_output, flat_values, decoding)
+        return output
+    slab = np.empty(min(slab_values, flat_values.size), dtype=computed)
+    for start in range(0, flat_values.size, slab_values):
+        part = flat_values[start : start + slab_values]
+        work = slab[: part.size]
+        _decode_into(work, part, decoding)
+        np.copyto(flat_output[start : start + slab_values], work, casting="unsafe")  # .astype
+    return output
+
+
+def _decode_into(output: np.ndarray, values: np.ndarray, decoding: CFDecoding) -> None:
+    """`values` (stored, as `unsigned_as` reads them) decoded into `output`, an array of
+    the decoded dtype and their shape, in place: one pass each for the widening, the
+    multiply, the add and the mask (compared on the narrow stored values, written with one
+    `copyto`)."""
+    # widened, then multiplied in place: numpy's multiply that widens as it goes
+    # (`dtype=`) is slower than the two passes (benchmarks/README.md, "CF decoding")
+    np.copyto(output, values, casting="unsafe")
+    if decoding.scale_factor is not None:
+        np.multiply(output, decoding.scale_factor, out=output)
+    if decoding.add_offset is not None:
+        np.add(output, decoding.add_offset, out=output)
     mask = None
     for masked in decoding.masked:
         hit = values == masked
         mask = hit if mask is None else np.logical_or(mask, hit, out=mask)
-    decoded = values.astype(decoding.decoded_dtype)  # a copy, whatever the dtype
-    if decoding.scale_factor is not None:
-        np.multiply(decoded, decoding.scale_factor, out=decoded)
-    if decoding.add_offset is not None:
-        np.add(decoded, decoding.add_offset, out=decoded)
     if mask is not None:
-        np.copyto(decoded, np.nan, where=mask)
-    if cast is not None and cast != decoding.decoded_dtype:
-        decoded = decoded.astype(cast)
-    return decoded
+        np.copyto(output, np.nan, where=mask)
 
 
 def check_cast_dtype(dtype: str | None) -> str | None:

@@ -56,8 +56,8 @@ def channel_names(name: str, layout: VariableLayout, spatial_dims: int) -> list[
     shape = channel_shape(layout, spatial_dims)
     if not shape:
         return [name]
-    pick = layout.pick
-    if pick is not None and pick.labels and len(shape) == 1 and pick.axis == 1:
+    pick = layout.pick_on(1)
+    if pick is not None and pick.labels and len(shape) == 1:
         return [f"{name}_{label}" for label in pick.batch_labels]
     count = math.prod(shape)
     return [f"{name}[{i}]" for i in range(count)]

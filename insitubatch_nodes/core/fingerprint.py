@@ -29,6 +29,9 @@ import numpy as np
 from insitubatch_nodes.core.cf_decoding import DTYPE_KEY, describe_record
 from insitubatch_nodes.core.geometry import VariableLayout
 
+LISTED_POSITIONS = 64  # a picked axis's positions listed in a fingerprint, at most
+AREA_KEY = "area"  # the box area= keeps (`core.area.AreaSelection.record`), when given
+
 DIGEST_LENGTH = 16
 DECODING_KEY = "decoding"
 STATICS_KEY = "statics"  # static field -> its array entry, where the loader has any
@@ -92,9 +95,7 @@ def source_fingerprint(
             "dtype": layout.dtype,
             "codecs": codecs.get(name, ""),
             "fill_value": fill_values.get(name, ""),
-            "pick": None
-            if layout.pick is None
-            else [layout.pick.axis, list(layout.pick.batch_indices)],
+            "pick": _picks_entry(layout),
             **_decoding_entry(None if decodings is None else decodings[name], layout.dtype),
         }
 
@@ -108,6 +109,24 @@ def source_fingerprint(
     return found
 
 
+def _picks_entry(layout: VariableLayout) -> list[Any] | None:
+    """The positions a batch holds of each picked axis: `[axis, positions]` for one pick
+    (as states before areas recorded levels), a list of them for several. An axis of more
+    than `LISTED_POSITIONS` (an area's rows or columns on a fine grid) is recorded as
+    `[axis, count, digest]`, so that a state stays small."""
+    entries = []
+    for pick in layout.picks:
+        positions = list(pick.batch_indices)
+        if len(positions) > LISTED_POSITIONS:
+            packed = np.asarray(positions, dtype="<i8").tobytes()
+            entries.append([pick.axis, len(positions), digest(packed)])
+        else:
+            entries.append([pick.axis, positions])
+    if not entries:
+        return None
+    return entries[0] if len(entries) == 1 else entries
+
+
 def _decoding_entry(record: Mapping[str, Any] | None, stored_dtype: str) -> dict[str, Any]:
     """The fingerprint's decoding entry of an array: none when batches hold its stored
     values (the fingerprint releases before decoding wrote, so their states still fit)."""
@@ -115,6 +134,13 @@ def _decoding_entry(record: Mapping[str, Any] | None, stored_dtype: str) -> dict
     if record is None or dict(record) == {DTYPE_KEY: native}:
         return {}
     return {DECODING_KEY: dict(record)}
+
+
+def _box(record: Any) -> str:
+    """An area's record as its box, or "none" (the whole grid)."""
+    if not isinstance(record, Mapping):
+        return "none (the whole grid)"
+    return str(tuple(record.get("box", ())))
 
 
 def _shown(value: Any) -> str:
@@ -128,7 +154,7 @@ _ARRAY_FIELDS = (
     ("dtype", "dtype was", str),
     ("codecs", "codecs were", repr),
     ("fill_value", "fill value was", str),
-    ("pick", "kept positions (levels) were", str),
+    ("pick", "kept positions (levels, an area) were", str),
 )
 
 
@@ -249,6 +275,12 @@ def fingerprint_differences(saved: Any, current: Mapping[str, Any]) -> list[str]
         found.append(
             f"batches held the forcings {before_forcings} when the state was saved, now "
             f"{now_forcings}; rebuild the loader with forcings={before_forcings or None}"
+        )
+    before_area, now_area = saved.get(AREA_KEY), current.get(AREA_KEY)
+    if before_area != now_area:
+        found.append(
+            f"the state was saved with area= {_box(before_area)}, this loader has area= "
+            f"{_box(now_area)}; rebuild the loader with the area it was saved with"
         )
     found += _split_differences(saved["split"], current["split"])
     before, now = saved.get("snapshot_id"), current.get("snapshot_id")

@@ -17,8 +17,8 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -35,7 +35,7 @@ class AxisPick:
     850])` gives them whatever order the store keeps levels in: the read stays sorted, so
     it needs only the chunks that hold a kept position however the list was written, and
     the gather puts them in the batch's order with the same one take per field
-    (`core.batch_fields.picked_rows`).
+    (`core.picked_takes`).
 
     Args:
         axis: the array axis (1 or more: the sample axis is never picked).
@@ -106,13 +106,15 @@ class VariableLayout:
         shape: the stored array's shape.
         chunks: its (inner, when sharded) chunk shape.
         dtype: its element type, as numpy spells it.
-        pick: positions kept along one inner axis, or None to keep every one.
+        picks: positions kept along some inner axes, at most one pick per axis (levels by
+            value on the level axis, an area's rows and columns on the grid's axes,
+            `core.area`), in increasing axis order; empty to keep every position.
     """
 
     shape: tuple[int, ...]
     chunks: tuple[int, ...]
     dtype: str
-    pick: AxisPick | None = None
+    picks: tuple[AxisPick, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.shape) < 1:
@@ -123,52 +125,79 @@ class VariableLayout:
             raise ValueError(f"chunks {self.chunks} do not match shape {self.shape}")
         if any(c < 1 for c in self.chunks):
             raise ValueError(f"chunk lengths must be >= 1, got {self.chunks}")
-        pick = self.pick
-        if pick is not None:
-            if not 1 <= pick.axis < len(self.shape):
-                raise ValueError(
-                    f"a pick must be along an inner axis (1..{len(self.shape) - 1} of shape "
-                    f"{self.shape}), got axis {pick.axis}"
-                )
-            size = self.shape[pick.axis]
-            ordered = all(a < b for a, b in itertools.pairwise(pick.indices))
-            if (
-                not pick.indices
-                or not ordered
-                or not 0 <= pick.indices[0] <= pick.indices[-1] < size
-            ):
-                raise ValueError(
-                    f"picked positions along axis {pick.axis} must be strictly increasing, "
-                    f"within 0..{size - 1}, and at least one; got {list(pick.indices)}"
-                )
-            if pick.labels and len(pick.labels) != len(pick.indices):
-                raise ValueError(
-                    f"a pick has {len(pick.labels)} labels for {len(pick.indices)} positions; "
-                    f"give one per position, or none"
-                )
-            if pick.order and sorted(set(pick.order)) != list(range(len(pick.indices))):
-                raise ValueError(
-                    f"a pick's order must name each of its {len(pick.indices)} kept positions "
-                    f"by its place (0..{len(pick.indices) - 1}) at least once, and nothing "
-                    f"else; got {list(pick.order)}"
-                )
+        axes = [pick.axis for pick in self.picks]
+        if any(a >= b for a, b in itertools.pairwise(axes)):
+            raise ValueError(
+                f"picks must name distinct axes in increasing order, one pick per axis; got "
+                f"axes {axes}"
+            )
+        for pick in self.picks:
+            self._check_pick(pick)
+
+    def _check_pick(self, pick: AxisPick) -> None:
+        if not 1 <= pick.axis < len(self.shape):
+            raise ValueError(
+                f"a pick must be along an inner axis (1..{len(self.shape) - 1} of shape "
+                f"{self.shape}), got axis {pick.axis}"
+            )
+        size = self.shape[pick.axis]
+        ordered = all(a < b for a, b in itertools.pairwise(pick.indices))
+        if not pick.indices or not ordered or not 0 <= pick.indices[0] <= pick.indices[-1] < size:
+            raise ValueError(
+                f"picked positions along axis {pick.axis} must be strictly increasing, "
+                f"within 0..{size - 1}, and at least one; got {list(pick.indices)}"
+            )
+        if pick.labels and len(pick.labels) != len(pick.indices):
+            raise ValueError(
+                f"a pick has {len(pick.labels)} labels for {len(pick.indices)} positions; "
+                f"give one per position, or none"
+            )
+        if pick.order and sorted(set(pick.order)) != list(range(len(pick.indices))):
+            raise ValueError(
+                f"a pick's order must name each of its {len(pick.indices)} kept positions "
+                f"by its place (0..{len(pick.indices) - 1}) at least once, and nothing "
+                f"else; got {list(pick.order)}"
+            )
+
+    def pick_on(self, axis: int) -> AxisPick | None:
+        """The pick along `axis`, or None when every position of it is kept.
+
+        Args:
+            axis: an array axis.
+        """
+        return next((pick for pick in self.picks if pick.axis == axis), None)
+
+    def with_picks(self, picks: Iterable[AxisPick]) -> VariableLayout:
+        """This layout with `picks` added to its own (each on an axis not picked yet).
+
+        Args:
+            picks: more picks, in any order.
+        """
+        merged = sorted((*self.picks, *picks), key=lambda pick: pick.axis)
+        return replace(self, picks=tuple(merged))
+
+    @property
+    def reordering(self) -> tuple[AxisPick, ...]:
+        """The picks a batch holds in another order than a block (the gather reorders
+        them, `core.batch_fields`)."""
+        return tuple(pick for pick in self.picks if pick.reorders)
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
-        """One sample's shape as a block holds it: the array's inner axes, the picked one
+        """One sample's shape as a block holds it: the array's inner axes, each picked one
         cut to its picks."""
         shape = list(self.shape[1:])
-        if self.pick is not None:
-            shape[self.pick.axis - 1] = len(self.pick.indices)
+        for pick in self.picks:
+            shape[pick.axis - 1] = len(pick.indices)
         return tuple(shape)
 
     @property
     def batch_sample_shape(self) -> tuple[int, ...]:
-        """One sample's shape as a batch holds it: the picked axis as long as the order
+        """One sample's shape as a batch holds it: each picked axis as long as the order
         asked for (longer than the block's when a position is asked twice)."""
         shape = list(self.sample_shape)
-        if self.pick is not None:
-            shape[self.pick.axis - 1] = len(self.pick.places)
+        for pick in self.picks:
+            shape[pick.axis - 1] = len(pick.places)
         return tuple(shape)
 
     @property
@@ -186,9 +215,9 @@ class VariableLayout:
             list(range(math.ceil(s / c)))
             for s, c in zip(self.shape[1:], self.chunks[1:], strict=True)
         ]
-        if self.pick is not None:
-            chunk = self.chunks[self.pick.axis]
-            ranges[self.pick.axis - 1] = sorted({i // chunk for i in self.pick.indices})
+        for pick in self.picks:
+            chunk = self.chunks[pick.axis]
+            ranges[pick.axis - 1] = sorted({i // chunk for i in pick.indices})
         return ranges
 
     def chunk_selection(self, coords: tuple[int, ...]) -> tuple[slice, ...]:
@@ -200,7 +229,7 @@ class VariableLayout:
 
     def to_json(self) -> dict[str, object]:
         """The stored array's shape, chunks and dtype (what a manifest records of the
-        store; a pick is the loader's choice, not the store's)."""
+        store; picks are the loader's choice, not the store's)."""
         return {"shape": list(self.shape), "chunks": list(self.chunks), "dtype": self.dtype}
 
     @classmethod

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,19 +140,58 @@ def _hash(seed: int, epoch: int, anchors: np.ndarray, axis: int) -> np.ndarray:
 
 
 def touched_chunks(
-    origins: np.ndarray, size: tuple[int, ...], chunks: tuple[int, ...], grid: tuple[int, ...]
+    origins: np.ndarray,
+    size: tuple[int, ...],
+    chunks: tuple[int, ...],
+    grid: tuple[int, ...],
+    positions: Sequence[np.ndarray | None] = (),
+    stored_grid: tuple[int, ...] | None = None,
 ) -> np.ndarray:
-    """(n, m) flat C-order indices into the grid's chunk grid of the chunks each crop
-    touches; -1 pads rows that touch fewer than m chunks."""
-    counts = [math.ceil(g / c) for g, c in zip(grid, chunks, strict=True)]
-    most = [math.ceil(s / c) + 1 for s, c in zip(size, chunks, strict=True)]
+    """(n, m) flat C-order indices into the stored grid's chunk grid of the chunks each
+    crop touches; -1 pads rows that touch fewer than m chunks.
+
+    Args:
+        origins: (n, axes) each crop's origin on `grid`.
+        size: the crop's length along each axis.
+        chunks: the stored chunk length along each axis.
+        grid: the grid crops are cut from (an area's, when `positions` map it).
+        positions: per axis, the stored position of each of `grid`'s positions (an area's
+            rows or columns, `core.area`), or None where the grid is the stored axis;
+            empty for none.
+        stored_grid: the stored axes' lengths, which number the chunks (default `grid`:
+            needed where `positions` map an axis).
+    """
+    stored_grid = grid if stored_grid is None else stored_grid
+    per_axis = []
+    counts = []
+    for axis, (s, c, g) in enumerate(zip(size, chunks, stored_grid, strict=True)):
+        counts.append(math.ceil(g / c))
+        stored = positions[axis] if axis < len(positions) else None
+        if stored is None:
+            first = origins[:, axis] // c
+            last = (origins[:, axis] + s - 1) // c
+            along = first[:, None] + np.arange(math.ceil(s / c) + 1)[None, :]  # (n, m)
+            per_axis.append(np.where(along <= last[:, None], along, -1))
+        else:
+            per_axis.append(_mapped_chunks(origins[:, axis], s, np.asarray(stored) // c))
     flat = np.zeros((origins.shape[0], 1), dtype=np.int64)
     valid = np.ones((origins.shape[0], 1), dtype=bool)
-    for axis, (s, c, n, m) in enumerate(zip(size, chunks, counts, most, strict=True)):
-        first = origins[:, axis] // c
-        last = (origins[:, axis] + s - 1) // c
-        along = first[:, None] + np.arange(m)[None, :]  # (n, m)
-        ok = along <= last[:, None]
-        flat = (flat[:, :, None] * n + np.minimum(along, n - 1)[:, None, :]).reshape(len(flat), -1)
+    for along, n in zip(per_axis, counts, strict=True):
+        ok = along >= 0
+        flat = (flat[:, :, None] * n + np.maximum(along, 0)[:, None, :]).reshape(len(flat), -1)
         valid = (valid[:, :, None] & ok[:, None, :]).reshape(len(valid), -1)
     return np.where(valid, flat, -1)
+
+
+def _mapped_chunks(origins: np.ndarray, size: int, chunk_of: np.ndarray) -> np.ndarray:
+    """(n, m) the stored chunks a crop of `size` at each origin touches along one axis
+    whose grid positions lie in stored chunks `chunk_of` (runs of equal chunks, one entry
+    per run, -1 padded): vectorised over the crops."""
+    ids = chunk_of[origins[:, None] + np.arange(size)[None, :]]  # (n, size)
+    starts = np.ones(ids.shape, dtype=bool)
+    starts[:, 1:] = ids[:, 1:] != ids[:, :-1]
+    slot = np.cumsum(starts, axis=1) - 1
+    out = np.full((ids.shape[0], int(slot[:, -1].max(initial=0)) + 1), -1, dtype=np.int64)
+    rows, _ = np.nonzero(starts)
+    out[rows, slot[starts]] = ids[starts]
+    return out

@@ -56,13 +56,16 @@ Keep = tuple[slice | np.ndarray, ...]  # an index of a stored chunk: slices, or 
 def chunk_regions(layout: VariableLayout, read: ChunkRead) -> tuple[tuple[slice, ...], Keep]:
     """Where `read`'s chunk goes in its block buffer, and which part of the stored chunk
     is kept there (edge chunks are stored padded to the full chunk shape; a read may keep
-    a row range; a layout's pick keeps some positions of one axis).
+    a row range; a layout's picks keep some positions of some axes).
 
     Every reader, host or device, places chunks with this one function, so a block
     buffer means the same thing whichever path filled it: `buffer[target] =
     stored_chunk[keep]`, where the buffer's axis 0 is block rows (from `read.dest_row`),
     a picked axis counts kept positions, and its other axes are the array's own. When the
-    kept part is smaller than the chunk, readers decode into bounded scratch first.
+    kept part is smaller than the chunk, readers decode into bounded scratch first. A
+    chunk whose kept positions are uneven along several picked axes (levels 1000, 850
+    and 500 of a box whose columns cross the seam) keeps an open mesh of them
+    (`np.ix_`), which numpy and torch index alike: the product of the axes' positions.
     """
     selection = layout.chunk_selection(read.coords)
     valid_rows = selection[0].stop - selection[0].start
@@ -73,16 +76,25 @@ def chunk_regions(layout: VariableLayout, read: ChunkRead) -> tuple[tuple[slice,
         )
     target: list[slice] = [slice(read.dest_row, read.dest_row + stop - start)]
     keep: list[slice | np.ndarray] = [slice(start, stop)]
-    pick = layout.pick
     for axis, region in enumerate(selection[1:], start=1):
-        if pick is not None and axis == pick.axis:
+        pick = layout.pick_on(axis)
+        if pick is not None:
             kept, landing = pick.within(region.start, region.stop)
             target.append(landing)
             keep.append(kept)
         else:
             target.append(region)
             keep.append(slice(0, region.stop - region.start))
+    if sum(isinstance(k, np.ndarray) for k in keep) > 1:  # numpy would pair them up
+        return tuple(target), np.ix_(*(_positions(k) for k in keep))
     return tuple(target), tuple(keep)
+
+
+def _positions(kept: slice | np.ndarray) -> np.ndarray:
+    """A kept part of one axis as its positions (a slice's, bounds given)."""
+    if isinstance(kept, np.ndarray):
+        return kept
+    return np.arange(kept.start, kept.stop, kept.step or 1, dtype=np.intp)
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,9 +110,10 @@ class ReadPlan:
     touches are read (the rest of the buffer is never gathered). The samples of unit
     `units[k]` are `unit_starts[k]:unit_starts[k + 1]` (a unit's samples are contiguous,
     which is what lets a pool shuffle give a unit's memory back on its own).
-    `reordered[v]` is the pick of a variable whose batch holds its kept positions in
-    another order than the buffer (levels asked for out of the stored order: the gather
-    puts them in the batch's order, `core.batch_fields.picked_rows`).
+    `reordered[v]` are the picks of a variable whose batch holds their kept positions in
+    another order than the buffer (levels asked for out of the stored order, an area's
+    columns across the seam: the gather puts them in the batch's order,
+    `core.batch_fields`).
     """
 
     assignment: EpochAssignment
@@ -116,7 +129,7 @@ class ReadPlan:
     patches: PatchSpec | None = None
     origins: np.ndarray | None = None  # (num_samples, axes) crop origins with patches
     unit_starts: np.ndarray | None = None  # (units + 1,) each unit's first sample, then the end
-    reordered: Mapping[str, AxisPick] = field(default_factory=dict)
+    reordered: Mapping[str, tuple[AxisPick, ...]] = field(default_factory=dict)
 
     @property
     def num_samples(self) -> int:
@@ -284,11 +297,7 @@ def plan_block(
         patches=anchors.patches,
         origins=origins,
         unit_starts=np.concatenate([[0], np.cumsum(anchors.unit_sizes(units))]).astype(np.int64),
-        reordered={
-            name: pick
-            for name in reads
-            if (pick := geometry.variables[name].pick) is not None and pick.reorders
-        },
+        reordered={name: picks for name in reads if (picks := geometry.variables[name].reordering)},
     )
 
 
@@ -308,13 +317,18 @@ def _patch_reads(
     grid the chunks do not align with) sits in `chunk_ids`; `kept` each one's rows.
     """
     ndim, k = len(layout.shape), len(size)
-    grid, grid_chunks = layout.shape[ndim - k :], layout.chunks[ndim - k :]
-    counts = [-(-g // c) for g, c in zip(grid, grid_chunks, strict=True)]
+    grid, grid_chunks = layout.sample_shape[-k:], layout.chunks[ndim - k :]
+    counts = [-(-g // c) for g, c in zip(layout.shape[ndim - k :], grid_chunks, strict=True)]
     per_grid = math.prod(counts)
-    touched = touched_chunks(origins, size, grid_chunks, grid)  # (samples, m), -1 = none
+    stored_at = []  # an area's rows and columns: the stored position of each grid position
+    for axis in range(ndim - k, ndim):
+        pick = layout.pick_on(axis)
+        stored_at.append(None if pick is None else np.asarray(pick.batch_indices))
+    stored_grid = layout.shape[ndim - k :]
+    touched = touched_chunks(origins, size, grid_chunks, grid, stored_at, stored_grid)
     pairs = positions[:, :, None] * per_grid + touched[:, None, :]
     used = np.broadcast_to(touched[:, None, :] >= 0, pairs.shape)
-    middle = layout.inner_chunk_ranges()[: ndim - 1 - k]  # a pick is never a grid axis
+    middle = layout.inner_chunk_ranges()[: ndim - 1 - k]
     reads = []
     for pair in np.unique(pairs[used]).tolist():
         position, flat = divmod(pair, per_grid)

@@ -10,18 +10,23 @@ from typing import Any
 import numpy as np
 from zarr.abc.store import Store
 
+from insitubatch_nodes.core.area import Area, AreaSelection
 from insitubatch_nodes.core.batch_fields import SAMPLE_INDEX_KEY
 from insitubatch_nodes.core.cf_decoding import YIELDS_KEY, CFDecoding, decode_values
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
 from insitubatch_nodes.core.date_manifest import make_date_manifest, time_differences
 from insitubatch_nodes.core.date_ranges import RangeLike, TimeAxis
-from insitubatch_nodes.core.fingerprint import source_fingerprint
+from insitubatch_nodes.core.fingerprint import AREA_KEY, source_fingerprint
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.manifest import SplitManifest, make_manifest
 from insitubatch_nodes.core.unit_grid import grid_manifest
 from insitubatch_nodes.io.metadata.array_metadata import codec_summary, fill_value_text
 from insitubatch_nodes.io.metadata.cf_attributes import read_cf_decoding, zero_fill_warning
-from insitubatch_nodes.io.metadata.grid_coordinates import GridCoordinates, read_grid_coordinates
+from insitubatch_nodes.io.metadata.grid_coordinates import (
+    GridCoordinates,
+    area_selection,
+    read_grid_coordinates,
+)
 from insitubatch_nodes.io.metadata.levels import LevelsLike, level_picks
 from insitubatch_nodes.io.metadata.time_axis import read_time_axis
 from insitubatch_nodes.io.metadata.zarr_layout import arrays_of, open_root_group, select_variables
@@ -103,6 +108,12 @@ class ZarrSource:
     statics: Mapping[str, VariableLayout] = field(default_factory=dict)
     # static fields the default choice of variables left out (name them to read them)
     statics_left_out: tuple[str, ...] = ()
+    area: AreaSelection | None = None  # the grid points area= keeps, in the batch's order
+    # with an area: each static field's latitude and longitude axes, which `read_statics` crops
+    static_crops: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # with an area: each variable's latitude and longitude axes, which `grid_coordinates`
+    # crops the forcings' coordinates on
+    area_axes: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     # values known to be secret (URL userinfo, signatures, options' keys): kept out of the
     # errors of later reads (the time coordinate), never in a repr or a state
     secrets: tuple[str, ...] = field(default=(), repr=False)
@@ -120,6 +131,7 @@ class ZarrSource:
         spatial_dims: int = DEFAULT_SPATIAL_DIMS,
         decode_cf: bool = True,
         use_zarr_fill_value_as_mask: bool | None = None,
+        area: Area | None = None,
     ) -> ZarrSource:
         """Open `source`, pick the variables, and check (or make) the split manifest.
 
@@ -143,6 +155,9 @@ class ZarrSource:
             decode_cf: decode values as `xr.open_zarr` does (masks, packing); False keeps
                 stored values (`mask_and_scale=False`).
             use_zarr_fill_value_as_mask: as `xr.open_zarr` takes it; None picks by format.
+            area: a box of latitude and longitude (`core.area`): every variable keeps only
+                its grid points, found in its coordinates (`io.metadata.grid_coordinates`);
+                None for the whole grid.
         """
         if splits is not None and manifest is not None:
             raise ValueError(
@@ -186,8 +201,20 @@ class ZarrSource:
                     )
         if levels is not None:
             picks = level_picks(arrays, layouts, levels, spatial_dims, where, secrets)
-            layouts = {n: replace(lay, pick=picks.get(n)) for n, lay in layouts.items()}
+            layouts = {
+                n: lay.with_picks([picks[n]]) if n in picks else lay for n, lay in layouts.items()
+            }
             geometry = replace(geometry, variables=dict(layouts))  # its grid, picks added
+        boxed, static_crops, area_axes = None, {}, {}
+        if area is not None:
+            boxed, axes = area_selection(arrays, layouts, area, where, secrets, statics)
+            layouts = {
+                n: lay.with_picks(boxed.picks(axes[n].latitude_axis, axes[n].longitude_axis))
+                for n, lay in layouts.items()
+            }
+            geometry = replace(geometry, variables=dict(layouts))
+            static_crops = {n: (axes[n].latitude_axis, axes[n].longitude_axis) for n in statics}
+            area_axes = {n: (axes[n].latitude_axis, axes[n].longitude_axis) for n in layouts}
         kept = [*layouts, *statics]
         codecs = {name: codec_summary(arrays[name]) for name in kept}
         fills = {name: fill_value_text(arrays[name]) for name in kept}
@@ -218,6 +245,9 @@ class ZarrSource:
             decoding_warnings=tuple(w for w in warnings if w is not None),
             statics=statics,
             statics_left_out=selection.statics_left_out,
+            area=boxed,
+            static_crops=static_crops,
+            area_axes=area_axes,
             secrets=tuple(secrets),
         )
 
@@ -241,7 +271,9 @@ class ZarrSource:
     ) -> dict[str, np.ndarray]:
         """Each static field, read whole through the loader's reader
         (`io.reads.static_reads`) and decoded as `xr.open_zarr(url)[name]` shows it (or
-        stored values, with `decode_cf=False`), cast to `cast` when given.
+        stored values, with `decode_cf=False`), cast to `cast` when given; with an area,
+        cut to the box as the fields are (`AreaSelection.crop`: its shape is
+        `static_shapes()`'s).
 
         Args:
             cast: a numpy float dtype's name to cast the values to, or None.
@@ -251,9 +283,22 @@ class ZarrSource:
         stored = read_whole_arrays(
             self.store, self.statics, where=self.where, retry=retry, decode_threads=decode_threads
         )
-        return {
+        decoded = {
             name: decode_values(values, self.decodings[name], cast)
             for name, values in stored.items()
+        }
+        if self.area is None:
+            return decoded
+        area = self.area
+        return {n: area.crop(v, *self.static_crops[n]) for n, v in decoded.items()}
+
+    def static_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Each static field's shape as batches hold it (the box's grid, with an area)."""
+        if self.area is None:
+            return {name: tuple(layout.shape) for name, layout in self.statics.items()}
+        return {
+            name: self.area.cropped_shape(layout.shape, *self.static_crops[name])
+            for name, layout in self.statics.items()
         }
 
     def split_units(self, split: str) -> np.ndarray:
@@ -275,16 +320,33 @@ class ZarrSource:
         return read_time_axis(arrays, list(self.layouts), length, self.where, self.secrets)
 
     def grid_coordinates(self, spatial_dims: int) -> GridCoordinates:
-        """The selected variables' grid latitude and longitude, read and decoded
-        (`io.metadata.grid_coordinates`).
+        """The selected variables' grid latitude and longitude as batches hold the grid,
+        read and decoded (`io.metadata.grid_coordinates`): with an area, the box's rows
+        and columns in the batch's order, so that forcings lie where the fields do.
 
         Args:
             spatial_dims: the trailing grid axes of each variable.
         """
         group = open_root_group(self.store, self.where, self.secrets)
         arrays = arrays_of(group, self.where, self.secrets)
-        return read_grid_coordinates(
+        found = read_grid_coordinates(
             arrays, list(self.layouts), spatial_dims, self.where, self.secrets
+        )
+        if self.area is None:
+            return found
+        name, layout = next(iter(self.layouts.items()))
+        first = len(layout.shape) - spatial_dims  # the grid's first axis in the array
+        lat_axis, lon_axis = (axis - first for axis in self.area_axes[name])
+        if min(lat_axis, lon_axis) < 0:
+            raise ValueError(
+                f"area= crops the axes {list(self.area_axes[name])} of {name!r}, and the "
+                f"forcings are computed on its last {spatial_dims} axes, which leave one of "
+                f"them out; pass spatial_dims= to take in its latitude and longitude axes"
+            )
+        return replace(
+            found,
+            latitude=_cropped(found.latitude, self.area, lat_axis, lon_axis),
+            longitude=_cropped(found.longitude, self.area, lat_axis, lon_axis),
         )
 
     def fingerprint(
@@ -302,7 +364,7 @@ class ZarrSource:
                 and not the units).
             cast: the dtype batches are cast to (`build_loader(dtype=...)`), or None.
         """
-        return source_fingerprint(
+        fingerprint = source_fingerprint(
             self.layouts,
             self.codecs,
             self.fill_values,
@@ -313,6 +375,9 @@ class ZarrSource:
             self.decoding_records(cast),
             statics=self.statics,
         )
+        if self.area is not None:
+            fingerprint[AREA_KEY] = self.area.record()
+        return fingerprint
 
     def decoding_records(self, cast: str | None = None) -> dict[str, dict[str, Any]]:
         """Each variable's decoding as plain data (`CFDecoding.record`, with the dtype
@@ -328,3 +393,14 @@ class ZarrSource:
                 record[YIELDS_KEY] = cast
             records[name] = record
         return records
+
+
+def _cropped(values: np.ndarray, area: AreaSelection, lat_axis: int, lon_axis: int) -> np.ndarray:
+    """Coordinates shaped to broadcast against the whole grid cut to the box, in the
+    batch's order: the rows taken along the latitude axis and the columns along the
+    longitude axis, where they vary (an axis of length 1 broadcasts as it is)."""
+    if values.shape[lat_axis] > 1:
+        values = np.take(values, area.rows, axis=lat_axis)
+    if values.shape[lon_axis] > 1:
+        values = np.take(values, area.columns, axis=lon_axis)
+    return values

@@ -33,6 +33,7 @@ from typing import Any, NoReturn, TypeVar
 import torchdata.nodes
 from torchdata.nodes import BaseNode
 
+from insitubatch_nodes.core.area import AreaSelection
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.core.stage_report import EpochActivity, epoch_stats
 from insitubatch_nodes.loader.elastic_resume import resume_rest
@@ -73,6 +74,10 @@ class Loader(torchdata.nodes.Loader[T]):
             "land_sea_mask"]}`: variables and levels, then static fields), so that a model
             (and its checkpoint) can name its inputs; None for unstacked batches, whose
             keys name them.
+        area: the grid points an area keeps (`core.area.AreaSelection`: the batch's
+            latitudes and longitudes, in its order, and the picks that read them), or None
+            for the whole grid: `build_loader(area=...)` sets it, so that a model or a
+            later stage knows where its grid lies.
 
     Raises:
         ValueError: the graph's links cannot be told apart (`loader.graph_links`: two
@@ -88,11 +93,13 @@ class Loader(torchdata.nodes.Loader[T]):
         *,
         all_ranks_state: bool = False,
         channels: Mapping[str, Sequence[str]] | None = None,
+        area: AreaSelection | None = None,
     ) -> None:
         super().__init__(root, restart_on_stop_iteration)
         self.all_ranks_state = as_bool("all_ranks_state", all_ranks_state)
         # with stack=True: each stacked batch key -> its channels' names, in order
         self.channels = None if channels is None else {k: list(v) for k, v in channels.items()}
+        self.area = area
         self._links: GraphLinks = resolve_links(root)
         self._iterator: PeekingIterator[T] | None = None
         self._state_to_load: dict[str, Any] | None = None

@@ -11,12 +11,18 @@ cannot share one tensor before they are decoded), before `NormaliseNode` always.
 It takes either a host `Batch` of numpy arrays (before stacking: it gives one back, of
 numpy arrays), a `Batch` of device tensors (`decode="gpu"`), or the device node's dict of
 tensors, and replaces each field by its decoded values: with numpy where the values are
-on the host (`core.cf_decoding.decode_values`; torch's CPU ops would wake a thread pool
-per step, which costs ten times the arithmetic on a busy host), with torch on a device.
+on the host (`core.cf_decoding.decode_values`; torch's CPU ops wake a thread pool per
+step, which costs ten times the arithmetic on a busy host, and on one thread still took
+2.4 times numpy's time), with torch on a device (in place, one tensor per field).
 
-Decoding is computed in the decoded dtype (float64 for packed Zarr, as xarray does: mask,
-then multiply, then add), then cast to `dtype` when one is given, so that a batch equals
-`xr.open_zarr(p)[v].astype(dtype)` bit for bit on the CPU.
+On the host it runs on the thread that pulls from it: the consumer's, or with
+`device_prefetch` the device node's producer thread, where it overlaps the training step
+(benchmarks/README.md, "CF decoding").
+
+Decoding is computed in the decoded dtype (float64 for packed Zarr, as xarray does:
+multiply, then add; NaN where a stored value is masked), then cast to `dtype` when one
+is given, so that a batch equals `xr.open_zarr(p)[v].astype(dtype)` bit for bit on the
+CPU.
 
 It keeps no state: its `state_dict` is its source's, so a graph with or without it saves
 the same state. What it decodes is in the state's fingerprint instead (the permutation
@@ -66,14 +72,16 @@ def decode_tensor(stored: torch.Tensor, decoding: CFDecoding, cast: str | None) 
         hit = values == masked
         mask = hit if mask is None else mask | hit
     decoded = values.to(torch_dtype(decoding.decoded_dtype))
-    if decoded is values and (decoding.scale_factor is not None or mask is not None):
+    # in place: one tensor of the decoded dtype, where each step made one of its own
+    packed = decoding.scale_factor is not None or decoding.add_offset is not None
+    if decoded is values and (packed or mask is not None):
         decoded = decoded.clone()  # the stored buffer may be reused: never write into it
     if decoding.scale_factor is not None:
-        decoded = decoded * decoding.scale_factor
+        decoded.mul_(decoding.scale_factor)
     if decoding.add_offset is not None:
-        decoded = decoded + decoding.add_offset
+        decoded.add_(decoding.add_offset)
     if mask is not None:
-        decoded = decoded.masked_fill(mask, float("nan"))
+        decoded.masked_fill_(mask, float("nan"))
     if cast is not None:
         decoded = decoded.to(torch_dtype(cast))
     return decoded

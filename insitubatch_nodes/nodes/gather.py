@@ -18,10 +18,8 @@ from insitubatch_nodes.core.batch_fields import (
     batch_fields,
     batch_shape,
     crop_index,
-    picked_rows,
-    picked_view,
 )
-from insitubatch_nodes.core.geometry import AxisPick
+from insitubatch_nodes.core.picked_takes import PickedTake, take_picked
 from insitubatch_nodes.core.quality import UniformMixing
 from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.device.copy_ahead import CUDA_PREFETCH, staging_slots
@@ -206,8 +204,8 @@ def batch_shapes(draw: BatchDraw) -> Shapes:
     shapes: Shapes = {}
     for key, variable, columns in batch_fields(plan):
         array = first_block.arrays[variable]
-        pick = plan.reordered.get(variable)
-        shapes[key] = (batch_shape(draw.size, array.shape, columns, crop, pick), array.dtype)
+        picks = plan.reordered.get(variable, ())
+        shapes[key] = (batch_shape(draw.size, array.shape, columns, crop, picks), array.dtype)
     if crop:
         shapes[PATCH_ORIGIN_KEY] = ((draw.size, len(crop)), np.dtype(np.int64))
     return shapes
@@ -240,9 +238,10 @@ def gather(
     array, and work that scales with the distinct arrays, not the samples, when not. The
     bytes are those of a take per sample in that order.
 
-    Levels asked for in another order than the store's (`ReadPlan.reordered`) come out of
-    the same take: it reads the block as rows of what lies after the level axis, at the
-    rows that list each sample's levels in the batch's order (`_reordering`).
+    Positions asked for in another order than the store's (`ReadPlan.reordered`: levels,
+    an area's columns across the seam) come out of the same take: it reads the block as
+    rows of what lies after the reordered axes, at the rows that list each sample's
+    positions in the batch's order (`core.picked_takes`).
 
     Args:
         draw: the batch's rows, by block.
@@ -270,35 +269,33 @@ def gather(
     for key, variable, columns, take_columns in layout.fields:
         if variable not in groups:
             groups[variable] = _array_groups(draw, variable)
-        pick = plan.reordered.get(variable)
+        picks = plan.reordered.get(variable, ())
         for array, at in groups[variable]:
+            take = PickedTake(array.shape, picks, layout.crop) if picks else None
             if layout.crop:
                 rows, origins = index[at, columns], index[at, layout.origins]
-                source, rows = _reordering(array, rows, pick)
-                taken = crop_rows(source, rows.reshape(len(origins), -1), origins, layout.crop)
+                source, lookups = array, ()
+                if take is not None:
+                    source, rows, lookups = take.view(array), take.rows(rows), take.crop_lookups()
+                rows = rows.reshape(len(origins), -1)
+                taken = crop_rows(source, rows, origins, layout.crop, lookups)
                 batch[key][at] = taken.reshape(len(origins), *batch[key].shape[1:])
-            elif isinstance(at, slice):
-                # (n,), or (n, steps) with steps; then the levels' rows with a reorder
-                source, rows = _reordering(array, index[at, take_columns], pick)
-                takes.take(source, rows, batch[key][at])
+            elif take is not None and isinstance(at, slice):  # in another order than the block's
+                rows = index[at, take_columns]
+                if take.columns is None:  # rows of the take's view, helped as any take
+                    takes.take(take.view(array), take.rows(rows), batch[key][at])
+                else:
+                    take_picked(array, rows, take, out=batch[key][at])
+            elif take is not None:
+                batch[key][at] = take_picked(array, index[at, take_columns], take)
+            elif isinstance(at, slice):  # (n,), or (n, steps) with steps
+                takes.take(array, index[at, take_columns], batch[key][at])
             else:  # one array's rows, scattered over the batch by the draw's order
-                source, rows = _reordering(array, index[at, take_columns], pick)
-                batch[key][at] = np.take(source, rows, axis=0, mode="clip")
+                batch[key][at] = np.take(array, index[at, take_columns], axis=0, mode="clip")
     batch[SAMPLE_INDEX_KEY][...] = index[:, layout.sample_index]
     if layout.crop:
         batch[PATCH_ORIGIN_KEY][...] = index[:, layout.origins]
     return batch
-
-
-def _reordering(
-    array: np.ndarray, rows: np.ndarray, pick: AxisPick | None
-) -> tuple[np.ndarray, np.ndarray]:
-    """What a field's take reads: the block array and its rows, or with a pick the batch
-    reorders (`ReadPlan.reordered`) the array's `picked_view` and the rows of it that hold
-    the levels in the batch's order (`picked_rows`): still one take."""
-    if pick is None:
-        return array, rows
-    return picked_view(array, pick), picked_rows(rows, array.shape, pick)
 
 
 class _TableLayout:
@@ -396,7 +393,11 @@ def _array_groups(draw: BatchDraw, variable: str) -> list[tuple[Any, slice | np.
 
 
 def crop_rows(
-    array: np.ndarray, rows: np.ndarray, origins: np.ndarray, size: tuple[int, ...]
+    array: np.ndarray,
+    rows: np.ndarray,
+    origins: np.ndarray,
+    size: tuple[int, ...],
+    lookups: tuple[np.ndarray | None, ...] = (),
 ) -> np.ndarray:
     """`array[rows[i, j], ..., o_i : o_i + size]` for all i, j as one fancy index:
     (n, steps, *middle, *size).
@@ -406,8 +407,10 @@ def crop_rows(
         rows: (n, steps) block rows of the samples' steps.
         origins: (n, len(size)) each sample's crop origin.
         size: the crop's length along each cropped (last) axis.
+        lookups: per cropped axis, the block positions of the batch's positions, or None
+            (`core.picked_takes.PickedTake.crop_lookups`).
     """
-    index, middle = crop_index(rows, origins, size, array.ndim, np.arange)
+    index, middle = crop_index(rows, origins, size, array.ndim, np.arange, lookups)
     taken = array[index]  # advanced axes first: (n, steps, *size, *middle)
     if middle:
         k = len(size)

@@ -15,9 +15,8 @@ from insitubatch_nodes.core.batch_fields import (
     batch_fields,
     batch_shape,
     crop_index,
-    picked_rows,
-    picked_view,
 )
+from insitubatch_nodes.core.picked_takes import PickedTake
 from insitubatch_nodes.nodes.items import BatchDraw, FetchedBlock
 
 
@@ -25,20 +24,30 @@ def _field_rows(
     block: FetchedBlock, variable: str, rows: np.ndarray, columns: np.ndarray | None
 ) -> np.ndarray:
     """The rows of the block's array holding the drawn samples' steps: (n, steps), one
-    column without a spec; with levels the batch reorders (`ReadPlan.reordered`), the
-    rows of its `picked_view` holding them in the batch's order, (n, steps x levels)."""
+    column without a spec; with positions the batch reorders (`ReadPlan.reordered`), the
+    rows of the take's view holding them in the batch's order (`core.picked_takes`),
+    (n, steps x folded positions)."""
     table = block.plan.rows[variable]
     picked = table[rows, :1] if columns is None else table[rows[:, None], columns[None, :]]
     found = block.rows(variable, picked)
-    pick = block.plan.reordered.get(variable)
-    if pick is None:
+    picks = block.plan.reordered.get(variable)
+    if not picks:
         return found
-    reordered = picked_rows(found, tuple(block.arrays[variable].shape), pick)
-    return reordered.reshape(len(rows), -1)
+    take = PickedTake(tuple(block.arrays[variable].shape), picks, _crop(block))
+    return take.rows(found).reshape(len(rows), -1)
+
+
+def _crop(block: FetchedBlock) -> tuple[int, ...]:
+    patches = block.plan.patches
+    return () if patches is None else patches.size
 
 
 def crop_tensor_rows(
-    tensor: torch.Tensor, rows: torch.Tensor, origins: torch.Tensor, size: tuple[int, ...]
+    tensor: torch.Tensor,
+    rows: torch.Tensor,
+    origins: torch.Tensor,
+    size: tuple[int, ...],
+    lookups: tuple[torch.Tensor | None, ...] = (),
 ) -> torch.Tensor:
     """`nodes.gather.crop_rows` for a tensor, with `rows` and `origins` already on its device (torch
     orders the axes of such an index as numpy does).
@@ -48,10 +57,11 @@ def crop_tensor_rows(
         rows: (n, steps) block rows of the samples' steps.
         origins: (n, len(size)) each sample's crop origin.
         size: the crop's length along each cropped (last) axis.
+        lookups: per cropped axis, the block positions of the batch's positions (on the
+            tensor's device), or None (`core.picked_takes.PickedTake.crop_lookups`).
     """
-    index, middle = crop_index(
-        rows, origins, size, tensor.ndim, functools.partial(torch.arange, device=tensor.device)
-    )
+    arange = functools.partial(torch.arange, device=tensor.device)
+    index, middle = crop_index(rows, origins, size, tensor.ndim, arange, lookups)
     taken = tensor[index]
     if middle:
         k = len(size)
@@ -83,11 +93,26 @@ def _upload(
     return out
 
 
+def _positions(takes: dict[str, PickedTake]) -> dict[str, np.ndarray]:
+    """The block positions of reordered axes a take indexes beside its rows (a reordered
+    last axis's `columns`, cropped axes' lookups), by `key/columns` and `key/cropI`: sent
+    to the device with the batch's row indices, in the same one copy."""
+    positions = {}
+    for key, take in takes.items():
+        if (columns := take.columns) is not None:
+            positions[f"{key}/columns"] = columns
+        for i, lookup in enumerate(take.crop_lookups()):
+            if lookup is not None:
+                positions[f"{key}/crop{i}"] = lookup
+    return positions
+
+
 def gather_tensors(draw: BatchDraw) -> dict[str, Any]:
     """`gather` for blocks of tensors, on their device (`FetchedBlock.device`), queued on
     the caller's current stream: one `index_select` per (field, block) through one upload
     of the batch's row indices, or with patches one fancy index per (field, block); levels
-    the batch reorders come out of the same one (`core.batch_fields.picked_rows`). A
+    the batch reorders come out of the same one, an area's columns across the seam out of
+    one `index_select` per run of them (`core.picked_takes`). A
     draw that says its order (`BatchDraw.order`) is gathered so, then put in that order
     with one `index_select` per field (a copy on the device, rather than a take per
     sample). Only `sample_index` (and `patch_origin`) stay host arrays, in batch order.
@@ -103,8 +128,8 @@ def gather_tensors(draw: BatchDraw) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, variable, columns in fields:
         sample = first_block.arrays[variable]
-        pick = plan.reordered.get(variable)
-        out[key] = sample.new_empty(batch_shape(size, tuple(sample.shape), columns, crop, pick))
+        picks = plan.reordered.get(variable, ())
+        out[key] = sample.new_empty(batch_shape(size, tuple(sample.shape), columns, crop, picks))
     grouped = (
         out
         if draw.order is None
@@ -121,21 +146,42 @@ def gather_tensors(draw: BatchDraw) -> dict[str, Any]:
             assert block.plan.origins is not None
             wanted[-1][PATCH_ORIGIN_KEY] = block.plan.origins[rows]
     assert first_block.device is not None  # every block of a batch lives on one device
+    takes = {
+        key: PickedTake(tuple(first_block.arrays[variable].shape), picks, crop)
+        for key, variable, _ in fields
+        if (picks := plan.reordered.get(variable))
+    }
+    positions = _positions(takes)
     if draw.order is not None:
         wanted.append({"order": draw.order})
+    wanted.append(positions)
     uploads = _upload(wanted, first_block.device)
+    on_device = uploads[-1]
     start = 0
     for (block, rows), uploaded in zip(draw.parts, uploads[: len(draw.parts)], strict=True):
         assert block.device is not None
         stop = start + rows.size
         for key, variable, _ in fields:
             tensor = block.arrays[variable]
-            if (pick := plan.reordered.get(variable)) is not None:
-                tensor = picked_view(tensor, pick)  # read at the rows `_field_rows` gave
+            take = takes.get(key)
+            if take is not None:
+                tensor = take.view(tensor)  # read at the rows `_field_rows` gave
             target = grouped[key][start:stop]
             if crop:
-                taken = crop_tensor_rows(tensor, uploaded[key], uploaded[PATCH_ORIGIN_KEY], crop)
+                lookups = tuple(on_device.get(f"{key}/crop{i}") for i in range(len(crop)))
+                taken = crop_tensor_rows(
+                    tensor, uploaded[key], uploaded[PATCH_ORIGIN_KEY], crop, lookups
+                )
                 target.copy_(taken.reshape(target.shape))
+            elif take is not None and (runs := take.column_runs()) is not None:
+                assert take.columns is not None  # runs are of the columns
+                flat = target.view(-1, take.columns.size)
+                for first, end, at in runs:  # an area's columns: a take per run
+                    taken = torch.index_select(tensor[:, first:end], 0, uploaded[key].view(-1))
+                    flat[:, at : at + end - first].copy_(taken)
+            elif (columns := on_device.get(f"{key}/columns")) is not None:
+                flat = target.view(-1, columns.numel())
+                flat.copy_(tensor[uploaded[key].view(-1, 1), columns])
             else:
                 flat = target.view(-1, *tensor.shape[1:])
                 torch.index_select(tensor, 0, uploaded[key].view(-1), out=flat)
@@ -149,7 +195,7 @@ def gather_tensors(draw: BatchDraw) -> dict[str, Any]:
         np.take(block.plan.sample_index, rows, out=sample_index[start:stop], mode="clip")
         start = stop
     if draw.order is not None:
-        order = uploads[-1]["order"]
+        order = uploads[-2]["order"]
         for key in out:
             torch.index_select(grouped[key], 0, order, out=out[key])
         sample_index = sample_index[draw.order]

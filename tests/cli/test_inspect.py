@@ -35,6 +35,7 @@ from insitubatch_nodes.core.quality import uniform_distinct_units
 from insitubatch_nodes.io.host.host_resources import HostResources
 from insitubatch_nodes.nodes.graph import graph_nodes
 from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
+from tests.helpers.area_stores import write_grid_store
 from tests.helpers.pool_cursors import distinct_units, filling_batches, first_wait
 from tests.helpers.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server
 from tests.helpers.time_stores import hourly, write_xarray
@@ -849,3 +850,23 @@ def test_stack_prints_the_channel_list_and_the_statics_on_the_memory_plan(
     )
     loader = build_loader(str(url), variables, split="all", device="cpu", stack=True)
     assert loader.channels == {"fields": variables}
+
+
+def test_an_area_shows_its_grid_and_the_chunks_it_touches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--area N,W,S,E` across the 0/360 seam of a 10-degree grid in chunks of 5 x 8: 5 x 8
+    grid points, the latitude chunks of 60 .. 20 (two of four) times the longitude chunks
+    of 330 .. 40 (the first and the last of five), in text and in JSON; a box of no grid
+    point is one line on stderr."""
+    url = write_grid_store(tmp_path / "grid.zarr", zarr_format=3, descending=True, signed=False)
+    code, out, _ = inspect(capsys, url, "--area", "60,-30,20,40")
+    assert code == 0
+    assert "5 x 8 grid points (latitude 60 .. 20, longitude 330 .. 40 eastward)" in out
+    assert "t2m: reads 4 of 20 chunks per time chunk (20.0% of the reads)" in out
+    report = inspect_json(capsys, url, "--area", "60,-30,20,40", "--variables", "z")
+    assert report["area"]["grid"] == [5, 8]
+    assert report["area"]["chunks"] == {"z": [8, 40]}
+    code, _, err = inspect(capsys, url, "--area", "60,1,20,9")
+    assert code == 2
+    assert "holds no grid point" in err

@@ -102,8 +102,8 @@ def test_chunk_regions_assemble_each_block_from_stored_chunks(
             assert (writes == 1).all()
             steps = plan.sample_index[:, None] + np.asarray(plan.offsets[name])[None, :]
             expected = sources[name][steps]
-            if layout.pick is not None:  # the sample's axis `pick.axis` is axis + 1 here
-                expected = np.take(expected, layout.pick.indices, axis=layout.pick.axis + 1)
+            for pick in layout.picks:  # the sample's axis `pick.axis` is axis + 1 here
+                expected = np.take(expected, pick.indices, axis=pick.axis + 1)
             assert np.array_equal(buffer[plan.rows[name]], expected)
 
 

@@ -19,6 +19,7 @@ import xarray as xr
 import zarr
 
 from insitubatch_nodes import (
+    PatchSpec,
     SampleSpec,
     ZarrSource,
     build_loader,
@@ -27,6 +28,7 @@ from insitubatch_nodes import (
     open_icechunk,
     window,
 )
+from tests.helpers.area_stores import write_grid_store
 from tests.helpers.cf_stores import write_attributes
 from tests.helpers.paths import REPO
 from tests.helpers.stores import write_store
@@ -600,6 +602,48 @@ def _sun_on_a_models_calendar(ctx: Context) -> None:
     )
 
 
+def _grid_store(ctx: Context) -> str:
+    """A 10-degree global grid, latitudes 90 .. -90, longitudes 0 .. 350."""
+    return write_grid_store(
+        ctx.tmp_path / "era5.zarr", zarr_format=3, descending=True, signed=False
+    )
+
+
+def _area_north_of_south(ctx: Context) -> None:
+    build_loader(_grid_store(ctx), area=(20, 0, 60, 30))
+
+
+def _area_of_no_grid_point(ctx: Context) -> None:
+    build_loader(_grid_store(ctx), area=(60, 1, 20, 9))
+
+
+def _patches_larger_than_the_area(ctx: Context) -> None:
+    build_loader(_grid_store(ctx), ["t2m"], area=(60, -30, 20, 40), patches=PatchSpec((8, 8)))
+
+
+def _area_without_coordinates(ctx: Context) -> None:
+    path = str(ctx.tmp_path / "xy.zarr")
+    xr.Dataset(
+        {"v": (("time", "y", "x"), np.zeros((8, 3, 4), np.float32))},
+        coords={"time": np.arange(8)},
+    ).to_zarr(path, consolidated=False)
+    build_loader(path, ["v"], area=(60, -30, 20, 40))
+
+
+def _area_on_a_curvilinear_grid(ctx: Context) -> None:
+    path = str(ctx.tmp_path / "hrrr.zarr")
+    plane = np.zeros((3, 4))
+    xr.Dataset(
+        {"v": (("time", "y", "x"), np.zeros((8, 3, 4), np.float32))},
+        coords={
+            "time": np.arange(8),
+            "latitude": (("y", "x"), plane),
+            "longitude": (("y", "x"), plane),
+        },
+    ).to_zarr(path, consolidated=False)
+    build_loader(path, ["v"], area=(60, -30, 20, 40))
+
+
 CASES = {
     "a URL with a scheme we do not read": _unsupported_scheme,
     "a local path that does not exist": _missing_local_path,
@@ -658,6 +702,11 @@ CASES = {
     "a forcing the loader does not compute": _unknown_forcing,
     "a forcing of the place on a grid without coordinates": _forcing_without_coordinates,
     "the sun on a model's calendar": _sun_on_a_models_calendar,
+    "an area whose north lies south of its south": _area_north_of_south,
+    "an area that holds no grid point": _area_of_no_grid_point,
+    "patches larger than the area": _patches_larger_than_the_area,
+    "an area on a store without latitude and longitude": _area_without_coordinates,
+    "an area on a curvilinear grid": _area_on_a_curvilinear_grid,
 }
 
 

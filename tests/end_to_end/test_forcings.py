@@ -260,7 +260,8 @@ def test_a_grid_without_coordinates_refuses_the_forcings_of_the_place(tmp_path: 
 
 def test_a_grid_with_cf_coordinates_over_both_axes_is_found(tmp_path: Path) -> None:
     """A projected grid (HRRR-like): 2-D latitude/longitude over (y, x), found by their CF
-    standard_name."""
+    standard_name and units for the forcings, which need each point's place; `area=`, which
+    needs a box of rows and columns, refuses the same grid."""
     lat = np.linspace(20, 50, 12).reshape(3, 4)
     lon = np.linspace(-130, -60, 12).reshape(3, 4)
     ds = xr.Dataset(
@@ -280,6 +281,9 @@ def test_a_grid_with_cf_coordinates_over_both_axes_is_found(tmp_path: Path) -> N
     np.testing.assert_allclose(
         batch["cos_longitude"][0].numpy(), np.cos(np.deg2rad(lon)), atol=1e-6
     )
+    # area= still refuses the curvilinear grid by name: its box is no box of rows and columns
+    with pytest.raises(ValueError, match="area= needs 1-D latitude and longitude coordinates"):
+        cpu_loader(url, ["t2m"], forcings=["cos_latitude"], area=(40, -120, 30, -70))
 
 
 @pytest.mark.parametrize("calendar", ["noleap", "360_day"])
@@ -336,6 +340,53 @@ def test_a_dataset_selection_crops_the_forcings(tmp_path: Path) -> None:
     )
     np.testing.assert_allclose(
         batch["sin_longitude"][0, 0].numpy(), np.sin(np.deg2rad(ds.longitude.values)), atol=1e-6
+    )
+
+
+@pytest.mark.parametrize(
+    ("area", "rows", "columns"),
+    [
+        ((40, 30, -20, 120), [2, 3, 4, 5], [1, 2, 3, 4]),
+        # across the stored 0/360 seam: 300, 330, 0, 30, 60 eastward
+        ((40, -60, -20, 60), [2, 3, 4, 5], [10, 11, 0, 1, 2]),
+    ],
+)
+def test_an_area_crops_the_forcings_to_its_box(
+    tmp_path: Path, area: tuple[float, ...], rows: list[int], columns: list[int]
+) -> None:
+    """With `area=`, each sample's forcings are those of the box's grid points in the
+    batch's order (the rows and columns `loader.area` keeps), as the fields are: the whole
+    grid's forcings of the same sample taken at the box's rows and columns."""
+    url = _write(tmp_path)
+    whole = cpu_loader(url, ["t2m"], batch_size=8, forcings=ALL, seed=3)
+    boxed = cpu_loader(url, ["t2m"], batch_size=8, forcings=ALL, seed=3, area=area)
+    assert boxed.area is not None
+    assert boxed.area.rows.tolist() == rows and boxed.area.columns.tolist() == columns
+    ds = xr.open_zarr(url, consolidated=False)
+    np.testing.assert_array_equal(boxed.area.latitudes, ds.latitude.values[rows])
+    np.testing.assert_array_equal(boxed.area.longitudes, ds.longitude.values[columns])
+    seen = 0
+    for full, box in zip(whole, boxed, strict=True):
+        index = box[SAMPLE_INDEX_KEY].numpy()
+        np.testing.assert_array_equal(index, full[SAMPLE_INDEX_KEY].numpy())
+        np.testing.assert_array_equal(
+            box["t2m"].numpy(), full["t2m"].numpy()[:, rows][:, :, columns]
+        )
+        expected = _reference(url, ALL, index[:, None], "proleptic_gregorian")
+        for name in ALL:
+            got = box[name].numpy()
+            assert got.shape == (len(index), len(rows), len(columns)), name
+            np.testing.assert_array_equal(got, full[name].numpy()[:, rows][:, :, columns], name)
+            scale = 1361.0 * 3600 if name == "toa_incident_solar_radiation" else 1.0
+            np.testing.assert_allclose(
+                got, expected[name][:, 0][:, rows][:, :, columns], atol=1e-5 * scale, err_msg=name
+            )
+        seen += len(index)
+    assert seen == 48
+    np.testing.assert_allclose(
+        box["sin_longitude"][0, 0].numpy(),
+        np.sin(np.deg2rad(boxed.area.longitudes)),
+        atol=1e-6,
     )
 
 

@@ -24,6 +24,7 @@ from insitubatch_nodes import (
     ShuffleBlockNode,
     ZarrSource,
 )
+from insitubatch_nodes.core.area import Area
 from insitubatch_nodes.core.memory_bound import DEFAULT_MEMORY_BUDGET
 from insitubatch_nodes.core.pool_order import POOL_RAMP
 from insitubatch_nodes.core.read_plan import ReadPlan
@@ -64,14 +65,16 @@ def build_stage(
     pool_interleave: bool = True,
     unit_length: int | None = None,
     levels: LevelsLike | None = None,
+    area: Area | None = None,
 ) -> BaseNode[Any]:
     """The default graph up to `stage`; with `pool_size`, its shuffle is the pool's (filling
     as `pool_ramp` says, interleaving batches as `pool_interleave` does); with
     `unit_length`, its units are that long (any length: a fine grid, revisits); with
-    `levels`, the variables keep those levels (`ZarrSource.open`'s `levels`). The
+    `levels`, the variables keep those levels (`ZarrSource.open`'s `levels`; `area`, the
+    box's grid points). The
     shuffle is given its peers as `build_loader` gives them, so that a stage iterated
     without a `Loader` counts its batches and resumes as in a loader."""
-    source = ZarrSource.open(url, levels=levels)
+    source = ZarrSource.open(url, levels=levels, area=area)
     if unit_length is None:
         anchors = AnchorSet.for_split(source.geometry, source.split_units(split), spec, patches)
     else:

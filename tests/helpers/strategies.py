@@ -11,20 +11,22 @@ from insitubatch_nodes.core.geometry import AxisPick, SampleGeometry, VariableLa
 
 @st.composite
 def layouts(draw: st.DrawFn, num_samples: int, picks: bool = False) -> VariableLayout:
-    """A layout; with `picks`, one that keeps some positions of an inner axis, if it has one."""
-    inner_shape = draw(st.lists(st.integers(1, 7 if picks else 5), min_size=int(picks), max_size=2))
+    """A layout; with `picks`, one that keeps some positions of one or more of its inner
+    axes (levels and an area's rows and columns at once), if it has one."""
+    inner_shape = draw(st.lists(st.integers(1, 7 if picks else 5), min_size=int(picks), max_size=3))
     inner_chunks = [draw(st.integers(1, s)) for s in inner_shape]
     sample_chunk = draw(st.integers(1, 9))
-    pick = None
+    chosen: list[AxisPick] = []
     if picks:
-        axis = draw(st.integers(1, len(inner_shape)))
-        kept = draw(st.sets(st.integers(0, inner_shape[axis - 1] - 1), min_size=1))
-        pick = AxisPick(axis, tuple(sorted(kept)))
+        axes = draw(st.sets(st.integers(1, len(inner_shape)), min_size=1))
+        for axis in sorted(axes):
+            kept = draw(st.sets(st.integers(0, inner_shape[axis - 1] - 1), min_size=1))
+            chosen.append(AxisPick(axis, tuple(sorted(kept))))
     return VariableLayout(
         (num_samples, *inner_shape),
         (sample_chunk, *inner_chunks),
         draw(st.sampled_from(["float32", "int16", "float64"])),
-        pick,
+        tuple(chosen),
     )
 
 

@@ -35,9 +35,9 @@ from tests.helpers.strategies import layouts, stored_chunk
 
 
 def _picked(values: np.ndarray, layout: VariableLayout) -> np.ndarray:
-    if layout.pick is None:
-        return values
-    return np.take(values, layout.pick.indices, axis=layout.pick.axis)
+    for pick in layout.picks:
+        values = np.take(values, pick.indices, axis=pick.axis)
+    return values
 
 
 @settings(max_examples=examples(120))
@@ -71,8 +71,8 @@ def _within(layout: VariableLayout, selection: tuple[slice, ...]) -> tuple[slice
     """The chunk's inner region among a picked sample's positions (its own otherwise)."""
     region = []
     for axis, part in enumerate(selection[1:], start=1):
-        if layout.pick is not None and axis == layout.pick.axis:
-            kept = np.asarray(layout.pick.indices)
+        if (pick := layout.pick_on(axis)) is not None:
+            kept = np.asarray(pick.indices)
             region.append(slice(int((kept < part.start).sum()), int((kept < part.stop).sum())))
         else:
             region.append(part)
@@ -86,16 +86,23 @@ def test_bad_row_ranges_and_picks_are_refused() -> None:
     with pytest.raises(ValueError, match=r"rows .* of chunk \(2, 0\) are not within its 2"):
         chunk_regions(layout, ChunkRead((2, 0), 0, rows=(1, 1)))
     with pytest.raises(ValueError, match="must be along an inner axis"):
-        VariableLayout((10, 7), (4, 3), "int32", AxisPick(0, (1,)))
+        VariableLayout((10, 7), (4, 3), "int32", (AxisPick(0, (1,)),))
     for indices in [(), (3, 1), (2, 2), (7,), (-1, 2)]:
         with pytest.raises(ValueError, match=r"strictly increasing, within 0\.\.6"):
-            VariableLayout((10, 7), (4, 3), "int32", AxisPick(1, indices))
+            VariableLayout((10, 7), (4, 3), "int32", (AxisPick(1, indices),))
 
 
-def test_patches_refuse_to_crop_a_picked_axis() -> None:
-    layout = VariableLayout((10, 7, 8), (4, 3, 4), "int32", AxisPick(2, (1, 5)))
+def test_patches_refuse_a_crop_larger_than_the_area_or_a_repeated_grid_position() -> None:
+    """Patches crop an area's grid (its picks on the grid axes): a patch larger than that
+    grid is refused naming the area, and so is a grid position held twice."""
+    layout = VariableLayout((10, 7, 8), (4, 3, 4), "int32", (AxisPick(2, (1, 5)),))
     geometry = SampleGeometry.from_layouts({"a": layout})
-    with pytest.raises(ValueError, match=r"\['a'\] keep only some positions of one of them"):
+    with pytest.raises(ValueError, match=r"larger than the area's grid \(7, 2\)"):
+        AnchorSet.for_split(geometry, np.arange(geometry.num_units), None, PatchSpec((2, 3)))
+    AnchorSet.for_split(geometry, np.arange(geometry.num_units), None, PatchSpec((2, 2)))
+    twice = VariableLayout((10, 7, 8), (4, 3, 4), "int32", (AxisPick(2, (1, 5), order=(0, 1, 0)),))
+    geometry = SampleGeometry.from_layouts({"a": twice})
+    with pytest.raises(ValueError, match=r"\['a'\] hold a position of one of them twice"):
         AnchorSet.for_split(geometry, np.arange(geometry.num_units), None, PatchSpec((2, 2)))
 
 
@@ -114,7 +121,7 @@ def _write(path: Path, compressor: Any) -> np.ndarray:
 
 
 def _block(path: Path, reader: str, **settings: Any) -> tuple[ReadPlan, Any, ReadContext]:
-    layout = VariableLayout(SHAPE, CHUNKS, "float32", AxisPick(1, KEPT))
+    layout = VariableLayout(SHAPE, CHUNKS, "float32", (AxisPick(1, KEPT),))
     geometry = SampleGeometry.from_layouts({"t": layout})
     units = np.arange(geometry.num_units)
     assignment = assign_epoch(geometry, units, seed=0, epoch=0, rank=0, world_size=1)

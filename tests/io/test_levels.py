@@ -247,7 +247,9 @@ def test_a_state_saved_with_other_levels_is_refused(stores: dict[str, str]) -> N
     next(iter(loader))
     state = loader.state_dict()
     other = ib.build_loader(url, ["z"], levels=[850], batch_size=4, device="cpu")
-    with pytest.raises(ValueError, match=r"array 'z' kept positions \(levels\) were \[1, \[3\]\]"):
+    with pytest.raises(
+        ValueError, match=r"array 'z' kept positions \(levels, an area\) were \[1, \[3\]\]"
+    ):
         other.load_state_dict(state)
         next(iter(other))
 
@@ -266,7 +268,7 @@ def test_a_state_saved_with_the_levels_in_another_order_is_refused(
     next(iter(same))
     other = ib.build_loader(url, ["z"], levels=[850, 500], batch_size=4, device="cpu")
     with pytest.raises(
-        ValueError, match=r"array 'z' kept positions \(levels\) were \[1, \[3, 1\]\]"
+        ValueError, match=r"array 'z' kept positions \(levels, an area\) were \[1, \[3, 1\]\]"
     ):
         other.load_state_dict(state)
         next(iter(other))

@@ -174,6 +174,39 @@ def test_drawn_encodings_decode_as_xarray_shows_them(
     _same(_decoded(url), _xarray(url))
 
 
+@settings(
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    encoding=_encodings(),
+    cast=st.sampled_from([None, "float32", "float16", "float64"]),
+    slab_values=st.integers(1, 100),
+)
+def test_drawn_encodings_cast_in_slabs_equal_xarrays_values_cast(
+    tmp_path: Path,
+    encoding: tuple[np.ndarray, dict[str, Any], int],
+    cast: str | None,
+    slab_values: int,
+) -> None:
+    """The host kernel computes a cast in slabs (`slab_values` of them, the last one
+    short when it does not divide the 96 values): every slab boundary gives the values
+    `xr.open_zarr(p)[v].astype(cast)` gives, bit for bit, NaN where xarray shows NaN."""
+    stored, attributes, zarr_format = encoding
+    fill = attributes.pop("_FillValue", None) if zarr_format == 2 else None
+    url = write_attributes(
+        tmp_path / "s.zarr", stored, attributes, zarr_format=zarr_format, fill_value=fill
+    )
+    decoding = read_cf_decoding("v", zarr.open_group(url, mode="r")["v"])
+    shown = _xarray(url)
+    expected = shown if cast is None else shown.astype(cast)
+    got = decode_values(stored, decoding, cast, slab_values=slab_values)
+    _same(got, expected)
+    # a strided view (a field cut out of a wider batch) decodes to the same values
+    _same(decode_values(stored[:, ::2], decoding, cast, slab_values=slab_values), expected[:, ::2])
+
+
 @pytest.mark.parametrize("cast", ["float32", "bfloat16", "float16"])
 def test_a_cast_equals_xarrays_values_cast(tmp_path: Path, cast: str) -> None:
     url = write_encoded(tmp_path / "s.zarr", "int16_packed_fill", zarr_format=3)
@@ -225,3 +258,54 @@ def test_the_node_decodes_host_batches_in_place_and_keeps_no_state() -> None:
     _same(batch["v"], np.array([[np.nan, 2.0], [3.0, 4.0]]))
     assert stored[0, 0] == -1  # the stored buffer is never written
     assert node.state_dict() == {"source": "state"}
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        {"add_offset": 1.5},
+        {"scale_factor": 2.0},
+        {"fill_values": [4.0]},
+        {"fill_values": [4.0], "scale_factor": 0.5, "add_offset": -1.0},
+    ],
+)
+def test_decoding_in_place_never_writes_the_stored_values(attributes: dict[str, Any]) -> None:
+    """float64 stored values decode to float64: the decoded tensor starts as the stored
+    one, and is copied before the in-place steps write it (both kernels)."""
+    decoding = cf_decoding("float64", **attributes)
+    assert decoding.decoded_dtype == "float64"
+    stored = np.arange(8.0).reshape(2, 4)
+    expected = stored.copy()
+    tensor = torch.from_numpy(stored)
+    decoded = decode_tensor(tensor, decoding, None)
+    assert not np.array_equal(decoded.numpy(), expected, equal_nan=True)
+    _same(decode_values(stored, decoding), decoded.numpy())
+    _same(stored, expected)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "attributes"),
+    [
+        ("int16", {"scale_factor": 0.002, "add_offset": 273.15, "_FillValue": -32767}),
+        ("int16", {"scale_factor": 1.5e-4, "_FillValue": -1, "_Unsigned": "true"}),
+        ("uint8", {"scale_factor": 0.4, "add_offset": -40.5, "_FillValue": 255}),
+        ("int16", {"_FillValue": 0}),
+    ],
+)
+@pytest.mark.parametrize("cast", ["float32", "float16"])
+def test_every_narrow_stored_value_cast_equals_xarrays(
+    tmp_path: Path, dtype: str, attributes: dict[str, Any], cast: str
+) -> None:
+    """A cast of 8- and 16-bit integers is looked up in a table of every stored value
+    decoded: each of those values, stored, gives xarray's value cast, NaN where it masks."""
+    info = np.iinfo(dtype)
+    stored = np.arange(info.min, info.max + 1).astype(dtype).reshape(-1, 4, 4)
+    url = write_attributes(tmp_path / "s.zarr", stored, attributes, zarr_format=3)
+    decoding = read_cf_decoding("v", zarr.open_group(url, mode="r")["v"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # float16 overflows, as astype does
+        expected = _xarray(url).astype(cast)
+        got = decode_values(stored, decoding, cast)
+    assert np.isnan(expected).sum() == 1
+    _same(got, expected)
+    _same(decode_values(stored[::-1], decoding, cast), expected[::-1])

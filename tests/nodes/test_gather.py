@@ -46,20 +46,45 @@ def _level_picks(draw: st.DrawFn, levels: int) -> AxisPick:
 
 
 @st.composite
+def _area(draw: st.DrawFn, grid: tuple[int, ...]) -> list[tuple[int, ...] | None]:
+    """Per grid axis, the positions an area keeps (sorted, as a block holds them) and
+    their order in the batch (each once: an area's columns across the seam), or None."""
+    area: list[tuple[int, ...] | None] = []
+    for length in grid:
+        area.append(
+            tuple(sorted(draw(st.sets(st.integers(0, length - 1), min_size=1))))
+            if draw(st.booleans())
+            else None
+        )
+    return area
+
+
+def _area_picks(draw: st.DrawFn, area: list[tuple[int, ...] | None], first: int) -> list[AxisPick]:
+    picks = []
+    for i, kept in enumerate(area):
+        if kept is not None:
+            places = tuple(draw(st.permutations(range(len(kept)))))
+            picks.append(AxisPick(first + i, kept, order=places))
+    return picks
+
+
+@st.composite
 def _anchor_sets(draw: st.DrawFn) -> AnchorSet:
     """Variables on one grid (some with a levels axis before it, some of those keeping some
     levels in an order of their own), on their chunks' unit grid or a fine one, visited
     once or more, with or without a spec and patches."""
     n = draw(st.integers(2, 60))
     grid = tuple(draw(st.lists(st.integers(1, 6), max_size=2)))
+    area = draw(_area(grid))  # one for every variable: they share the grid patches crop
     layouts = {}
     for i in range(draw(st.integers(1, 3))):
         levels = (draw(st.integers(1, 4)),) if grid and draw(st.booleans()) else ()
         shape = (n, *levels, *grid)
         chunks = (draw(st.integers(1, 9)), *(draw(st.integers(1, s)) for s in shape[1:]))
         dtype = draw(st.sampled_from(["float32", "int16", "float64"]))
-        pick = draw(_level_picks(levels[0])) if levels and draw(st.booleans()) else None
-        layouts[f"v{i}"] = VariableLayout(shape, chunks, dtype, pick)
+        picks = [draw(_level_picks(levels[0]))] if levels and draw(st.booleans()) else []
+        picks += _area_picks(draw, area, len(levels) + 1)
+        layouts[f"v{i}"] = VariableLayout(shape, chunks, dtype, tuple(picks))
     finest = min(layout.sample_chunk for layout in layouts.values())
     geometry = SampleGeometry.from_layouts(layouts, finest if draw(st.booleans()) else None)
     length = geometry.unit_length
@@ -76,7 +101,8 @@ def _anchor_sets(draw: st.DrawFn) -> AnchorSet:
         spec = SampleSpec(groups)
     patches = None
     if grid and draw(st.booleans()):
-        size = tuple(draw(st.integers(1, g)) for g in grid)
+        kept_grid = [g if a is None else len(a) for g, a in zip(grid, area, strict=True)]
+        size = tuple(draw(st.integers(1, g)) for g in kept_grid)
         patches = PatchSpec(size, draw(st.sampled_from(["random", "tiles"])))
     return AnchorSet.for_split(geometry, np.arange(geometry.num_units), spec, patches)
 
@@ -128,9 +154,8 @@ def _reference(
     cropped at the sample's origin, in the draw's order."""
     first = draw.parts[0][0].plan
     places = {
-        name: (layout.pick.axis - 1, list(layout.pick.places))
+        name: [(pick.axis - 1, list(pick.places)) for pick in layout.picks]
         for name, layout in (layouts or {}).items()
-        if layout.pick is not None
     }
     if first.spec is None:
         fields = [(name, name, (0,), False) for name in first.reads]
@@ -155,8 +180,7 @@ def _reference(
                 for offset in offsets:
                     row = plan.rows[variable][i, plan.offsets[variable].index(offset)]
                     sample = buffers[variable][row]
-                    if variable in places:
-                        axis, order = places[variable]
+                    for axis, order in places.get(variable, []):
                         sample = np.take(sample, order, axis=axis)
                     steps.append(sample[(..., *crop)])
                 batch[key].append(np.stack(steps) if stepped else steps[0])
@@ -314,7 +338,7 @@ def test_levels_in_an_order_of_their_own_are_the_same_one_take(
     batch holds them so, and reordering them costs no take of its own (the runs' takes of
     the test above, one per run of a shared array)."""
     pick = AxisPick(1, (1, 2, 3), order=(2, 0, 1, 2))
-    layout = VariableLayout((24, 4, 3), (4, 2, 3), "float32", pick)
+    layout = VariableLayout((24, 4, 3), (4, 2, 3), "float32", (pick,))
     geometry = SampleGeometry.from_layouts({"v": layout})
     anchors = AnchorSet.for_split(geometry, np.arange(geometry.num_units))
     slotted = _blocks(anchors, 1, 24, seed=1)
