@@ -78,6 +78,7 @@ def build_loader(
     use_zarr_fill_value_as_mask: bool | None = None,
     dtype: torch.dtype | str | None = None,
     fill_nan: float | None = None,
+    forcings: Sequence[str] | None = None,
     area: Sequence[float] | None = None,
     host: HostResources | None = None,
 ) -> Loader[dict[str, torch.Tensor]]:
@@ -257,6 +258,16 @@ def build_loader(
             `xr.open_zarr(url)[v].astype(dtype)`. Default: the decoded dtype. In the state.
         fill_nan: with `normalise`, the value NaN (masked values) becomes after
             normalising, e.g. 0.0, since most models cannot take NaN.
+        forcings: fields computed from each sample's valid time and the grid's latitude
+            and longitude, by name (`core.forcings.FORCINGS`): `cos_solar_zenith_angle`,
+            `toa_incident_solar_radiation` (J m-2 over the hour ending at the valid time),
+            `year_progress_sin`/`_cos`, `day_progress_sin`/`_cos` (as GraphCast's),
+            `cos_latitude`, `sin_longitude`/`cos_longitude`. Each is a batch key (a spec's
+            `group/name`) of shape `(batch, [steps,] *grid)` (the patch's grid with
+            patches, the box's with `area`), float32, computed where batches go (docs:
+            Model inputs); with `stack=True`, channels of every stacked tensor after its
+            variables. `normalise` leaves them as they are. The time coordinate and the
+            grid's coordinates are read once, when the loader is built. In the state.
         area: `(north, west, south, east)` in degrees, as anemoi and the CDS write it:
             every variable keeps only the grid points with `south <= lat <= north` and
             `(lon - west) mod 360 <= (east - west) mod 360` (edges inclusive within 1e-6

@@ -14,10 +14,14 @@ decides are made once, here.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
+from insitubatch_nodes.builder.forcing_plan import plan_forcings
 from insitubatch_nodes.builder.loader_choices import LoaderChoices, choose_loader_settings
 from insitubatch_nodes.builder.loader_settings import LoaderSettings
 from insitubatch_nodes.builder.placement import Placement
@@ -25,8 +29,10 @@ from insitubatch_nodes.builder.split_anchors import SplitPlan, plan_split
 from insitubatch_nodes.builder.static_plan import StaticPlan, plan_statics
 from insitubatch_nodes.core.cf_decoding import CFDecoding, promoted_dtype, stored_values
 from insitubatch_nodes.core.channels import batch_channels, stacked_groups
-from insitubatch_nodes.core.fingerprint import CHANNELS_KEY
+from insitubatch_nodes.core.fingerprint import CHANNELS_KEY, FORCINGS_KEY
+from insitubatch_nodes.core.forcings import ForcingPlan
 from insitubatch_nodes.core.geometry import VariableLayout
+from insitubatch_nodes.core.memory_bound import StaticCost
 from insitubatch_nodes.core.rank_shares import RankShares, check_full_batch, rank_shares
 from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.core.static_fields import fields_spec
@@ -71,6 +77,8 @@ class LoaderPlan:
             what it holds of the budget (`builder.static_plan`).
         channels: with `stack=True`, each stacked tensor's channel names in order (what
             `Loader.channels` gives), else None.
+        forcings: what the forcings are computed from (`builder.forcing_plan`), or None
+            without forcings (not compared: the fingerprint records their names).
     """
 
     settings: LoaderSettings
@@ -85,6 +93,7 @@ class LoaderPlan:
     decodings: dict[str, CFDecoding] = field(default_factory=dict)
     statics: StaticPlan = field(default_factory=StaticPlan)
     channels: dict[str, list[str]] | None = None
+    forcings: ForcingPlan | None = field(default=None, compare=False)
 
     @property
     def placement(self) -> Placement:
@@ -194,14 +203,32 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         crop_size=settings.patches.size if settings.patches is not None and on_host else None,
     )
     fingerprint = opened.fingerprint(settings.split, anchors.anchors, cast=settings.dtype)
+    forcings = plan_forcings(
+        settings.forcings,
+        opened,
+        spec,
+        spatial_dims=settings.spatial_dims,
+        patches=settings.patches,
+    )
+    if forcings is not None:  # other forcings are other batches
+        fingerprint[FORCINGS_KEY] = list(forcings.names)
+    # stacked, the forcings are channels of every group, after its variables
+    stacked_forcings = forcings.names if forcings is not None and settings.stack else ()
     channels = None
     if settings.stack:
-        channels = stacked_channels(opened, spec, statics, settings.spatial_dims)
+        channels = stacked_channels(
+            opened, spec, statics, settings.spatial_dims, forcings=stacked_forcings
+        )
     levels = any(pick.labels for layout in opened.layouts.values() for pick in layout.picks)
     if settings.stack or levels:
         # the order of the channels, which neither the arrays nor the picks record
         fingerprint[CHANNELS_KEY] = batch_channel_order(
-            opened, spec, statics, stacked=settings.stack, spatial_dims=settings.spatial_dims
+            opened,
+            spec,
+            statics,
+            stacked=settings.stack,
+            spatial_dims=settings.spatial_dims,
+            forcings=stacked_forcings,
         )
     shares = rank_shares(
         anchors,
@@ -229,7 +256,7 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         world_size=placement.world_size,
         cache_writes=settings.cache is not None and not settings.cache.read_only,
         unit_cost=samples.units.memory_hint(),
-        statics=statics.cost,
+        statics=_with_forcings(statics.cost, forcings, opened, on_host, stacked=settings.stack),
     )
     pinned_by = None
     if placement.page_locked:  # by the stage that writes the batch last
@@ -238,7 +265,12 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
     if settings.normalise is not None:
         _check_stats_decoding(settings.normalise, opened)
         channel_order = batch_channel_order(
-            opened, spec, statics, stacked=settings.stack, spatial_dims=settings.spatial_dims
+            opened,
+            spec,
+            statics,
+            stacked=settings.stack,
+            spatial_dims=settings.spatial_dims,
+            forcings=stacked_forcings,
         )
     return LoaderPlan(
         settings=settings,
@@ -255,6 +287,7 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         ),
         statics=statics,
         channels=channels,
+        forcings=forcings,
     )
 
 
@@ -265,6 +298,7 @@ def batch_channel_order(
     *,
     stacked: bool,
     spatial_dims: int,
+    forcings: Sequence[str] = (),
 ) -> dict[str, list[str]]:
     """Each batch array's channel names (`core.channels.batch_channels`), statics
     included: what `Loader.channels` gives when stacked, and `insitubatch inspect` prints.
@@ -275,6 +309,7 @@ def batch_channel_order(
         statics: its statics' plan (`builder.static_plan.plan_statics`).
         stacked: whether a group's arrays are stacked into one tensor.
         spatial_dims: the trailing grid axes.
+        forcings: the forcings stacked as channels (`build_loader(forcings=...)`).
     """
     return batch_channels(
         decoded_layouts(opened),
@@ -283,11 +318,17 @@ def batch_channel_order(
         spatial_dims=spatial_dims,
         statics=statics.placements,
         static_layouts=kept_static_layouts(opened, statics),
+        forcings=forcings,
     )
 
 
 def stacked_channels(
-    opened: ZarrSource, spec: SampleSpec | None, statics: StaticPlan, spatial_dims: int
+    opened: ZarrSource,
+    spec: SampleSpec | None,
+    statics: StaticPlan,
+    spatial_dims: int,
+    *,
+    forcings: Sequence[str] = (),
 ) -> dict[str, list[str]]:
     """Each stacked tensor's channel names in order: what `Loader.channels` gives and
     `insitubatch inspect --stack` prints (a static that no group of a spec names is a
@@ -298,9 +339,41 @@ def stacked_channels(
         spec: the spec of its time-varying variables (in stored steps), or None.
         statics: its statics' plan (`builder.static_plan.plan_statics`).
         spatial_dims: the trailing grid axes.
+        forcings: the forcings stacked as channels (`build_loader(forcings=...)`).
     """
-    order = batch_channel_order(opened, spec, statics, stacked=True, spatial_dims=spatial_dims)
+    order = batch_channel_order(
+        opened, spec, statics, stacked=True, spatial_dims=spatial_dims, forcings=forcings
+    )
     return {key: order[key] for key in stacked_groups(opened.layouts, spec)}
+
+
+def _with_forcings(
+    cost: StaticCost,
+    forcings: ForcingPlan | None,
+    opened: ZarrSource,
+    on_host: bool,
+    *,
+    stacked: bool,
+) -> StaticCost:
+    """What the statics and the forcings hold of the budget, as the memory plan counts
+    statics (`core.memory_bound.StaticCost`): the forcings' time and coordinates, kept,
+    and, where batches are made on the host, each sample's forcings and their copies in
+    a stack (in the stack's widest dtype)."""
+    if forcings is None:
+        return cost
+    sample = 0
+    if on_host:
+        sample = forcings.sample_nbytes()
+        if stacked:
+            widest = max(
+                [4, *(np.dtype(d.decoded_dtype).itemsize for d in opened.decodings.values())]
+            )
+            steps = sum(len(offsets) for _, offsets in forcings.groups)
+            sample += widest * steps * math.prod(forcings.output_grid) * len(forcings.names)
+    return StaticCost(
+        resident_bytes=cost.resident_bytes + forcings.resident_nbytes(),
+        sample_bytes=cost.sample_bytes + sample,
+    )
 
 
 def kept_static_layouts(source: ZarrSource, statics: StaticPlan) -> dict[str, VariableLayout]:

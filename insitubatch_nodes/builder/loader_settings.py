@@ -33,6 +33,7 @@ from insitubatch_nodes.builder.time_selection import Duration
 from insitubatch_nodes.core.area import Area
 from insitubatch_nodes.core.cf_decoding import check_cast_dtype
 from insitubatch_nodes.core.date_ranges import RangeLike
+from insitubatch_nodes.core.forcings import check_forcing_names
 from insitubatch_nodes.core.partition import check_rank
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.rank_shares import EVALUATION_DROP_LAST
@@ -104,6 +105,7 @@ class LoaderSettings:
         use_zarr_fill_value_as_mask: as `xr.open_zarr` takes it, or None by format.
         dtype: the float dtype's name batches are cast to, or None.
         fill_nan: the value NaN becomes after normalising, or None.
+        forcings: the forcings' names, checked, in the order given (empty for none).
         area: the box of latitude and longitude every variable is cropped to, or None.
     """
 
@@ -147,6 +149,7 @@ class LoaderSettings:
     use_zarr_fill_value_as_mask: bool | None = None
     dtype: str | None = None
     fill_nan: float | None = None
+    forcings: tuple[str, ...] = ()
     area: Area | None = None
 
 
@@ -243,6 +246,7 @@ def check_settings(arguments: Mapping[str, Any]) -> LoaderSettings:
         fill_mask = as_bool("use_zarr_fill_value_as_mask", fill_mask)
     dtype = check_cast_dtype(_dtype_name(given["dtype"]))
     fill_nan = _optional_float("fill_nan", given["fill_nan"])
+    forcings = check_forcing_names(given["forcings"])
     area = None if given["area"] is None else Area.parse(given["area"])
     if fill_nan is not None and given["normalise"] is None:
         raise ValueError(
@@ -291,6 +295,7 @@ def check_settings(arguments: Mapping[str, Any]) -> LoaderSettings:
         use_zarr_fill_value_as_mask=fill_mask,
         dtype=dtype,
         fill_nan=fill_nan,
+        forcings=forcings,
         area=area,
     )
 

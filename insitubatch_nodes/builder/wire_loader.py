@@ -18,6 +18,7 @@ from insitubatch_nodes.loader.loader import Loader
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 from insitubatch_nodes.nodes.cf_decode import NO_NUMPY_DTYPE, CFDecodeNode
 from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
+from insitubatch_nodes.nodes.forcings import ForcingsNode
 from insitubatch_nodes.nodes.gather import GatherNode
 from insitubatch_nodes.nodes.normalise import NormaliseNode
 from insitubatch_nodes.nodes.pin_to_device import PinToDeviceNode
@@ -31,8 +32,8 @@ from insitubatch_nodes.nodes.static_fields import StaticFieldsNode
 def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
     """The loader `plan` describes: ChunkPermuteNode -> ReadPlanNode -> AsyncFetchNode ->
     PoolShuffleNode (or ShuffleBlockNode) -> GatherNode [-> CFDecodeNode ->
-    StackChannelsNode] -> PinToDeviceNode [-> CFDecodeNode] [-> NormaliseNode], in a
-    `Loader`.
+    StackChannelsNode] [-> ForcingsNode on the CPU] -> PinToDeviceNode [-> CFDecodeNode]
+    [-> ForcingsNode] [-> NormaliseNode], in a `Loader`.
 
     Decoding (`CFDecodeNode`) comes after the device copy when batches cross to a GPU
     unstacked, so packed values cross in their stored width; when stacking, before the
@@ -40,7 +41,10 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
     differently) must be decoded first; on the CPU, where nothing is copied, before the
     device node too, whose producer thread (`device_prefetch`) then decodes while the
     step runs. A `bfloat16` cast, which numpy cannot hold, comes after the device node.
-    Always before `NormaliseNode`, which normalises decoded values.
+    Always before `NormaliseNode`, which normalises decoded values. Forcings
+    (`ForcingsNode`) likewise: computed on the device after the copy, or, on the CPU,
+    before the device node, on its producer thread when it has one; stacked, before the
+    stack, whose channels they are (and which `NormaliseNode` leaves as they are).
 
     Static fields are read whole and decoded here, once (`ZarrSource.read_statics`):
     unstacked, they join batches after the device copy (moved to the device once, a
@@ -134,6 +138,10 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
     stacked_statics = [p for p in placements if settings.stack and p.group is not None]
     if stacked_statics:
         node = StaticFieldsNode(node, static_values, stacked_statics, patch_size=patch_size)
+    stacked_forcings = () if plan.forcings is None or not settings.stack else plan.forcings.names
+    if stacked_forcings:  # channels of the stack: made where its batch is, before it
+        assert plan.forcings is not None
+        node = ForcingsNode(node, plan.forcings)
     if settings.stack:
         node = StackChannelsNode(
             node,
@@ -144,7 +152,14 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
             pinned_batches=placement.staging_slots,
             statics=stacked_statics,
             static_layouts=plan.static_layouts(),
+            forcings=stacked_forcings,
         )
+    forcings_on_host = (
+        plan.forcings is not None and not settings.stack and placement.device.type == "cpu"
+    )
+    if forcings_on_host:  # as decoding: on the device node's producer thread, if it has one
+        assert plan.forcings is not None
+        node = ForcingsNode(node, plan.forcings)
     node = PinToDeviceNode(node, device=placement.device, prefetch=placement.device_prefetch)
     if after_copy:
         node = CFDecodeNode(node, after_copy, dtype=settings.dtype)
@@ -158,6 +173,8 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
             device=placement.device,
             dtype=settings.dtype if settings.dtype == NO_NUMPY_DTYPE else None,
         )
+    if plan.forcings is not None and not settings.stack and not forcings_on_host:  # on the device
+        node = ForcingsNode(node, plan.forcings, placement.device)
     if settings.normalise is not None:
         assert plan.channel_order is not None  # planned with normalise
         node = NormaliseNode(
@@ -166,6 +183,7 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
             plan.channel_order,
             spatial_dims=settings.spatial_dims,
             fill_nan=settings.fill_nan,
+            as_defined=stacked_forcings,
         )
     return Loader(
         node,

@@ -5,17 +5,17 @@ which statistics belong to which channel. The trailing `spatial_dims` axes of a 
 are its grid; every axis between the sample axis and the grid (levels, members, ...) is
 flattened into channels named `variable[i]` (C order); a variable without such axes is one
 channel named after itself. Stacking concatenates a group's *channel sources* in order:
-its variables (each one's levels in turn), then its static fields (`core.static_fields`,
-one channel each, named after the variable). This module is the single place that order
-is defined; another kind of channel (forcings computed per sample) is one more list of
-sources slotted between the variables and the statics.
+its variables (each one's levels in turn), then its forcings (`core.forcings`, one channel
+each, named after the forcing, with the group's steps), then its static fields
+(`core.static_fields`, one channel each, named after the variable). This module is the
+single place that order is defined.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -98,6 +98,7 @@ def stack_sources(
     spec: SampleSpec | None,
     spatial_dims: int = DEFAULT_SPATIAL_DIMS,
     statics: Sequence[StaticPlacement] = (),
+    forcings: Sequence[str] = (),
 ) -> dict[str, list[ChannelSource]]:
     """Each stacked tensor's channel sources, in channel order (see the module).
 
@@ -108,6 +109,8 @@ def stack_sources(
         spatial_dims: the trailing grid axes.
         statics: where the static fields appear (`core.static_fields.static_placements`);
             those of a group join its tensor.
+        forcings: the forcings' names (`build_loader(forcings=...)`): every group's tensor
+            takes each, after its variables.
     """
     sources = {
         key: [
@@ -120,6 +123,11 @@ def stack_sources(
         ]
         for key, variables in stacked_groups(layouts, spec).items()
     }
+    for key, group_sources in sources.items():
+        group_sources.extend(
+            ChannelSource(name if spec is None else batch_key(key, name), (name,), spec is not None)
+            for name in forcings
+        )
     for placement in statics:
         if placement.group is not None:
             sources[placement.group].append(ChannelSource(placement.key, (placement.name,), False))
@@ -134,6 +142,7 @@ def batch_channels(
     spatial_dims: int = DEFAULT_SPATIAL_DIMS,
     statics: Sequence[StaticPlacement] = (),
     static_layouts: Mapping[str, VariableLayout] | None = None,
+    forcings: Sequence[str] = (),
 ) -> dict[str, list[str]]:
     """Each batch array's channel names, in channel order (axis -(spatial_dims + 1)).
 
@@ -145,6 +154,8 @@ def batch_channels(
         statics: where the static fields appear (`core.static_fields.static_placements`).
         static_layouts: the static fields' layouts (checked for stacking beside the
             fields: their dtypes), or None.
+        forcings: the forcings' names: stacked, channels of every group (float32, on its
+            grid); unstacked, keys of their own that no statistics cover (not listed).
     """
     if stacked:
         groups = stacked_groups(layouts, spec)
@@ -153,10 +164,17 @@ def batch_channels(
         for placement in statics:
             if placement.group is not None and placement.name in every:
                 groups[placement.group] = [*groups[placement.group], placement.name]
+        for key, variables in groups.items():  # float32 on the grid of the group's first
+            if forcings and variables and variables[0] in every:
+                grid = every[variables[0]]
+                every.update((f"{key}/{name}", replace(grid, dtype="float32")) for name in forcings)
+                groups[key] = [*variables, *(f"{key}/{name}" for name in forcings)]
         check_stackable(every, groups, spatial_dims)
         found = {
             key: [name for source in sources for name in source.names]
-            for key, sources in stack_sources(layouts, spec, spatial_dims, statics).items()
+            for key, sources in stack_sources(
+                layouts, spec, spatial_dims, statics, forcings
+            ).items()
         }
         found.update((p.key, [p.name]) for p in statics if p.group is None)
         return found

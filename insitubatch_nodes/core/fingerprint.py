@@ -13,7 +13,8 @@ carry secrets, and a store copied to another bucket is still the same data).
 Static fields (`core.static_fields`) are recorded the same way under `STATICS_KEY`, when
 there are any: a state saved with other statics (or none) is other batches.
 Where stacking or levels order a batch's channels, the loader adds their order
-(`CHANNELS_KEY`): the same arrays stacked in another variable order are other batches.
+(`CHANNELS_KEY`): the same arrays stacked in another variable order are other batches;
+where it computes forcings, their names (`FORCINGS_KEY`).
 `fingerprint_differences` says in words how two fingerprints differ.
 """
 
@@ -35,6 +36,7 @@ DIGEST_LENGTH = 16
 DECODING_KEY = "decoding"
 STATICS_KEY = "statics"  # static field -> its array entry, where the loader has any
 CHANNELS_KEY = "channels"  # batch key -> its channel names, where stacking or levels order them
+FORCINGS_KEY = "forcings"  # the forcings' names, in order, where a loader computes some
 
 
 def digest(text: str | bytes) -> str:
@@ -267,6 +269,12 @@ def fingerprint_differences(saved: Any, current: Mapping[str, Any]) -> list[str]
             f"batches held the channels {before_channels} when the state was saved, now "
             f"{now_channels} (another variable or level order); rebuild the loader with the "
             f"variables and levels in the order it was saved with"
+        )
+    before_forcings, now_forcings = saved.get(FORCINGS_KEY, []), current.get(FORCINGS_KEY, [])
+    if before_forcings != now_forcings:
+        found.append(
+            f"batches held the forcings {before_forcings} when the state was saved, now "
+            f"{now_forcings}; rebuild the loader with forcings={before_forcings or None}"
         )
     before_area, now_area = saved.get(AREA_KEY), current.get(AREA_KEY)
     if before_area != now_area:

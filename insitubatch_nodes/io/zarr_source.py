@@ -22,7 +22,11 @@ from insitubatch_nodes.core.manifest import SplitManifest, make_manifest
 from insitubatch_nodes.core.unit_grid import grid_manifest
 from insitubatch_nodes.io.metadata.array_metadata import codec_summary, fill_value_text
 from insitubatch_nodes.io.metadata.cf_attributes import read_cf_decoding, zero_fill_warning
-from insitubatch_nodes.io.metadata.grid_coordinates import area_selection
+from insitubatch_nodes.io.metadata.grid_coordinates import (
+    GridCoordinates,
+    area_selection,
+    read_grid_coordinates,
+)
 from insitubatch_nodes.io.metadata.levels import LevelsLike, level_picks
 from insitubatch_nodes.io.metadata.time_axis import read_time_axis
 from insitubatch_nodes.io.metadata.zarr_layout import arrays_of, open_root_group, select_variables
@@ -107,6 +111,9 @@ class ZarrSource:
     area: AreaSelection | None = None  # the grid points area= keeps, in the batch's order
     # with an area: each static field's latitude and longitude axes, which `read_statics` crops
     static_crops: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # with an area: each variable's latitude and longitude axes, which `grid_coordinates`
+    # crops the forcings' coordinates on
+    area_axes: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     # values known to be secret (URL userinfo, signatures, options' keys): kept out of the
     # errors of later reads (the time coordinate), never in a repr or a state
     secrets: tuple[str, ...] = field(default=(), repr=False)
@@ -198,7 +205,7 @@ class ZarrSource:
                 n: lay.with_picks([picks[n]]) if n in picks else lay for n, lay in layouts.items()
             }
             geometry = replace(geometry, variables=dict(layouts))  # its grid, picks added
-        boxed, static_crops = None, {}
+        boxed, static_crops, area_axes = None, {}, {}
         if area is not None:
             boxed, axes = area_selection(arrays, layouts, area, where, secrets, statics)
             layouts = {
@@ -207,6 +214,7 @@ class ZarrSource:
             }
             geometry = replace(geometry, variables=dict(layouts))
             static_crops = {n: (axes[n].latitude_axis, axes[n].longitude_axis) for n in statics}
+            area_axes = {n: (axes[n].latitude_axis, axes[n].longitude_axis) for n in layouts}
         kept = [*layouts, *statics]
         codecs = {name: codec_summary(arrays[name]) for name in kept}
         fills = {name: fill_value_text(arrays[name]) for name in kept}
@@ -239,6 +247,7 @@ class ZarrSource:
             statics_left_out=selection.statics_left_out,
             area=boxed,
             static_crops=static_crops,
+            area_axes=area_axes,
             secrets=tuple(secrets),
         )
 
@@ -310,6 +319,36 @@ class ZarrSource:
         length = self.geometry.num_samples
         return read_time_axis(arrays, list(self.layouts), length, self.where, self.secrets)
 
+    def grid_coordinates(self, spatial_dims: int) -> GridCoordinates:
+        """The selected variables' grid latitude and longitude as batches hold the grid,
+        read and decoded (`io.metadata.grid_coordinates`): with an area, the box's rows
+        and columns in the batch's order, so that forcings lie where the fields do.
+
+        Args:
+            spatial_dims: the trailing grid axes of each variable.
+        """
+        group = open_root_group(self.store, self.where, self.secrets)
+        arrays = arrays_of(group, self.where, self.secrets)
+        found = read_grid_coordinates(
+            arrays, list(self.layouts), spatial_dims, self.where, self.secrets
+        )
+        if self.area is None:
+            return found
+        name, layout = next(iter(self.layouts.items()))
+        first = len(layout.shape) - spatial_dims  # the grid's first axis in the array
+        lat_axis, lon_axis = (axis - first for axis in self.area_axes[name])
+        if min(lat_axis, lon_axis) < 0:
+            raise ValueError(
+                f"area= crops the axes {list(self.area_axes[name])} of {name!r}, and the "
+                f"forcings are computed on its last {spatial_dims} axes, which leave one of "
+                f"them out; pass spatial_dims= to take in its latitude and longitude axes"
+            )
+        return replace(
+            found,
+            latitude=_cropped(found.latitude, self.area, lat_axis, lon_axis),
+            longitude=_cropped(found.longitude, self.area, lat_axis, lon_axis),
+        )
+
     def fingerprint(
         self, split: str, anchors: np.ndarray | None = None, cast: str | None = None
     ) -> dict[str, Any]:
@@ -354,3 +393,14 @@ class ZarrSource:
                 record[YIELDS_KEY] = cast
             records[name] = record
         return records
+
+
+def _cropped(values: np.ndarray, area: AreaSelection, lat_axis: int, lon_axis: int) -> np.ndarray:
+    """Coordinates shaped to broadcast against the whole grid cut to the box, in the
+    batch's order: the rows taken along the latitude axis and the columns along the
+    longitude axis, where they vary (an axis of length 1 broadcasts as it is)."""
+    if values.shape[lat_axis] > 1:
+        values = np.take(values, area.rows, axis=lat_axis)
+    if values.shape[lon_axis] > 1:
+        values = np.take(values, area.columns, axis=lon_axis)
+    return values

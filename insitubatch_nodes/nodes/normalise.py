@@ -10,9 +10,10 @@ cannot take NaN.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
@@ -33,6 +34,8 @@ class NormaliseNode(BaseNode[dict[str, torch.Tensor]]):
             `StackChannelsNode.channel_order`); keys not listed pass through.
         spatial_dims: the trailing grid axes of each variable (an int >= 0).
         fill_nan: the value NaN becomes after normalising, or None to keep NaN.
+        as_defined: channel names left as they are (mean 0, std 1): the forcings stacked
+            beside the fields, which no statistics cover.
     """
 
     STATE_NAME = state_names.NORMALISE
@@ -46,6 +49,7 @@ class NormaliseNode(BaseNode[dict[str, torch.Tensor]]):
         *,
         spatial_dims: int = DEFAULT_SPATIAL_DIMS,
         fill_nan: float | None = None,
+        as_defined: Collection[str] = (),
     ) -> None:
         super().__init__()
         self.source = source
@@ -54,7 +58,12 @@ class NormaliseNode(BaseNode[dict[str, torch.Tensor]]):
         loaded = load_stats(stats)
         self._host: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         for key, names in channel_order.items():
-            mean, std = loaded.vectors(list(names))
+            covered = [n for n in names if n not in as_defined]
+            mean = np.zeros(len(names), dtype=np.float32)
+            std = np.ones(len(names), dtype=np.float32)
+            if covered:
+                rows = [i for i, n in enumerate(names) if n not in as_defined]
+                mean[rows], std[rows] = loaded.vectors(covered)
             std[std == 0] = 1.0
             shape = (len(names), *([1] * spatial_dims))
             self._host[key] = (

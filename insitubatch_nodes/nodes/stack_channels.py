@@ -59,6 +59,8 @@ class StackChannelsNode(BaseNode[Batch]):
             those of a group are its last channels, each `(batch, *grid)` in the batch
             (`StaticFieldsNode` puts them there), repeated along a spec's steps.
         static_layouts: the static fields' layouts, by name (their dtypes are checked).
+        forcings: the forcings' names (`ForcingsNode` puts them in the batch before this
+            node): each group's channels after its variables, float32, with its steps.
     """
 
     STATE_NAME = state_names.STACK_CHANNELS
@@ -75,6 +77,7 @@ class StackChannelsNode(BaseNode[Batch]):
         pinned_batches: int = staging_slots(CUDA_PREFETCH),
         statics: Sequence[StaticPlacement] = (),
         static_layouts: Mapping[str, VariableLayout] | None = None,
+        forcings: Sequence[str] = (),
     ) -> None:
         super().__init__()
         self.source = source
@@ -91,8 +94,9 @@ class StackChannelsNode(BaseNode[Batch]):
             spatial_dims=spatial_dims,
             statics=statics,
             static_layouts=static_layouts,
+            forcings=forcings,
         )
-        self._sources = stack_sources(layouts, spec, spatial_dims, statics)
+        self._sources = stack_sources(layouts, spec, spatial_dims, statics, forcings)
         self._stacked = {s.key for sources in self._sources.values() for s in sources}
         self._has_steps = spec is not None
 

@@ -94,8 +94,9 @@ def check_node_state(
     if saved != name:
         raise ValueError(
             f"the state holds a {saved} where this graph has a {name}: it was saved from a "
-            f"graph with a stage more or less (build_loader's stack= or normalise=, or a node "
-            f"added by hand); build the loader with the stages it had when the state was saved"
+            f"graph with a stage more or less (build_loader's stack=, normalise= or "
+            f"forcings=, or a node added by hand); build the loader with the stages it had "
+            f"when the state was saved"
         )
     missing = [key for key in keys if key not in state]
     if missing:

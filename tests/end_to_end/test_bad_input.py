@@ -580,6 +580,28 @@ def _variable_shown_as_dates(ctx: Context) -> None:
     build_loader(url, ["t2m"])
 
 
+def _unknown_forcing(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    build_loader(url, forcings=["zenith"])
+
+
+def _forcing_without_coordinates(ctx: Context) -> None:
+    n = 88
+    ds = xr.Dataset(
+        {"t2m": (("time", "y", "x"), np.zeros((n, 3, 4), np.float32))},
+        coords={"time": hourly("2015-01-01", n)},
+    )
+    path = str(ctx.tmp_path / "era5.zarr")
+    ds.to_zarr(path, zarr_format=3, consolidated=False)
+    build_loader(path, ["t2m"], forcings=["cos_latitude"])
+
+
+def _sun_on_a_models_calendar(ctx: Context) -> None:
+    build_loader(
+        _noleap_store(ctx), ["t2m"], forcings=["cos_solar_zenith_angle", "year_progress_sin"]
+    )
+
+
 def _grid_store(ctx: Context) -> str:
     """A 10-degree global grid, latitudes 90 .. -90, longitudes 0 .. 350."""
     return write_grid_store(
@@ -677,6 +699,9 @@ CASES = {
     "a packing attribute that is not a number": _scale_factor_as_text,
     "masked values whose packing keeps integers": _masked_integers,
     "a variable xarray shows as dates": _variable_shown_as_dates,
+    "a forcing the loader does not compute": _unknown_forcing,
+    "a forcing of the place on a grid without coordinates": _forcing_without_coordinates,
+    "the sun on a model's calendar": _sun_on_a_models_calendar,
     "an area whose north lies south of its south": _area_north_of_south,
     "an area that holds no grid point": _area_of_no_grid_point,
     "patches larger than the area": _patches_larger_than_the_area,

@@ -27,8 +27,8 @@ def _wreck(state: Any) -> None:
 
 
 def _stacked_with_statics(folder: Path, shuffle: str) -> Any:
-    """A stacked loader with static fields: the static and stacking nodes sit below the
-    device node, which reads their states after every batch."""
+    """A stacked loader with static fields and forcings: the static, forcings and stacking
+    nodes sit below the device node, which reads their states after every batch."""
     path = write_weatherbench2_like(folder / "wb2.zarr", time_steps=24, grid=(8, 16))
     return build_loader(
         str(path),
@@ -39,6 +39,7 @@ def _stacked_with_statics(folder: Path, shuffle: str) -> Any:
         device="cpu",
         shuffle=shuffle,
         stack=True,
+        forcings=["cos_solar_zenith_angle", "year_progress_sin"],
     )
 
 

@@ -1,0 +1,186 @@
+"""Where the sun stands, seen from a grid point at an instant: the solar zenith angle and
+the sunlight reaching the top of the atmosphere, as forcings a weather model takes.
+
+The sun's place is the Astronomical Almanac's low-precision solar coordinates (good to
+about 0.01 degrees between 1950 and 2050, and slowly worse outside), counted in days `n`
+from J2000.0 (2000-01-01 12:00, Julian date 2451545.0; the Unix epoch is n = -10957.5):
+
+    mean longitude  L = 280.460 + 0.9856474 n           (degrees)
+    mean anomaly    g = 357.528 + 0.9856003 n
+    ecliptic long.  l = L + 1.915 sin g + 0.020 sin 2g
+    obliquity       e = 23.439 - 0.0000004 n
+    declination     sin d = sin e sin l
+    right ascension a = atan2(cos e sin l, cos l)
+    distance        R = 1.00014 - 0.01671 cos g - 0.00014 cos 2g   (astronomical units)
+    sidereal time   GMST = 280.46061837 + 360.98564736629 n
+
+The hour angle at longitude lon (east positive) is H = GMST - a + lon, and
+
+    cos(zenith) = sin(lat) sin d + cos(lat) cos d cos H,
+
+clipped at 0 (the sun below the horizon gives no light), as earthkit-meteo and anemoi
+define `cos_solar_zenith_angle`. The flux at the top of the atmosphere is S / R^2 times
+that, with S = 1361 W m-2 (the reference total solar irradiance GraphCast and ecRad use).
+Accumulated over the hour ending at the valid time (ERA5's and GraphCast's
+`toa_incident_solar_radiation`, J m-2), it is integrated in closed form: over one hour the
+declination and distance are held at the hour's middle and H turns at the mean solar rate
+(2 pi per 86400 s), so the integral of max(0, A + B cos H) dH is exact (`_daylight`).
+
+The per-instant terms (`sun_positions`) are numpy float64 on the host, one per sample and
+step; the grid terms (`cos_zenith`, `hour_insolation`) take any array namespace with
+numpy's elementwise functions (numpy, or torch on the batch's device) and broadcast the
+per-instant terms against the grid's coordinates.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+SOLAR_CONSTANT = 1361.0  # W m-2: total solar irradiance at 1 astronomical unit
+SECONDS_PER_DAY = 86_400.0
+UNIX_EPOCH_J2000_DAYS = -10_957.5  # 1970-01-01 00:00 counted from J2000.0 in days
+ACCUMULATION_SECONDS = 3_600.0  # ERA5's toa_incident_solar_radiation: the hour before
+_TWO_PI = 2.0 * math.pi
+_EARTH_TURN = _TWO_PI / SECONDS_PER_DAY  # radians of hour angle per second
+
+
+@dataclass(frozen=True)
+class SunPositions:
+    """The sun at some instants, as the grid formulas need it (arrays of one shape).
+
+    Args:
+        sin_declination: sine of the sun's declination.
+        cos_declination: its cosine (>= 0).
+        greenwich_hour_angle: the sun's hour angle at longitude 0, radians in [0, 2 pi).
+        inverse_distance_squared: (1 AU / Earth-sun distance)^2.
+    """
+
+    sin_declination: np.ndarray
+    cos_declination: np.ndarray
+    greenwich_hour_angle: np.ndarray
+    inverse_distance_squared: np.ndarray
+
+    def stacked(self) -> np.ndarray:
+        """The four terms stacked on a last axis of 4 (one copy to a device, not four)."""
+        return np.stack(
+            [
+                self.sin_declination,
+                self.cos_declination,
+                self.greenwich_hour_angle,
+                self.inverse_distance_squared,
+            ],
+            axis=-1,
+        )
+
+
+def sun_positions(unix_seconds: np.ndarray) -> SunPositions:
+    """The sun at `unix_seconds` (UTC seconds since 1970-01-01, float64), by the module's
+    formulas.
+
+    Args:
+        unix_seconds: the instants, any shape.
+    """
+    n = np.asarray(unix_seconds, dtype=np.float64) / SECONDS_PER_DAY + UNIX_EPOCH_J2000_DAYS
+    mean_longitude = np.deg2rad(np.remainder(280.460 + 0.9856474 * n, 360.0))
+    anomaly = np.deg2rad(np.remainder(357.528 + 0.9856003 * n, 360.0))
+    ecliptic = mean_longitude + np.deg2rad(1.915 * np.sin(anomaly) + 0.020 * np.sin(2 * anomaly))
+    obliquity = np.deg2rad(23.439 - 0.0000004 * n)
+    sin_declination = np.sin(obliquity) * np.sin(ecliptic)
+    right_ascension = np.arctan2(np.cos(obliquity) * np.sin(ecliptic), np.cos(ecliptic))
+    sidereal = np.deg2rad(np.remainder(280.46061837 + 360.98564736629 * n, 360.0))
+    distance = 1.00014 - 0.01671 * np.cos(anomaly) - 0.00014 * np.cos(2 * anomaly)
+    return SunPositions(
+        sin_declination=sin_declination,
+        cos_declination=np.sqrt(1.0 - sin_declination**2),
+        greenwich_hour_angle=np.remainder(sidereal - right_ascension, _TWO_PI),
+        inverse_distance_squared=1.0 / distance**2,
+    )
+
+
+def cos_zenith(
+    xp: Any, sun: Any, sin_latitude: Any, cos_latitude: Any, longitude: Any, *, clip: bool = True
+) -> Any:
+    """cos(solar zenith angle) at every point, clipped at 0 unless `clip` is False.
+
+    Args:
+        xp: the array namespace (numpy, or torch) of the arrays given.
+        sun: `SunPositions.stacked()` (as an array of `xp`), shape (..., 4), with the
+            trailing axes it must broadcast against the grid's already added (e.g.
+            (B, S, 1, 1, 4)).
+        sin_latitude: sine of the grid's latitudes, broadcastable to the grid.
+        cos_latitude: cosine of them.
+        longitude: the grid's longitudes in radians (east positive), broadcastable.
+        clip: whether to clip at 0 (the `cos_solar_zenith_angle` forcing does).
+    """
+    a, b = _zenith_terms(sun, sin_latitude, cos_latitude)
+    cosine = xp.multiply(b, xp.cos(sun[..., 2] + longitude))  # the one whole-grid array
+    xp.add(cosine, a, out=cosine)
+    return xp.clip(cosine, 0.0, None, out=cosine) if clip else cosine
+
+
+def hour_insolation(
+    xp: Any,
+    sun_at_middle: Any,
+    sin_latitude: Any,
+    cos_latitude: Any,
+    longitude: Any,
+    *,
+    solar_constant: float = SOLAR_CONSTANT,
+    seconds: float = ACCUMULATION_SECONDS,
+) -> Any:
+    """The solar energy reaching the top of the atmosphere (J m-2) over the `seconds`
+    ending at each instant, in closed form (see the module).
+
+    Args:
+        xp: the array namespace (numpy, or torch).
+        sun_at_middle: `SunPositions.stacked()` at the middle of each period (the end
+            instant minus `seconds / 2`), shaped as `cos_zenith` takes it.
+        sin_latitude: sine of the grid's latitudes, broadcastable to the grid.
+        cos_latitude: cosine of them.
+        longitude: the grid's longitudes in radians, broadcastable.
+        solar_constant: the total solar irradiance at 1 AU (W m-2).
+        seconds: the period's length (at most a day).
+    """
+    a, b = _zenith_terms(sun_at_middle, sin_latitude, cos_latitude)
+    middle = sun_at_middle[..., 2] + longitude
+    half_turn = 0.5 * seconds * _EARTH_TURN
+    scale = solar_constant * sun_at_middle[..., 3] / _EARTH_TURN  # per instant: J m-2 per rad
+    return _daylight_between(xp, a, b, middle - half_turn, middle + half_turn, scale)
+
+
+def _zenith_terms(sun: Any, sin_latitude: Any, cos_latitude: Any) -> tuple[Any, Any]:
+    """A and B of cos(zenith) = A + B cos(H)."""
+    return sin_latitude * sun[..., 0], cos_latitude * sun[..., 1]
+
+
+def _daylight_between(xp: Any, a: Any, b: Any, start: Any, end: Any, scale: Any) -> Any:
+    """`scale` times the integral of max(0, A + B cos H) dH from `start` to `end` (less
+    than a turn apart): F(end) - F(start) for the antiderivative F that is continuous over
+    every H: whole turns count a day's light each, and within a turn (H in [-pi, pi)) the
+    light lies between -h0 and h0, where cos h0 = -A / B (h0 = pi: the sun never sets; 0:
+    it never rises). A, B and h0 vary with latitude and H with longitude, so only the
+    terms that join them span the whole grid; the rest stay as small as their inputs."""
+    b = xp.clip(b, 0.0, None)  # cos(latitude) rounds below 0 at the poles in float32
+    ratio = xp.where(b > 0, -a / xp.where(b > 0, b, 1.0), -xp.sign(a))  # B = 0: all or none
+    half_day = xp.acos(xp.clip(ratio, -1.0, 1.0))
+    a, b = a * scale, b * scale
+    day = 2.0 * (a * half_day + b * xp.sin(half_day))
+    turns_start = xp.floor((start + math.pi) / _TWO_PI)
+    turns_end = xp.floor((end + math.pi) / _TWO_PI)
+    first = xp.clip(start - turns_start * _TWO_PI, -half_day, half_day)
+    last = xp.clip(end - turns_end * _TWO_PI, -half_day, half_day)
+    # a (last - first) + b (sin last - sin first) + whole turns, written into the two
+    # whole-grid arrays already made (the grid's arithmetic is bound by memory, not math)
+    energy = xp.subtract(last, first)
+    xp.multiply(energy, a, out=energy)
+    xp.sin(first, out=first)
+    xp.sin(last, out=last)
+    xp.subtract(last, first, out=last)
+    xp.multiply(last, b, out=last)
+    xp.add(energy, last, out=energy)
+    xp.add(energy, (turns_end - turns_start) * day, out=energy)
+    return energy
