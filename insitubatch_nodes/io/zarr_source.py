@@ -171,7 +171,7 @@ class ZarrSource:
         arrays = arrays_of(group, where, secrets)
         selection = select_variables(arrays, variables, where, spatial_dims)
         layouts, statics = selection.fields, selection.statics
-        if SAMPLE_INDEX_KEY in layouts:
+        if SAMPLE_INDEX_KEY in layouts or SAMPLE_INDEX_KEY in statics:  # a key of batches
             raise ValueError(
                 f"a variable is named {SAMPLE_INDEX_KEY!r}, which batches use for the sample "
                 f"indices; select the other variables explicitly"

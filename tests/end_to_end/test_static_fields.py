@@ -252,6 +252,58 @@ def test_a_static_of_another_size_on_the_same_dimension_names_is_refused(
         _loader(str(tmp_path / "s.zarr"), ["t2m", "half"])
 
 
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_a_static_with_the_grid_axes_swapped_is_refused_even_on_a_square_grid(
+    tmp_path: Path, zarr_format: int
+) -> None:
+    square = np.arange(LONS * LONS, dtype="f4").reshape(LONS, LONS)
+    ds = xr.Dataset(
+        {
+            "t2m": (("time", "lat", "lon"), np.zeros((STEPS, LONS, LONS), "f4")),
+            "swapped": (("lon", "lat"), square),  # same sizes: only the names tell
+        },
+        coords={"time": hourly("2015-01-01", STEPS)},
+    )
+    url = str(tmp_path / "s.zarr")
+    ds.to_zarr(url, zarr_format=zarr_format, consolidated=False)
+    with pytest.raises(
+        ValueError,
+        match=r"static field 'swapped' has dimensions \('lon', 'lat'\), and the grid of 't2m' "
+        r"is \('lat', 'lon'\)",
+    ):
+        _loader(url, ["t2m", "swapped"])
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_a_static_beside_a_field_that_names_no_dimensions_is_refused(
+    tmp_path: Path, zarr_format: int
+) -> None:
+    # the static names (lon, lat), the field none: on a square grid only the names could
+    # tell that the static's axes are swapped, so it cannot be given cell for cell
+    square = np.arange(LONS * LONS, dtype="f4").reshape(LONS, LONS)
+    ds = xr.Dataset({"swapped": (("lon", "lat"), square)}, {"time": hourly("2015-01-01", 4)})
+    url = str(tmp_path / "s.zarr")
+    ds.to_zarr(url, zarr_format=zarr_format, consolidated=False)
+    root = zarr.open_group(url, mode="a")
+    root.create_array("plain", shape=(4, LONS, LONS), chunks=(2, LONS, LONS), dtype="f4")[...] = 1
+    with pytest.raises(
+        ValueError,
+        match=r"static field 'swapped' names its dimensions \('lon', 'lat'\) and 'plain' "
+        r"names none.*or leave 'swapped' out of variables=",
+    ):
+        _loader(url, ["plain", "swapped"])
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_a_static_named_like_the_sample_indices_is_refused(
+    tmp_path: Path, zarr_format: int
+) -> None:
+    # batches keep the sample indices under that key: the static would replace them
+    url = _write(tmp_path / "s.zarr", zarr_format, sample_index=(("lat", "lon"), np.ones((6, 8))))
+    with pytest.raises(ValueError, match=r"a variable is named 'sample_index'"):
+        _loader(url, ["t2m", "sample_index"])
+
+
 def test_statics_alone_or_a_spec_group_of_statics_only_are_refused(tmp_path: Path) -> None:
     url = _write(tmp_path / "s.zarr")
     with pytest.raises(ValueError, match=r"\['lsm', 'z'\] are all static fields"):

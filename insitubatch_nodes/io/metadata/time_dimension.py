@@ -155,7 +155,8 @@ def check_static_grid(
 ) -> None:
     """Refuse a static field that is not on the fields' grid: it must be the grid itself,
     its dimensions the fields' last `spatial_dims` ones by name, of the same sizes (a
-    batch gives it beside them, cell for cell).
+    batch gives it beside them, cell for cell). Beside a field that names no dimensions it
+    is refused too: sizes alone cannot tell a square grid from its transpose.
 
     Args:
         arrays: the group's arrays by name.
@@ -175,11 +176,19 @@ def check_static_grid(
             field_dims = dimension_names(arrays[field])
             sample_shape = tuple(arrays[field].shape)[1:]  # time is first (checked)
             grid_shape = sample_shape[max(0, len(sample_shape) - spatial_dims) :]
-            grid_dims = None if field_dims is None else field_dims[1:][-len(grid_shape) :]
-            if len(dims) != spatial_dims or (grid_dims is not None and dims != grid_dims):
+            if field_dims is None:  # only names tell a swapped square grid
+                raise ValueError(
+                    f"static field {name!r} names its dimensions {dims} and {field!r} names "
+                    f"none (a plain zarr array): the loader cannot tell whether the static's "
+                    f"axes are {field!r}'s grid in the same order; name {field!r}'s "
+                    f"dimensions (as xarray's to_zarr writes them), or leave {name!r} out of "
+                    f"variables="
+                )
+            grid_dims = field_dims[1:][-len(grid_shape) :]
+            if len(dims) != spatial_dims or dims != grid_dims:
                 raise ValueError(
                     f"static field {name!r} has dimensions {dims}, and the grid of {field!r} "
-                    f"is {grid_dims if grid_dims is not None else grid_shape} (its last "
+                    f"is {grid_dims} (its last "
                     f"spatial_dims={spatial_dims} dimensions): a static field is given "
                     f"beside the fields cell for cell, so it must be their grid; store it "
                     f"on their grid with their dimension names (ds[{name!r}].rename(...) "
