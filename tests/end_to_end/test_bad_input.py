@@ -305,6 +305,23 @@ def _spec_group_of_statics_only(ctx: Context) -> None:
     build_loader(_era5_with_static_and_moved_fields(ctx), spec=spec)
 
 
+def _static_beside_a_field_naming_no_dimensions(ctx: Context) -> None:
+    path = _era5_with_static_and_moved_fields(ctx)
+    root = zarr.open_group(path, mode="a")
+    root.create_array("plain", shape=(88, 3, 4), chunks=(8, 3, 4), dtype="f4")[...] = 0
+    build_loader(path, ["plain", "lsm"])
+
+
+def _static_named_sample_index(ctx: Context) -> None:
+    path = _era5_with_static_and_moved_fields(ctx)
+    root = zarr.open_group(path, mode="a")
+    static = root.create_array(
+        "sample_index", shape=(3, 4), chunks=(3, 4), dtype="f4", dimension_names=["lat", "lon"]
+    )
+    static[...] = 0
+    build_loader(path, ["t2m", "sample_index"])
+
+
 def _time_not_first(ctx: Context) -> None:
     build_loader(_era5_with_static_and_moved_fields(ctx), ["t2m", "tp"])
 
@@ -660,6 +677,10 @@ CASES = {
     "a static field on another grid": _static_on_another_grid,
     "only static fields": _only_static_fields,
     "a sample spec group of static fields only": _spec_group_of_statics_only,
+    "a static field beside a variable that names no dimensions": (
+        _static_beside_a_field_naming_no_dimensions
+    ),
+    "a static field named sample_index": _static_named_sample_index,
     "a variable whose time dimension is not its first": _time_not_first,
     "a manifest made for another store": _manifest_from_another_store,
     "a store changed since its manifest was made": _store_changed_since_the_manifest,
