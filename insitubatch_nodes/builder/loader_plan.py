@@ -200,7 +200,7 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         settings.spec,
         cast=settings.dtype,
         stacked_on_host=settings.stack and on_host,
-        crop_size=settings.patches.size if settings.patches is not None and on_host else None,
+        host_patches=settings.patches if on_host else None,
     )
     fingerprint = opened.fingerprint(settings.split, anchors.anchors, cast=settings.dtype)
     forcings = plan_forcings(

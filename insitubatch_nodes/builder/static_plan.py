@@ -9,9 +9,12 @@ from dataclasses import dataclass, field
 
 from insitubatch_nodes.core.channels import SPECLESS_STACK_KEY
 from insitubatch_nodes.core.memory_bound import NO_STATICS, StaticCost
+from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.core.static_fields import (
     StaticPlacement,
+    region_shape,
+    sample_crop_size,
     static_copy_nbytes,
     static_nbytes,
     static_placements,
@@ -43,7 +46,7 @@ def plan_statics(
     *,
     cast: str | None,
     stacked_on_host: bool,
-    crop_size: tuple[int, ...] | None,
+    host_patches: PatchSpec | None,
 ) -> StaticPlan:
     """The plan of `source`'s static fields.
 
@@ -52,17 +55,24 @@ def plan_statics(
         spec: the user's sample spec (with its statics), or None.
         cast: the dtype batches are cast to (`build_loader(dtype=...)`), or None.
         stacked_on_host: whether host batches stack the statics into channels (copies).
-        crop_size: the patch size when host batches crop the statics at each sample's
-            patch (copies), else None.
+        host_patches: the patches when host batches crop the statics (copies at each
+            sample's patch; a region is cut once, `core.static_fields.region_cut`), else
+            None.
     """
     if not source.statics:
         return StaticPlan()
     numpy_cast = None if cast == NO_NUMPY_CAST else cast
     dtypes = {name: numpy_cast or source.decodings[name].decoded_dtype for name in source.statics}
     shapes = {name: (shape, dtypes[name]) for name, shape in source.static_shapes().items()}
+    in_batches = {
+        name: (region_shape(shape, host_patches), d) for name, (shape, d) in shapes.items()
+    }
     placements = tuple(static_placements(spec, list(source.statics), SPECLESS_STACK_KEY))
-    cost = StaticCost(
-        static_nbytes(shapes),
-        static_copy_nbytes(placements, shapes, stacked=stacked_on_host, patch_size=crop_size),
+    copies = static_copy_nbytes(
+        placements,
+        in_batches,
+        stacked=stacked_on_host,
+        patch_size=sample_crop_size(host_patches),
     )
+    cost = StaticCost(static_nbytes(shapes), copies)
     return StaticPlan(placements, dtypes, cost)

@@ -14,6 +14,7 @@ from torchdata.nodes import BaseNode
 
 from insitubatch_nodes.builder.loader_plan import PINNED_BY_GATHER, PINNED_BY_STACK, LoaderPlan
 from insitubatch_nodes.builder.split_anchors import split_mixing
+from insitubatch_nodes.core.static_fields import region_cut, sample_crop_size
 from insitubatch_nodes.loader.loader import Loader
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 from insitubatch_nodes.nodes.cf_decode import NO_NUMPY_DTYPE, CFDecodeNode
@@ -134,7 +135,8 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
         static_values = plan.source.read_statics(
             numpy_cast, retry=settings.retry, decode_threads=choices.decode_threads
         )
-    patch_size = None if settings.patches is None else settings.patches.size
+    static_values = {n: region_cut(v, settings.patches) for n, v in static_values.items()}
+    patch_size = sample_crop_size(settings.patches)
     stacked_statics = [p for p in placements if settings.stack and p.group is not None]
     if stacked_statics:
         node = StaticFieldsNode(node, static_values, stacked_statics, patch_size=patch_size)

@@ -189,7 +189,7 @@ def loader_defaults(
     timing: dict[str, Any] = {"stride": stride, "frequency": frequency}
     planned = plan_split(opened, split, spec, revisits=revisits, **timing)
     grid, anchors = planned.grid, planned.anchors
-    statics = plan_statics(opened, spec, cast=None, stacked_on_host=stack, crop_size=None)
+    statics = plan_statics(opened, spec, cast=None, stacked_on_host=stack, host_patches=None)
     samples = int(anchors.unit_sizes(anchors.units).sum())
     refused: str | None = None
     fitting: int | None = None

@@ -15,7 +15,9 @@ wherever nothing forces a copy. This module holds the rules, stated once:
   after the group's variables and levels, repeated along the group's steps axis (so the
   stacked tensor is what GraphCast is fed: the static at every step);
 - what it costs: the decoded array, once; and where batches hold real copies (stacked,
-  or cropped at each sample's patch), those copies per sample.
+  or cropped at each sample's patch), those copies per sample. A crop that is the same
+  for every sample (`mode="region"`, the Dataset route's region) is cut once instead
+  (`region_cut`): a view of the one array, broadcast like the whole of it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import numpy as np
 
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.partition import EpochAssignment
+from insitubatch_nodes.core.patches import REGION, PatchSpec
 from insitubatch_nodes.core.read_plan import ChunkRead, ReadPlan
 from insitubatch_nodes.core.sample_spec import SampleSpec, VariableGroup, batch_key
 
@@ -219,3 +222,43 @@ def crop_positions(
         shape[1 + axis] = length
         index.append((origins[:, axis, None] + arange(length)[None, :]).reshape(shape))
     return index
+
+
+def sample_crop_size(patches: PatchSpec | None) -> tuple[int, ...] | None:
+    """The crop a static takes at each sample's own patch origin, or None where there is
+    none to take per sample: no patches, or one region for every sample (cut once,
+    `region_cut`).
+
+    Args:
+        patches: the loader's patches, or None.
+    """
+    if patches is None or patches.mode == REGION:
+        return None
+    return patches.size
+
+
+def region_shape(shape: tuple[int, ...], patches: PatchSpec | None) -> tuple[int, ...]:
+    """A static's shape in batches after `region_cut`.
+
+    Args:
+        shape: the static's stored shape (its grid last).
+        patches: the loader's patches, or None.
+    """
+    if patches is None or patches.mode != REGION:
+        return shape
+    return (*shape[: len(shape) - len(patches.size)], *patches.size)
+
+
+def region_cut(values: np.ndarray, patches: PatchSpec | None) -> np.ndarray:
+    """`values` (a static, its grid last) cut to `patches`' region when every sample has
+    that one crop: a view, so nothing is copied; `values` itself otherwise.
+
+    Args:
+        values: the static's values.
+        patches: the loader's patches, or None.
+    """
+    if patches is None or patches.mode != REGION:
+        return values
+    assert patches.origin is not None  # a region has one (`PatchSpec`)
+    cut = tuple(slice(o, o + s) for o, s in zip(patches.origin, patches.size, strict=True))
+    return values[(Ellipsis, *cut)]

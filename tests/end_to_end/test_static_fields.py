@@ -224,6 +224,23 @@ def test_the_dataset_route_takes_a_static_and_crops_it_with_the_region(tmp_path:
     assert seen == set(range(12))
 
 
+@pytest.mark.parametrize("stack", [False, True])
+def test_a_region_crop_cuts_a_static_once_not_per_sample(tmp_path: Path, stack: bool) -> None:
+    # every sample has the same crop (the Dataset route's region, or mode="region"): one
+    # cut of the static, broadcast, and no per-sample copy charged to the budget
+    url = _write(tmp_path / "s.zarr")
+    lsm = _shown(url, "lsm")
+    region = ib.PatchSpec((3, 5), mode="region", origin=(2, 1))
+    plan = _plan(url, ["t2m", "lsm"], patches=region, stack=stack)
+    assert plan.statics.cost.sample_bytes == (3 * 5 * 8 if stack else 0)  # stacked: its copy
+    for batch in _loader(url, ["t2m", "lsm"], patches=region, stack=stack):
+        count = int(batch[SAMPLE_INDEX_KEY].shape[0])
+        got = batch["fields"][:, 1] if stack else batch["lsm"]
+        _same(got, np.broadcast_to(lsm[2:5, 1:6], (count, 3, 5)).astype(as_numpy(got).dtype))
+        if not stack:
+            assert got.stride()[0] == 0  # a broadcast view of the one cut
+
+
 def test_a_static_on_another_grid_is_refused_naming_the_difference(tmp_path: Path) -> None:
     coarse = (("lat2", "lon2"), np.zeros((3, 4)))
     url = _write(tmp_path / "s.zarr", coarse=coarse)
