@@ -201,6 +201,7 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         cast=settings.dtype,
         stacked_on_host=settings.stack and on_host,
         host_patches=settings.patches if on_host else None,
+        cast_on_cpu=placement.device.type == "cpu",
     )
     fingerprint = opened.fingerprint(settings.split, anchors.anchors, cast=settings.dtype)
     forcings = plan_forcings(

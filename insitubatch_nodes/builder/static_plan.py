@@ -5,6 +5,7 @@ inspect` both take it from here, so the budget inspect reports is the loader's.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from insitubatch_nodes.core.channels import SPECLESS_STACK_KEY
@@ -22,6 +23,7 @@ from insitubatch_nodes.core.static_fields import (
 from insitubatch_nodes.io.zarr_source import ZarrSource
 
 NO_NUMPY_CAST = "bfloat16"  # a cast numpy cannot hold: statics are kept decoded, cast on torch
+BFLOAT16_BYTES = 2
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ def plan_statics(
     cast: str | None,
     stacked_on_host: bool,
     host_patches: PatchSpec | None,
+    cast_on_cpu: bool = False,
 ) -> StaticPlan:
     """The plan of `source`'s static fields.
 
@@ -58,6 +61,9 @@ def plan_statics(
         host_patches: the patches when host batches crop the statics (copies at each
             sample's patch; a region is cut once, `core.static_fields.region_cut`), else
             None.
+        cast_on_cpu: whether the statics that join batches after the device copy are
+            cast there by torch on the CPU (`device="cpu"` with a cast numpy cannot hold):
+            each then keeps its cast copy beside its decoded values.
     """
     if not source.statics:
         return StaticPlan()
@@ -74,5 +80,9 @@ def plan_statics(
         stacked=stacked_on_host,
         patch_size=sample_crop_size(host_patches),
     )
-    cost = StaticCost(static_nbytes(shapes), copies)
+    kept = static_nbytes(shapes)
+    if cast_on_cpu and cast == NO_NUMPY_CAST:
+        after_copy = {p.name for p in placements if not (stacked_on_host and p.group is not None)}
+        kept += sum(math.prod(shapes[n][0]) * BFLOAT16_BYTES for n in after_copy)
+    cost = StaticCost(kept, copies)
     return StaticPlan(placements, dtypes, cost)

@@ -380,6 +380,21 @@ def test_the_budget_counts_the_statics_and_inspect_reports_the_same(tmp_path: Pa
     assert stacked_report.loader.channels == {"fields": ["t2m", "lsm", "z"]}
 
 
+def test_a_bfloat16_copy_of_a_static_kept_on_the_cpu_counts_in_the_budget(
+    tmp_path: Path,
+) -> None:
+    # numpy cannot hold bfloat16: on device="cpu" the node keeps torch's cast copy beside
+    # the decoded array, both on the host
+    url = _write(tmp_path / "s.zarr")
+    decoded = LATS * LONS * 8  # float64, as xarray decodes it
+    plan = _plan(url, ["t2m", "lsm"], dtype=torch.bfloat16)
+    assert plan.statics.cost.resident_bytes == decoded + LATS * LONS * 2
+    stacked = _plan(url, ["t2m", "lsm"], dtype=torch.bfloat16, stack=True)
+    assert stacked.statics.cost.resident_bytes == decoded  # cast with the stacked tensor
+    loader = _loader(url, ["t2m", "lsm"], dtype=torch.bfloat16)
+    assert next(iter(loader))["lsm"].dtype == torch.bfloat16
+
+
 def test_normalise_covers_statics_and_a_constant_one_stays_finite(tmp_path: Path) -> None:
     url = _write(tmp_path / "s.zarr", ones=(("lat", "lon"), np.ones((LATS, LONS))))
     stats = ib.compute_stats(url, ["t2m", "lsm", "ones"], split="all")
