@@ -21,9 +21,9 @@ from insitubatch_nodes.core.static_fields import (
     static_placements,
 )
 from insitubatch_nodes.io.zarr_source import ZarrSource
+from insitubatch_nodes.nodes.cf_decode import NO_NUMPY_DTYPE
 
-NO_NUMPY_CAST = "bfloat16"  # a cast numpy cannot hold: statics are kept decoded, cast on torch
-BFLOAT16_BYTES = 2
+BFLOAT16_BYTES = 2  # what `NO_NUMPY_DTYPE` takes: statics are kept decoded, cast by torch
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def plan_statics(
     """
     if not source.statics:
         return StaticPlan()
-    numpy_cast = None if cast == NO_NUMPY_CAST else cast
+    numpy_cast = None if cast == NO_NUMPY_DTYPE else cast
     dtypes = {name: numpy_cast or source.decodings[name].decoded_dtype for name in source.statics}
     shapes = {name: (shape, dtypes[name]) for name, shape in source.static_shapes().items()}
     in_batches = {
@@ -81,7 +81,7 @@ def plan_statics(
         patch_size=sample_crop_size(host_patches),
     )
     kept = static_nbytes(shapes)
-    if cast_on_cpu and cast == NO_NUMPY_CAST:
+    if cast_on_cpu and cast == NO_NUMPY_DTYPE:
         after_copy = {p.name for p in placements if not (stacked_on_host and p.group is not None)}
         kept += sum(math.prod(shapes[n][0]) * BFLOAT16_BYTES for n in after_copy)
     cost = StaticCost(kept, copies)
