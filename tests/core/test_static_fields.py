@@ -11,12 +11,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from insitubatch_nodes.core.geometry import VariableLayout
+from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.read_plan import chunk_regions
 from insitubatch_nodes.core.sample_spec import SampleSpec, leads, window
 from insitubatch_nodes.core.static_fields import (
     StaticPlacement,
     crop_positions,
     fields_spec,
+    region_cut,
+    region_shape,
+    sample_crop_size,
     static_copy_nbytes,
     static_placements,
     whole_array_plan,
@@ -99,3 +103,28 @@ def test_copies_are_counted_where_a_batch_holds_them() -> None:
     assert static_copy_nbytes(grouped, shapes, stacked=True, patch_size=None) == 3 * 32 * 8
     assert static_copy_nbytes(grouped, shapes, stacked=False, patch_size=(2, 2)) == 4 * 8
     assert static_copy_nbytes(grouped, shapes, stacked=True, patch_size=(2, 2)) == 3 * 4 * 8
+
+
+@given(
+    st.integers(1, 6),
+    st.integers(1, 6),
+    st.integers(0, 5),
+    st.integers(0, 5),
+    st.integers(1, 3),
+)
+def test_a_region_is_cut_once_as_every_sample_crops_it(
+    rows: int, cols: int, top: int, left: int, levels: int
+) -> None:
+    grid = (top + rows + 1, left + cols + 2)
+    values = np.arange(levels * grid[0] * grid[1]).reshape(levels, *grid)
+    region = PatchSpec((rows, cols), mode="region", origin=(top, left))
+    cut = region_cut(values, region)
+    assert np.array_equal(cut, values[:, top : top + rows, left : left + cols])
+    assert np.shares_memory(cut, values)  # a view: nothing copied
+    assert cut.shape == region_shape(values.shape, region)
+    assert sample_crop_size(region) is None  # nothing left to crop per sample
+    random = PatchSpec((rows, cols))
+    assert region_cut(values, random) is values
+    assert region_shape(values.shape, random) == values.shape
+    assert sample_crop_size(random) == (rows, cols)
+    assert sample_crop_size(None) is None and region_cut(values, None) is values
