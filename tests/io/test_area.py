@@ -24,7 +24,7 @@ from insitubatch_nodes.cli.main import main
 from insitubatch_nodes.core.area import Area
 from insitubatch_nodes.core.batch_fields import PATCH_ORIGIN_KEY, SAMPLE_INDEX_KEY
 from insitubatch_nodes.loader.rank_states import RANK_STATES_KEY
-from tests.helpers.area_stores import CHUNKS, write_grid_store, xarray_area
+from tests.helpers.area_stores import CHUNKS, grid_dataset, write_grid_store, xarray_area
 from tests.helpers.batches import as_numpy, torch_roundtrip
 from tests.helpers.graphs import build_stage
 from tests.helpers.resume_check import check_every_cut
@@ -288,6 +288,34 @@ def test_coordinates_are_found_by_units_and_standard_name(tmp_path: Path) -> Non
     np.testing.assert_array_equal(got["v"], want.values[got[SAMPLE_INDEX_KEY]])
     assert loader.area.shape == (2, 3)
     assert zarr.open_group(str(path), mode="r")["v"].shape == (8, 3, 4)
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_packed_coordinates_are_cut_on_the_degrees_xarray_shows(
+    tmp_path: Path, zarr_format: int
+) -> None:
+    """Latitude and longitude stored as int16 tenths of a degree (`scale_factor` 0.1): the
+    box is cut on the degrees xarray shows, never on the stored integers (on which
+    `area=(60, -30, 20, 40)` would keep no latitude at all, or the wrong ones)."""
+    path = tmp_path / "packed.zarr"
+    ds = grid_dataset(descending=True, signed=False)
+    packed = {"dtype": "int16", "scale_factor": 0.1, "_FillValue": -32767}
+    ds.to_zarr(
+        str(path),
+        mode="w",
+        zarr_format=zarr_format,
+        encoding={"latitude": packed, "longitude": packed},
+        consolidated=False,
+    )
+    shown = xr.open_zarr(str(path), consolidated=False)
+    assert zarr.open_group(str(path), mode="r")["latitude"].dtype == np.int16
+    box = BOXES["across 0/360"]
+    got, loader = _epoch(str(path), variables=["t2m"], area=box)
+    want = xarray_area(shown, *box)
+    steps = got[SAMPLE_INDEX_KEY]
+    np.testing.assert_array_equal(got["t2m"], want["t2m"].values[steps])
+    np.testing.assert_allclose(loader.area.latitudes, want.latitude.values, atol=1e-9)
+    np.testing.assert_allclose(loader.area.longitudes, want.longitude.values, atol=1e-9)
 
 
 def test_stacked_and_normalised_channels_keep_the_box(stores: dict[str, str]) -> None:

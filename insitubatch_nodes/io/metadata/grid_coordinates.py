@@ -28,7 +28,9 @@ import numpy as np
 import zarr
 
 from insitubatch_nodes.core.area import Area, AreaSelection, select_area
+from insitubatch_nodes.core.cf_decoding import decode_values
 from insitubatch_nodes.core.geometry import VariableLayout
+from insitubatch_nodes.io.metadata.cf_attributes import read_cf_decoding
 from insitubatch_nodes.io.metadata.dimensions import coordinate, coordinate_values, dimension_names
 
 LATITUDE = "latitude"
@@ -123,6 +125,25 @@ def grid_axes(arrays: Mapping[str, zarr.Array], name: str, first_axis: int = 1) 
     )
 
 
+def decoded_coordinate(
+    name: str, array: zarr.Array, where: str, secrets: Iterable[str] = ()
+) -> np.ndarray:
+    """A coordinate's values in degrees as `xr.open_zarr` shows them (float64): packed
+    coordinates (int16 tenths of a degree with a `scale_factor`) unpacked and masked values
+    NaN by the same decoding as the fields (`io.metadata.cf_attributes`), so that a box is
+    cut, and the sun placed, on the degrees a user sees, never on stored integers.
+
+    Args:
+        name: the coordinate's name, for messages.
+        array: the coordinate array.
+        where: the store's description for messages (credentials redacted).
+        secrets: values known to be secret, kept out of a failed read's error.
+    """
+    stored = coordinate_values(array, where, secrets)
+    decoded = decode_values(np.ascontiguousarray(stored), read_cf_decoding(name, array))
+    return np.asarray(decoded, dtype=np.float64)
+
+
 def area_selection(
     arrays: Mapping[str, zarr.Array],
     layouts: Mapping[str, VariableLayout],
@@ -153,8 +174,8 @@ def area_selection(
             + "; select variables that share their latitude and longitude coordinates"
         )
     lat, lon = grids.pop()
-    latitudes = coordinate_values(arrays[lat], where, secrets)
-    longitudes = coordinate_values(arrays[lon], where, secrets)
+    latitudes = decoded_coordinate(lat, arrays[lat], where, secrets)
+    longitudes = decoded_coordinate(lon, arrays[lon], where, secrets)
     selection = select_area(area, latitudes, longitudes, f"{lat!r} and {lon!r} of {where}")
     return selection, axes
 
@@ -282,12 +303,7 @@ def _decoded(
 ) -> np.ndarray:
     """The coordinate's values as xarray shows them (unpacked, masked values NaN), in
     degrees, shaped to broadcast against the grid."""
-    values = np.asarray(coordinate_values(array, where, secrets), dtype=np.float64)
-    attrs = array.attrs
-    fill = attrs.get("_FillValue", attrs.get("missing_value"))
-    if isinstance(fill, int | float):
-        values = np.where(values == fill, np.nan, values)
-    values = values * float(attrs.get("scale_factor", 1.0)) + float(attrs.get("add_offset", 0.0))
+    values = decoded_coordinate(name, array, where, secrets)
     dims = dimension_names(array) or ()
     shape = [1] * len(grid)
     for axis, (dim, _) in enumerate(grid):
