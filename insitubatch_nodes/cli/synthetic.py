@@ -170,7 +170,10 @@ def write_weatherbench2_like(
         "time": hours,
     }
     for name, values in coordinates.items():
-        array = group.create_array(name, data=values)
+        # as xarray writes them: NaN fills floats, integers have none; zarr's default 0
+        # would be a fill value xarray masks (longitude 0 and the first hour shown as NaN)
+        fill = np.nan if values.dtype.kind == "f" else None
+        array = group.create_array(name, data=values, fill_value=fill)
         array.attrs["_ARRAY_DIMENSIONS"] = [name]
     group["time"].attrs.update(
         {"units": f"hours since {WB2_YEARS[0]}", "calendar": "proleptic_gregorian"}
@@ -183,6 +186,7 @@ def write_weatherbench2_like(
             chunks=(1, *grid),
             dtype="float32",
             compressors=_blosc_lz4(),
+            fill_value=np.nan,
         )
         array.attrs["_ARRAY_DIMENSIONS"] = ["time", "latitude", "longitude"]
         array[...] = weather_field(v, times, grid)
@@ -193,6 +197,7 @@ def write_weatherbench2_like(
             chunks=(1, len(levels), *grid),
             dtype="float32",
             compressors=_blosc_lz4(),
+            fill_value=np.nan,
         )
         array.attrs["_ARRAY_DIMENSIONS"] = ["time", "level", "latitude", "longitude"]
         for start in range(0, time_steps, 16):  # whole chunks: no read-modify-write
