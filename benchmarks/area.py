@@ -17,16 +17,15 @@ steadier figure on a shared host).
 
 from __future__ import annotations
 
-import argparse
+import functools
 import json
 import statistics
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import zarr
 
+from benchmarks import setting_cost
 from insitubatch_nodes import build_loader
 from insitubatch_nodes.cli.synthetic import ERA5_VARIABLES, write_era5_like
 
@@ -62,45 +61,24 @@ def write_stores(folder: Path, steps: int, steps_per_chunk: int) -> dict[str, st
     return {"whole grid per chunk": str(whole), f"{SPATIAL_CHUNKS} chunks": str(tiled)}
 
 
-def _run(path: str, area: Any, epochs: int) -> dict[str, float]:
-    loader = build_loader(path, split="all", batch_size=32, device="cpu", seed=0, area=area)
-    for _ in loader:  # warm-up: the page cache, and the first epoch's start-up
-        pass
-    samples = 0
-    start, cpu_start = time.perf_counter(), time.process_time()
-    for _ in range(epochs):
-        for batch in loader:
-            samples += len(batch["sample_index"])
-    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-    shape = tuple(batch["t2m"].shape[1:])
-    loader.close()
-    return {
-        "samples_s": samples / seconds,
-        "cpu_us_per_sample": 1e6 * cpu / samples,
-        "grid": shape,
-    }
+def _run(path: str, area: Any, epochs: int) -> setting_cost.EpochRates:
+    with build_loader(path, split="all", batch_size=32, device="cpu", seed=0, area=area) as loader:
+        return setting_cost.timed_epochs(loader, epochs)
 
 
-def _chunks_per_epoch(path: str, area: Any) -> int:
-    """Chunks one epoch reads (`loader.stats()` counts the epoch in progress)."""
-    loader = build_loader(path, split="all", batch_size=32, device="cpu", seed=0, area=area)
-    for _ in loader:
-        pass
-    chunks = int(loader.stats()["chunks_read"])
-    loader.close()
-    return chunks
+def _epoch_read(path: str, area: Any) -> tuple[int, list[int]]:
+    """Chunks one epoch reads (`loader.stats()` counts the epoch in progress), and the grid
+    of its samples."""
+    with build_loader(path, split="all", batch_size=32, device="cpu", seed=0, area=area) as loader:
+        (grid,) = {tuple(batch["t2m"].shape[1:]) for batch in loader}
+        return int(loader.stats()["chunks_read"]), list(grid)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=480, help="time steps of the store")
-    parser.add_argument("--steps-per-chunk", type=int, default=8)
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--folder", type=Path, default=None, help="where the stores go")
-    parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args()
-    folder = args.folder or Path(tempfile.mkdtemp(prefix="area-"))
+    flags = setting_cost.parser(__doc__, steps=480, steps_per_chunk=8, epochs=1, repeats=3)
+    flags.add_argument("--json", type=Path, default=None)
+    args = flags.parse_args()
+    folder = setting_cost.store_folder(args.folder, "area-")
     results: list[dict[str, Any]] = []
     print(
         "| chunking | loader | grid | chunks read/epoch | samples/s (median, range) "
@@ -108,31 +86,33 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|")
     for chunking, path in write_stores(folder, args.steps, args.steps_per_chunk).items():
-        runs: dict[str, list[dict[str, Any]]] = {label: [] for label in AREAS}
-        for _ in range(args.repeats):
-            for label, area in AREAS.items():
-                runs[label].append(_run(path, area, args.epochs))
-        whole = statistics.median(r["samples_s"] for r in runs["whole globe"])
-        whole_cpu = statistics.median(r["cpu_us_per_sample"] for r in runs["whole globe"])
+        runs = setting_cost.interleaved(
+            {
+                label: functools.partial(_run, path, area, args.epochs)
+                for label, area in AREAS.items()
+            },
+            args.repeats,
+        )
+        whole = statistics.median(r.samples_s for r in runs["whole globe"])
+        whole_cpu = statistics.median(r.cpu_us_per_sample for r in runs["whole globe"])
         for label, area in AREAS.items():
-            rates = [r["samples_s"] for r in runs[label]]
-            cpu = statistics.median(r["cpu_us_per_sample"] for r in runs[label])
-            chunks = _chunks_per_epoch(path, area)
+            rates = [r.samples_s for r in runs[label]]
+            cpu = statistics.median(r.cpu_us_per_sample for r in runs[label])
+            chunks, grid = _epoch_read(path, area)
             row = {
                 "chunking": chunking,
                 "loader": label,
                 "area": area,
-                "grid": list(runs[label][0]["grid"]),
+                "grid": grid,
                 "chunks_read": chunks,
                 "samples_s": rates,
-                "cpu_us_per_sample": [r["cpu_us_per_sample"] for r in runs[label]],
+                "cpu_us_per_sample": [r.cpu_us_per_sample for r in runs[label]],
             }
             results.append(row)
-            median = statistics.median(rates)
             print(
-                f"| {chunking} | {label} | {' x '.join(map(str, row['grid']))} | {chunks:,} "
-                f"| {median:,.0f} ({min(rates):,.0f} .. {max(rates):,.0f}) "
-                f"| {median / whole:.2f}x | {cpu:,.0f} | {cpu / whole_cpu:.2f}x |",
+                f"| {chunking} | {label} | {' x '.join(map(str, grid))} | {chunks:,} "
+                f"| {setting_cost.median_range(rates)} | {statistics.median(rates) / whole:.2f}x "
+                f"| {cpu:,.0f} | {cpu / whole_cpu:.2f}x |",
                 flush=True,
             )
     if args.json is not None:

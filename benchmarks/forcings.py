@@ -17,9 +17,8 @@ loader's own threads).
 
 from __future__ import annotations
 
-import argparse
+import functools
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ import torch
 import zarr
 from torchdata.nodes import IterableWrapper
 
+from benchmarks import setting_cost
 from insitubatch_nodes import build_loader
 from insitubatch_nodes.cli.synthetic import ERA5_VARIABLES, write_era5_like
 from insitubatch_nodes.core.forcings import FORCINGS
@@ -90,41 +90,29 @@ def _repeat(batch: dict[str, torch.Tensor]) -> Any:
         yield dict(batch)
 
 
-def samples_per_second(path: str, forcings: list[str] | None, epochs: int) -> tuple[float, float]:
+def samples_per_second(
+    path: str, forcings: list[str] | None, epochs: int
+) -> setting_cost.EpochRates:
     """Samples/s of timed epochs, and the process's CPU µs per sample (every thread)."""
-    loader = build_loader(
+    with build_loader(
         path, split="all", batch_size=BATCH, device="cpu", seed=0, forcings=forcings
-    )
-    for _ in loader:  # warm-up: the start-up is not the forcings'
-        pass
-    samples = 0
-    start, cpu = time.perf_counter(), time.process_time()
-    for _ in range(epochs):
-        for batch in loader:
-            samples += len(batch["sample_index"])
-    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-    loader.close()
-    return samples / seconds, 1e6 * cpu / samples
+    ) as loader:
+        return setting_cost.timed_epochs(loader, epochs)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=960, help="time steps of the store")
-    parser.add_argument("--steps-per-chunk", type=int, default=24)
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--calls", type=int, default=50)
-    parser.add_argument("--folder", type=Path, default=None, help="where the store goes")
-    parser.add_argument(
+    flags = setting_cost.parser(__doc__, steps=960, steps_per_chunk=24, epochs=2, repeats=5)
+    flags.add_argument("--calls", type=int, default=50)
+    flags.add_argument(
         "--torch-threads",
         type=int,
         default=None,
         help="torch's intra-op threads (default: its own)",
     )
-    args = parser.parse_args()
+    args = flags.parse_args()
     if args.torch_threads is not None:
         torch.set_num_threads(args.torch_threads)
-    folder = args.folder or Path(tempfile.mkdtemp(prefix="forcings-"))
+    folder = setting_cost.store_folder(args.folder, "forcings-")
     path = write_store(folder, args.steps, args.steps_per_chunk)
     print(
         f"store: {len(ERA5_VARIABLES)} variables, {args.steps} steps, "
@@ -135,21 +123,24 @@ def main() -> None:
     for label, names in (("4", FOUR), ("all 9", list(FORCINGS))):
         wall, cpu = node_cost(path, names, args.calls)
         print(f"| {label} | {1e3 * wall:.1f} ms | {1e3 * cpu:.1f} ms |", flush=True)
-    runs: dict[str, list[tuple[float, float]]] = {"none": [], "4 forcings": []}
-    for _ in range(args.repeats):
-        runs["none"].append(samples_per_second(path, None, args.epochs))
-        runs["4 forcings"].append(samples_per_second(path, FOUR, args.epochs))
-    base = statistics.median(rate for rate, _ in runs["none"])
-    base_cpu = statistics.median(cpu for _, cpu in runs["none"])
+    runs = setting_cost.interleaved(
+        {
+            "none": functools.partial(samples_per_second, path, None, args.epochs),
+            "4 forcings": functools.partial(samples_per_second, path, FOUR, args.epochs),
+        },
+        args.repeats,
+    )
+    base = statistics.median(r.samples_s for r in runs["none"])
+    base_cpu = statistics.median(r.cpu_us_per_sample for r in runs["none"])
     print("| loader | samples/s (median, range) | vs none | CPU µs/sample (median) | vs none |")
     print("|---|---|---|---|---|")
     for label, measured in runs.items():
-        rates = [rate for rate, _ in measured]
-        median, cpu = statistics.median(rates), statistics.median(c for _, c in measured)
+        rates = [r.samples_s for r in measured]
+        cpu = statistics.median(r.cpu_us_per_sample for r in measured)
+        rate = setting_cost.median_range(rates)
         print(
-            f"| {label} | {median:,.0f} ({min(rates):,.0f} .. {max(rates):,.0f}) "
-            f"| {100 * (median / base - 1):+.1f}% | {cpu:,.0f} "
-            f"| {100 * (cpu / base_cpu - 1):+.1f}% |"
+            f"| {label} | {rate} | {setting_cost.change(statistics.median(rates), base)} "
+            f"| {cpu:,.0f} | {setting_cost.change(cpu, base_cpu)} |"
         )
 
 

@@ -17,10 +17,9 @@ static channels.
 
 from __future__ import annotations
 
-import argparse
+import functools
 import json
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks import setting_cost
 from insitubatch_nodes import build_loader
 from insitubatch_nodes.cli.synthetic import (
     ERA5_GRID,
@@ -44,18 +44,11 @@ CONFIGS = (  # (label, variables, build_loader settings)
 )
 
 
-def _run(path: str, variables: list[str], epochs: int, **settings: Any) -> dict[str, float]:
-    loader = build_loader(path, variables, "all", batch_size=32, device="cpu", seed=0, **settings)
-    for _ in loader:  # warm-up: the first epoch's start-up (the statics' read among it)
-        pass
-    samples = 0
-    start, cpu_start = time.perf_counter(), time.process_time()
-    for _ in range(epochs):
-        for batch in loader:
-            samples += len(batch["sample_index"])
-    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-    loader.close()
-    return {"samples_s": samples / seconds, "cpu_us_per_sample": 1e6 * cpu / samples}
+def _run(path: str, variables: list[str], epochs: int, **settings: Any) -> setting_cost.EpochRates:
+    with build_loader(
+        path, variables, "all", batch_size=32, device="cpu", seed=0, **settings
+    ) as loader:
+        return setting_cost.timed_epochs(loader, epochs)
 
 
 def _median_ms(work: Any, times: int = 50) -> float:
@@ -82,24 +75,22 @@ def per_batch_costs(batch: int = 32) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=480, help="time steps of the store")
-    parser.add_argument("--steps-per-chunk", type=int, default=8)
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--folder", type=Path, default=None, help="where the store goes")
-    parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args()
-    folder = args.folder or Path(tempfile.mkdtemp(prefix="statics-"))
+    flags = setting_cost.parser(__doc__, steps=480, steps_per_chunk=8, epochs=1, repeats=3)
+    flags.add_argument("--json", type=Path, default=None)
+    args = flags.parse_args()
+    folder = setting_cost.store_folder(args.folder, "statics-")
     path = folder / f"era5-{args.steps}-c{args.steps_per_chunk}-statics.zarr"
     if not path.exists():
         write_era5_like(
             path, time_steps=args.steps, steps_per_chunk=args.steps_per_chunk, statics=WB2_STATICS
         )
-    runs: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in CONFIGS}
-    for _ in range(args.repeats):
-        for label, variables, settings in CONFIGS:
-            runs[label].append(_run(str(path), variables, args.epochs, **settings))
+    runs = setting_cost.interleaved(
+        {
+            label: functools.partial(_run, str(path), variables, args.epochs, **settings)
+            for label, variables, settings in CONFIGS
+        },
+        args.repeats,
+    )
     print(
         "| loader | samples/s (median, range) | vs without statics "
         "| CPU µs/sample (median) | vs without statics |"
@@ -108,16 +99,15 @@ def main() -> None:
     results = []
     for label, _, settings in CONFIGS:
         base = "fields, stacked" if settings.get("stack") else "fields"
-        rates = [r["samples_s"] for r in runs[label]]
-        median = statistics.median(rates)
-        cpu = statistics.median(r["cpu_us_per_sample"] for r in runs[label])
-        base_rate = statistics.median(r["samples_s"] for r in runs[base])
-        base_cpu = statistics.median(r["cpu_us_per_sample"] for r in runs[base])
+        rates = [r.samples_s for r in runs[label]]
+        cpu = statistics.median(r.cpu_us_per_sample for r in runs[label])
+        base_rate = statistics.median(r.samples_s for r in runs[base])
+        base_cpu = statistics.median(r.cpu_us_per_sample for r in runs[base])
         results.append({"loader": label, "samples_s": rates, "cpu_us_per_sample": cpu})
         print(
-            f"| {label} | {median:,.0f} ({min(rates):,.0f} .. {max(rates):,.0f}) "
-            f"| {100 * (median / base_rate - 1):+.1f}% | {cpu:,.0f} "
-            f"| {100 * (cpu / base_cpu - 1):+.1f}% |",
+            f"| {label} | {setting_cost.median_range(rates)} "
+            f"| {setting_cost.change(statistics.median(rates), base_rate)} | {cpu:,.0f} "
+            f"| {setting_cost.change(cpu, base_cpu)} |",
             flush=True,
         )
     costs = per_batch_costs()
