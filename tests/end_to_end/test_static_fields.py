@@ -11,8 +11,6 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +37,8 @@ LEVELS = [1000.0, 850.0, 500.0]  # stored descending, as the CDS's ERA5
 PACKED = {"dtype": "int16", "scale_factor": 0.5, "add_offset": 100.0, "_FillValue": -32767}
 
 
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # xarray's notes on v3 and consolidated metadata
-        yield
+# xarray's notes on v3 and consolidated metadata
+pytestmark = pytest.mark.filterwarnings("ignore")
 
 
 def _write(path: Path, zarr_format: int = 3, **extra: Any) -> str:

@@ -8,8 +8,6 @@ refused by name."""
 from __future__ import annotations
 
 import json
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,24 +43,19 @@ BOXES = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# xarray's and zarr's notes on v2, v3 and consolidated metadata
+pytestmark = pytest.mark.filterwarnings("ignore")
 
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("area")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return {
-            kind: write_grid_store(
-                root / f"{i}.zarr", zarr_format=fmt, descending=descending, signed=signed
-            )
-            for i, (kind, (fmt, descending, signed)) in enumerate(KINDS.items())
-        }
+    return {
+        kind: write_grid_store(
+            root / f"{i}.zarr", zarr_format=fmt, descending=descending, signed=signed
+        )
+        for i, (kind, (fmt, descending, signed)) in enumerate(KINDS.items())
+    }
 
 
 def _epoch(url: str, **settings: Any) -> tuple[dict[str, np.ndarray], Any]:

@@ -9,8 +9,6 @@ the extra that brings it. (A value of t2m is its step's index.)"""
 from __future__ import annotations
 
 import builtins
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +26,8 @@ CALENDARS = ("noleap", "360_day", "all_leap", "julian", "proleptic_gregorian", "
 SPLITS = {"a": ("2014", "2015-02"), "b": ("2015-03", "2015"), "c": "2016"}
 
 
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # xarray's notes on v3, consolidated metadata, cftime
-        yield
+# xarray's notes on v3, consolidated metadata, cftime
+pytestmark = pytest.mark.filterwarnings("ignore")
 
 
 def _xarray_steps(url: str, first: str, last: str) -> list[int]:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,31 +24,23 @@ from tests.helpers.time_stores import LEVELS, hourly, write_xarray
 TIMES = hourly("2016-01-01T00", 96, hours=6)  # 2016-01-01 .. 2016-01-24T18
 
 
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# xarray's and zarr's notes on v2, v3 and consolidated metadata
+pytestmark = pytest.mark.filterwarnings("ignore")
 
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[int, str]:
     root = tmp_path_factory.mktemp("datasets")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return {f: write_xarray(root / f"v{f}.zarr", TIMES, zarr_format=f) for f in (2, 3)}
+    return {f: write_xarray(root / f"v{f}.zarr", TIMES, zarr_format=f) for f in (2, 3)}
 
 
 @pytest.fixture(scope="module")
 def descending(tmp_path_factory: pytest.TempPathFactory) -> dict[int, str]:
     """The stores with their levels kept 1000 ... 50 (the CDS ERA5 layout)."""
     root = tmp_path_factory.mktemp("descending")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return {
-            f: write_xarray(root / f"d{f}.zarr", TIMES, zarr_format=f, descending=True)
-            for f in (2, 3)
-        }
+    return {
+        f: write_xarray(root / f"d{f}.zarr", TIMES, zarr_format=f, descending=True) for f in (2, 3)
+    }
 
 
 def _keys(source: Any, **settings: Any) -> list[Any]:

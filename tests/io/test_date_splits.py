@@ -7,8 +7,7 @@ a calendar CF does not define and a manifest cut on other dates are refused by n
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +33,8 @@ SPLITS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # xarray's notes on v3 and consolidated metadata
-        yield
+# xarray's notes on v3 and consolidated metadata
+pytestmark = pytest.mark.filterwarnings("ignore")
 
 
 WRITERS: dict[str, Callable[[Path], str]] = {
@@ -52,9 +48,7 @@ WRITERS: dict[str, Callable[[Path], str]] = {
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("date-stores")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return {kind: write(root / f"{kind}.zarr") for kind, write in WRITERS.items()}
+    return {kind: write(root / f"{kind}.zarr") for kind, write in WRITERS.items()}
 
 
 def _sel(url: str, first: str, last: str) -> list[int]:

@@ -6,8 +6,6 @@ level chunks that hold a picked level are read, channels and statistics are per 
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,25 +29,20 @@ from tests.helpers.time_stores import LEVELS, hourly, write_native, write_xarray
 TIMES = hourly("2016-01-01T00", 24, hours=6)
 
 
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# xarray's and zarr's notes on v2, v3 and consolidated metadata
+pytestmark = pytest.mark.filterwarnings("ignore")
 
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("levels")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return {
-            "xarray-v2": write_xarray(root / "x2.zarr", TIMES, zarr_format=2),
-            "xarray-v3": write_xarray(root / "x3.zarr", TIMES, zarr_format=3),
-            "native-v3": write_native(root / "n3.zarr", TIMES),
-            "descending-v2": write_xarray(root / "d2.zarr", TIMES, zarr_format=2, descending=True),
-            "descending-v3": write_xarray(root / "d3.zarr", TIMES, zarr_format=3, descending=True),
-        }
+    return {
+        "xarray-v2": write_xarray(root / "x2.zarr", TIMES, zarr_format=2),
+        "xarray-v3": write_xarray(root / "x3.zarr", TIMES, zarr_format=3),
+        "native-v3": write_native(root / "n3.zarr", TIMES),
+        "descending-v2": write_xarray(root / "d2.zarr", TIMES, zarr_format=2, descending=True),
+        "descending-v3": write_xarray(root / "d3.zarr", TIMES, zarr_format=3, descending=True),
+    }
 
 
 # requests in every order: a store's own, the other, neither, and a level twice

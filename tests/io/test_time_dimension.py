@@ -8,8 +8,6 @@ and v3) and zarr-python, by URL and as a Dataset."""
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +23,8 @@ from tests.helpers.time_stores import hourly
 STEPS = 6
 
 
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # xarray's notes on v3 and consolidated metadata
-        yield
+# xarray's notes on v3 and consolidated metadata
+pytestmark = pytest.mark.filterwarnings("ignore")
 
 
 def _write(
