@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,7 +140,43 @@ class _ReusedBlocks:
         return block
 
 
-class DecodeFloor:
+class _DecodePool:
+    """What the readers that decode on a pool of their own share: the epoch cut into tasks,
+    each thread's reused block, and the decode of a task's stored chunks into it.
+
+    Args:
+        chunks: what to read.
+        threads: the decode pool's threads.
+        task_chunks: chunks per task.
+    """
+
+    def __init__(self, chunks: EpochChunks, threads: int, task_chunks: int) -> None:
+        self._chunks = chunks
+        self._tasks = chunks.tasks(task_chunks)
+        self._blocks = _ReusedBlocks(chunks, task_chunks)
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix=DECODE_POOL)
+
+    def _decode_stored(self, stored: Iterable[Any]) -> None:
+        """Decode a task's stored chunks, in order, into the calling thread's block."""
+        block, codec = self._blocks.mine(), self._chunks.codec
+        for slot, data in enumerate(stored):
+            codec.decode(data, out=block[slot])
+
+    def _decode(self, task: tuple[str, int, int]) -> None:
+        raise NotImplementedError
+
+    def read_epoch(self) -> int:
+        """Decode every chunk once, a task per call on the pool; the chunks decoded."""
+        for _ in self._pool.map(self._decode, self._tasks):
+            pass
+        return self._chunks.count
+
+    def close(self) -> None:
+        """Stop the decode pool."""
+        self._pool.shutdown()
+
+
+class DecodeFloor(_DecodePool):
     """Decode only: every stored chunk's bytes read into RAM when made, then each epoch
     decoded (numcodecs, GIL released) into each thread's reused block, `task_chunks` chunks
     per task.
@@ -154,33 +190,18 @@ class DecodeFloor:
     name = "decode only, bytes in RAM (the floor)"
 
     def __init__(self, chunks: EpochChunks, threads: int = 2, task_chunks: int = 32) -> None:
-        self._chunks = chunks
+        super().__init__(chunks, threads, task_chunks)
         self._stored = {
             name: [(chunks.root / key).read_bytes() for key in keys]
             for name, keys in chunks.keys.items()
         }
-        self._tasks = chunks.tasks(task_chunks)
-        self._blocks = _ReusedBlocks(chunks, task_chunks)
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix=DECODE_POOL)
 
     def _decode(self, task: tuple[str, int, int]) -> None:
         name, start, stop = task
-        block, codec = self._blocks.mine(), self._chunks.codec
-        for slot, data in enumerate(self._stored[name][start:stop]):
-            codec.decode(data, out=block[slot])
-
-    def read_epoch(self) -> int:
-        """Decode every chunk once; the chunks decoded."""
-        for _ in self._pool.map(self._decode, self._tasks):
-            pass
-        return self._chunks.count
-
-    def close(self) -> None:
-        """Stop the decode pool."""
-        self._pool.shutdown()
+        self._decode_stored(self._stored[name][start:stop])
 
 
-class PlainFileReads(DecodeFloor):
+class PlainFileReads(_DecodePool):
     """The floor plus reading each chunk file in the decode threads, with the library's
     plain file read into each thread's reused scratch (`io/reads/local_files.py`).
 
@@ -193,24 +214,20 @@ class PlainFileReads(DecodeFloor):
     name = "plain file reads + numcodecs"
 
     def __init__(self, chunks: EpochChunks, threads: int = 2, task_chunks: int = 32) -> None:
-        self._chunks = chunks
-        self._tasks = chunks.tasks(task_chunks)
-        self._blocks = _ReusedBlocks(chunks, task_chunks)
+        super().__init__(chunks, threads, task_chunks)
         self._scratches = threading.local()
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix=DECODE_POOL)
 
     def _decode(self, task: tuple[str, int, int]) -> None:
         name, start, stop = task
-        block, codec = self._blocks.mine(), self._chunks.codec
         scratch: bytearray | None = getattr(self._scratches, "buffer", None)
         if scratch is None:  # more than any stored chunk: at worst raw blocks and framing
             scratch = self._scratches.buffer = bytearray(2 * self._chunks.chunk_nbytes + 4096)
         root = str(self._chunks.root)
-        for slot, key in enumerate(self._chunks.keys[name][start:stop]):
-            codec.decode(read_file(f"{root}/{key}", scratch), out=block[slot])
+        keys = self._chunks.keys[name][start:stop]
+        self._decode_stored(read_file(f"{root}/{key}", scratch) for key in keys)
 
 
-class StoreGets(DecodeFloor):
+class StoreGets(_DecodePool):
     """The floor plus one `store.get` per chunk on an asyncio loop in the calling thread,
     at most `inflight` at a time; each task's chunks are decoded together once all have
     arrived. With `decode=False` only the gets: what the store itself costs per get.
@@ -236,18 +253,10 @@ class StoreGets(DecodeFloor):
         inflight: int = 256,
         decode: bool = True,
     ) -> None:
+        super().__init__(chunks, threads, task_chunks)
         self.name = f"{label} get per chunk" + (" + numcodecs" if decode else ", no decode")
         self._store, self._decodes = store, decode
-        self._chunks = chunks
-        self._tasks = chunks.tasks(task_chunks)
         self._tasks_at_once = max(1, inflight // task_chunks)
-        self._blocks = _ReusedBlocks(chunks, task_chunks)
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix=DECODE_POOL)
-
-    def _decode_got(self, got: list[Any]) -> None:
-        block, codec = self._blocks.mine(), self._chunks.codec
-        for slot, data in enumerate(got):
-            codec.decode(data, out=block[slot])
 
     async def _epoch(self) -> None:
         loop = asyncio.get_running_loop()
@@ -264,7 +273,7 @@ class StoreGets(DecodeFloor):
                 keys = self._chunks.keys[name][start:stop]
                 got = await asyncio.gather(*(get(key) for key in keys))
                 if self._decodes:
-                    await loop.run_in_executor(self._pool, self._decode_got, got)
+                    await loop.run_in_executor(self._pool, self._decode_stored, got)
 
         await asyncio.gather(*(task(*t) for t in self._tasks))
 
