@@ -41,7 +41,7 @@ from tests.helpers.loader_settings import (
     draw_rank_and_batch,
 )
 from tests.helpers.profiles import loader_property
-from tests.helpers.resume_check import check_every_cut
+from tests.helpers.resume_check import check_every_cut, check_resumed_at
 from tests.helpers.stores import write_store
 from tests.helpers.time_stores import hourly
 
@@ -255,18 +255,7 @@ def test_the_pool_node_yields_the_pure_order_on_fine_grids_and_resumes_at_any_cu
         )
         assert np.array_equal(np.concatenate(batches), want)
     cut = data.draw(st.integers(0, len(epochs[0])))
-    loader = Loader(make())
-    iterator = iter(loader)
-    for _ in range(cut):
-        next(iterator)
-    state = json.loads(json.dumps(loader.state_dict()))
-    del iterator, loader
-    fresh = Loader(make())
-    fresh.load_state_dict(state)
-    rest = [np.asarray(b["sample_index"]).copy() for b in fresh]
-    expected = epochs[0][cut:] if cut < len(epochs[0]) else epochs[1]
-    assert len(rest) == len(expected)
-    assert all(np.array_equal(x, y) for x, y in zip(rest, expected, strict=True))
+    check_resumed_at(make, cut, epochs)
 
 
 def test_a_manifest_on_the_fine_grid_round_trips(

@@ -6,12 +6,15 @@ what the uninterrupted run yields from there: the rest of that epoch, then the n
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from torchdata.nodes import BaseNode
 
 from insitubatch_nodes import Loader
+from insitubatch_nodes.core.batch_fields import SAMPLE_INDEX_KEY
 from tests.helpers.batches import torch_roundtrip
 from tests.helpers.graphs import fingerprint
 from tests.helpers.profiles import spread
@@ -68,3 +71,49 @@ def _states_at(make: MakeGraph, cuts: list[int], epoch: list[Any]) -> dict[int, 
         states[cut] = torch_roundtrip(loader.state_dict())
     del iterator, loader
     return states
+
+
+def cut_and_resume(
+    make: MakeGraph, cut: int, before_reading: Callable[[], None] | None = None
+) -> tuple[dict[str, Any], list[np.ndarray], Loader[Any]]:
+    """Draw `cut` batches of a fresh loader, save its state through JSON (a state must be
+    plain) and close it (nothing it read ahead is counted after), then resume a fresh loader
+    from the state: the state, the resumed loader's batches (their sample ids) and the
+    resumed loader.
+
+    Args:
+        make: builds the graph.
+        cut: batches drawn before the state is saved.
+        before_reading: called once the state is loaded, before the resumed loader reads
+            (a test counting its reads starts the count there), or None.
+    """
+    loader = Loader(make())
+    iterator = iter(loader)
+    for _ in range(cut):
+        next(iterator)
+    state = json.loads(json.dumps(loader.state_dict()))
+    loader.close()
+    del iterator, loader
+    fresh = Loader(make())
+    fresh.load_state_dict(state)
+    if before_reading is not None:
+        before_reading()
+    got = [np.asarray(batch[SAMPLE_INDEX_KEY]).copy() for batch in fresh]
+    return state, got, fresh
+
+
+def check_resumed_at(make: MakeGraph, cut: int, epochs: list[list[np.ndarray]]) -> None:
+    """A loader resumed from a state saved after `cut` batches (`cut_and_resume`) yields
+    the rest of the first of `epochs`, or the whole second when `cut` ends the first.
+
+    Args:
+        make: builds the graph.
+        cut: batches drawn before the state is saved, at most `len(epochs[0])`.
+        epochs: the sample ids of two uninterrupted epochs' batches.
+    """
+    _, rest, _ = cut_and_resume(make, cut)
+    expected = epochs[0][cut:] if cut < len(epochs[0]) else epochs[1]
+    assert len(rest) == len(expected), f"cut {cut}: {len(rest)} batches, not {len(expected)}"
+    assert all(np.array_equal(x, y) for x, y in zip(rest, expected, strict=True)), (
+        f"cut {cut}: the batches after it differ"
+    )

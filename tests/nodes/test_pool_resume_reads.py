@@ -6,7 +6,6 @@ Reads are counted as the chunk keys a real zarr store underneath is asked for.""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -40,6 +39,7 @@ from tests.helpers.loader_settings import (
     draw_rank_and_batch,
 )
 from tests.helpers.profiles import loader_property
+from tests.helpers.resume_check import cut_and_resume
 
 
 class ChunkKeyRecorder(WrapperStore[Store]):
@@ -123,34 +123,6 @@ def permute_assignment(root: Any) -> EpochAssignment:
     return node.assignment
 
 
-def cut_and_resume(
-    make: Callable[[], Any], cut: int, store: ChunkKeyRecorder | None = None
-) -> tuple[dict[str, Any], list[np.ndarray], Loader[Any]]:
-    """Draw `cut` batches of a fresh loader, save its state through JSON and close it
-    (nothing it read ahead is counted after), then resume a fresh loader from the state:
-    the state, the resumed loader's batches (their sample ids; with `store`, its reads
-    alone are in `store.chunks`), and the resumed loader.
-
-    Args:
-        make: builds the graph.
-        cut: batches drawn before the state is saved.
-        store: the recorder to clear before the resumed loader reads, or None.
-    """
-    loader = Loader(make())
-    iterator = iter(loader)
-    for _ in range(cut):
-        next(iterator)
-    state = json.loads(json.dumps(loader.state_dict()))
-    loader.close()
-    del iterator, loader
-    fresh = Loader(make())
-    fresh.load_state_dict(state)
-    if store is not None:
-        store.chunks.clear()
-    got = [batch[SAMPLE_INDEX_KEY].copy() for batch in fresh]
-    return state, got, fresh
-
-
 def test_a_resume_mid_epoch_reads_the_kept_units_chunks_once_and_nothing_else(
     memory_url: Any,
 ) -> None:
@@ -163,7 +135,7 @@ def test_a_resume_mid_epoch_reads_the_kept_units_chunks_once_and_nothing_else(
         return build_stage(store, "gather", batch_size=4, block_chunks=4, pool_size=8)
 
     rest = [batch[SAMPLE_INDEX_KEY].copy() for batch in Loader(make())][20:]
-    state, got, fresh = cut_and_resume(make, 20, store)
+    state, got, fresh = cut_and_resume(make, 20, store.chunks.clear)
     a = permute_assignment(fresh.root)  # the epoch resumed
     anchors = split_anchors(url, None)
     assert len(got) == len(rest)
@@ -226,7 +198,7 @@ def test_no_drained_unit_is_read_after_a_resume_at_any_cut(
 
     epoch = [batch[SAMPLE_INDEX_KEY].copy() for batch in Loader(make())]
     cut = data.draw(st.integers(0, len(epoch) - 1))
-    state, got, fresh = cut_and_resume(make, cut, store)
+    state, got, fresh = cut_and_resume(make, cut, store.chunks.clear)
     a = permute_assignment(fresh.root)  # the epoch resumed
     anchors = split_anchors(url, spec)
     assert len(got) == len(epoch) - cut
@@ -305,7 +277,7 @@ def test_on_a_grid_the_chunks_do_not_align_with_no_drained_unit_is_read(
         )
 
     whole = [batch[SAMPLE_INDEX_KEY].copy() for batch in Loader(make())]
-    state, got, fresh = cut_and_resume(make, 12, store)
+    state, got, fresh = cut_and_resume(make, 12, store.chunks.clear)
     assert all(np.array_equal(x, y) for x, y in zip(got, whole[12:], strict=True))
     assert len(got) == len(whole) - 12
     a = permute_assignment(fresh.root)

@@ -31,7 +31,7 @@ from tests.helpers.loader_settings import (
     draw_rank_and_batch,
 )
 from tests.helpers.profiles import loader_property
-from tests.helpers.resume_check import check_every_cut
+from tests.helpers.resume_check import check_every_cut, check_resumed_at
 
 
 def _indices(loader: Loader[Any]) -> list[np.ndarray]:
@@ -109,18 +109,7 @@ def test_the_node_yields_the_pure_order_and_resumes_at_any_cut(
         assert np.array_equal(np.concatenate(batches), want)
         assert all(b.size == batch_size for b in batches[:-1])
     cut = data.draw(st.integers(0, len(epochs[0])))
-    loader = Loader(make())
-    iterator = iter(loader)
-    for _ in range(cut):
-        next(iterator)
-    state = json.loads(json.dumps(loader.state_dict()))
-    del iterator, loader
-    fresh = Loader(make())
-    fresh.load_state_dict(state)
-    rest = _indices(fresh)
-    expected = epochs[0][cut:] if cut < len(epochs[0]) else epochs[1]
-    assert len(rest) == len(expected)
-    assert all(np.array_equal(x, y) for x, y in zip(rest, expected, strict=True))
+    check_resumed_at(make, cut, epochs)
 
 
 @pytest.mark.parametrize(
