@@ -12,14 +12,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import boto3
 import numpy as np
 import pytest
 import zarr
 
 from insitubatch_nodes.cli.main import main
 from insitubatch_nodes.cli.synthetic import write_era5_like
-from tests.helpers.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server
+from tests.helpers.s3_server import ACCESS_KEY, S3Server
 
 GRID = (16, 32)
 STEPS = 96
@@ -126,31 +125,17 @@ def _s3_store(server: S3Server) -> tuple[str, int]:
     return url, 4 * 4 * 8 * 4
 
 
-def _options(server: S3Server, **extra: Any) -> dict[str, Any]:
-    options = server.options(**extra)
-    options.pop("retry_config")  # timedeltas: not JSON
-    return options
-
-
 def test_a_store_in_s3(
     s3_server: S3Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url, chunk_bytes = _s3_store(s3_server)
-    (tmp_path / "options.json").write_text(json.dumps(_options(s3_server)))
+    (tmp_path / "options.json").write_text(json.dumps(s3_server.json_options()))
     args = [url, "--seconds", "1.5", "--batch-size", str(BATCH), "--device", "cpu"]
     result = bench_json(capsys, *args, "--storage-options", str(tmp_path / "options.json"))
     assert result["store"] == url
     check_consistent(result, STEPS // 4, chunk_bytes)
-    bucket, _, prefix = url.removeprefix("s3://").partition("/")
-    client = boto3.client(
-        "s3",
-        endpoint_url=s3_server.endpoint,
-        region_name=REGION,
-        aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET_KEY,
-    )
-    listed = client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/t2m/c/")["Contents"]
-    assert {item["Size"] for item in listed} == {chunk_bytes}  # the chunks as stored
+    sizes = s3_server.object_sizes(url, "t2m/c/")
+    assert set(sizes) == {chunk_bytes}  # the chunks as stored
     # every chunk read is one get of its object, once an epoch; the last epoch, cut short,
     # may have fetched chunks it had not decoded yet (reads ahead)
     fetched, left = divmod(result["bytes_fetched"], chunk_bytes)
@@ -164,12 +149,12 @@ def test_secrets_stay_out_of_every_output(
     s3_server: S3Server, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url, _ = _s3_store(s3_server)
-    options = json.dumps(_options(s3_server, secret_access_key=SECRET))
+    options = json.dumps(s3_server.json_options(secret_access_key=SECRET))
     code, out, err = bench(capsys, url, "--storage-options", options, "--seconds", "0.5")
     assert code == 0, err  # moto takes any secret key: a run with the secret in its options
     assert SECRET not in out + err and f"insitubatch bench  {url}" in out
     in_url = url.replace("s3://", f"s3://{ACCESS_KEY}:{SECRET}@")
-    good = json.dumps(_options(s3_server))
+    good = json.dumps(s3_server.json_options())
     code, out, err = bench(capsys, in_url, "--storage-options", good, "--seconds", "0.5")
     assert code == 0, err
     assert SECRET not in out + err and "s3://***@" in out
@@ -181,7 +166,7 @@ def test_anonymous_requests_are_unsigned(
     s3_server: S3Server, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url, _ = _s3_store(s3_server)
-    bare = _options(s3_server)
+    bare = s3_server.json_options()
     del bare["access_key_id"], bare["secret_access_key"]
     line = refused(capsys, url, "--storage-options", json.dumps(bare), "--anonymous")
     assert "refused access" in line and "skip_signature" in line  # a private bucket

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import boto3
 import numcodecs
 import numpy as np
 import pytest
@@ -37,7 +36,7 @@ from insitubatch_nodes.nodes.graph import graph_nodes
 from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
 from tests.helpers.area_stores import write_grid_store
 from tests.helpers.pool_cursors import distinct_units, filling_batches, first_wait
-from tests.helpers.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server
+from tests.helpers.s3_server import ACCESS_KEY, S3Server
 from tests.helpers.time_stores import hourly, write_xarray
 
 GRID = (16, 32)
@@ -311,31 +310,11 @@ def _s3_store(server: S3Server) -> tuple[str, zarr.Array]:
     return url, array
 
 
-def _client_options(server: S3Server, **extra: Any) -> dict[str, Any]:
-    """The server's options as JSON can hold them (no timedelta retry settings)."""
-    options = server.options(**extra)
-    options.pop("retry_config")
-    return options
-
-
-def _object_sizes(server: S3Server, url: str, prefix: str) -> list[int]:
-    bucket, _, path = url.removeprefix("s3://").partition("/")
-    client = boto3.client(
-        "s3",
-        endpoint_url=server.endpoint,
-        region_name=REGION,
-        aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET_KEY,
-    )
-    listed = client.list_objects_v2(Bucket=bucket, Prefix=f"{path}/{prefix}")
-    return [item["Size"] for item in listed["Contents"]]
-
-
 def test_a_store_in_s3_with_options_as_json_and_as_a_file(
     s3_server: S3Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url, _ = _s3_store(s3_server)
-    options = json.dumps(_client_options(s3_server, secret_access_key=SECRET))
+    options = json.dumps(s3_server.json_options(secret_access_key=SECRET))
     code, out, err = inspect(capsys, url, "--storage-options", options)
     assert code == 0 and err == ""
     assert f"store   {url}  (Zarr v3)" in out and "24 x 4 x 8" in out
@@ -346,7 +325,7 @@ def test_a_store_in_s3_with_options_as_json_and_as_a_file(
     )
     assert SECRET not in json.dumps(report)
     stored = report["arrays"][0]["stored_chunk"]
-    sizes = _object_sizes(s3_server, url, "t2m/c/")
+    sizes = s3_server.object_sizes(url, "t2m/c/")
     assert stored["sampled"] == stored["of"] == len(sizes) == 6
     assert stored["mean"] == pytest.approx(np.mean(sizes))
     built = built_settings(url, storage_options=json.loads(options))
@@ -357,7 +336,7 @@ def test_errors_on_s3_name_the_store_not_the_secret(
     s3_server: S3Server, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url, _ = _s3_store(s3_server)
-    options = json.dumps(_client_options(s3_server, secret_access_key=SECRET))
+    options = json.dumps(s3_server.json_options(secret_access_key=SECRET))
     line = refused(capsys, url, "--storage-options", options, "--variables", "z500")
     assert "unknown variable(s) ['z500']" in line and url in line and SECRET not in line
     in_url = url.replace("s3://", f"s3://{ACCESS_KEY}:{SECRET}@")
@@ -373,18 +352,12 @@ def test_anonymous_reads_are_unsigned(
     s3_server: S3Server, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url, _ = _s3_store(s3_server)
-    bare = _client_options(s3_server)
+    bare = s3_server.json_options()
     del bare["access_key_id"], bare["secret_access_key"]
     line = refused(capsys, url, "--storage-options", json.dumps(bare), "--anonymous")
     assert "refused access" in line and "skip_signature" in line  # unsigned: private bucket
     bucket = url.removeprefix("s3://").partition("/")[0]
-    client = boto3.client(
-        "s3",
-        endpoint_url=s3_server.endpoint,
-        region_name=REGION,
-        aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET_KEY,
-    )
+    client = s3_server.client()
 
     def allow(*actions: str) -> None:
         resources = [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"]

@@ -51,18 +51,34 @@ class S3Server:
     def stop(self) -> None:
         self.server.stop()
 
-    def new_bucket(self) -> str:
+    def client(self) -> Any:
+        """A boto3 S3 client of this server, for what the tests do beside the loader
+        (buckets, policies, listings)."""
         import boto3
 
-        name = f"bucket-{next(_buckets)}"
-        boto3.client(
+        return boto3.client(
             "s3",
             endpoint_url=self.endpoint,
             region_name=REGION,
             aws_access_key_id=ACCESS_KEY,
             aws_secret_access_key=SECRET_KEY,
-        ).create_bucket(Bucket=name)
+        )
+
+    def new_bucket(self) -> str:
+        name = f"bucket-{next(_buckets)}"
+        self.client().create_bucket(Bucket=name)
         return name
+
+    def object_sizes(self, url: str, prefix: str) -> list[int]:
+        """The stored sizes of the objects under `prefix` of the store at `url`.
+
+        Args:
+            url: the store, `s3://bucket/path`.
+            prefix: a key prefix within the store (`t2m/c/`: an array's chunks).
+        """
+        bucket, _, path = url.removeprefix("s3://").partition("/")
+        listed = self.client().list_objects_v2(Bucket=bucket, Prefix=f"{path}/{prefix}")
+        return [item["Size"] for item in listed["Contents"]]
 
     def options(self, **extra: Any) -> dict[str, Any]:
         """The storage_options a user would pass for this server."""
@@ -76,6 +92,13 @@ class S3Server:
             "retry_config": QUICK_OBSTORE_RETRIES,
             **extra,
         }
+
+    def json_options(self, **extra: Any) -> dict[str, Any]:
+        """`options` as a JSON file or argument can hold them: without the quick retry
+        settings, whose durations JSON has no type for."""
+        options = self.options(**extra)
+        options.pop("retry_config")
+        return options
 
     def writable_store(self, url: str) -> zarr.storage.ObjectStore:
         return zarr.storage.ObjectStore(
