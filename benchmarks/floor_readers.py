@@ -123,21 +123,36 @@ class Reader(Protocol):
         ...
 
 
-class _ReusedBlocks:
-    """One block of `task_chunks` chunks per thread, allocated on the thread's first task and
-    decoded into by every later one (fresh memory's page faults cost as much as a decode)."""
+class _ReusedMemory:
+    """Each thread's memory, allocated on its first task and reused by every later one
+    (fresh memory's page faults cost as much as a decode): a block of `task_chunks` chunks
+    to decode into and, for readers that read the files themselves, a scratch buffer.
+
+    Args:
+        chunks: what is read.
+        task_chunks: chunks per task.
+    """
 
     def __init__(self, chunks: EpochChunks, task_chunks: int) -> None:
         self._shape = (task_chunks, *chunks.chunk_shape)
         self._dtype = chunks.dtype
+        # more than any stored chunk: at worst raw blocks and framing
+        self._scratch_nbytes = 2 * chunks.chunk_nbytes + 4096
         self._local = threading.local()
 
-    def mine(self) -> np.ndarray:
+    def block(self) -> np.ndarray:
         """The calling thread's block."""
         block: np.ndarray | None = getattr(self._local, "block", None)
         if block is None:
             block = self._local.block = np.zeros(self._shape, self._dtype)
         return block
+
+    def scratch(self) -> bytearray:
+        """The calling thread's buffer for one stored chunk's bytes."""
+        scratch: bytearray | None = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = bytearray(self._scratch_nbytes)
+        return scratch
 
 
 class _DecodePool:
@@ -150,15 +165,15 @@ class _DecodePool:
         task_chunks: chunks per task.
     """
 
-    def __init__(self, chunks: EpochChunks, threads: int, task_chunks: int) -> None:
+    def __init__(self, chunks: EpochChunks, threads: int = 2, task_chunks: int = 32) -> None:
         self._chunks = chunks
         self._tasks = chunks.tasks(task_chunks)
-        self._blocks = _ReusedBlocks(chunks, task_chunks)
+        self._memory = _ReusedMemory(chunks, task_chunks)
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix=DECODE_POOL)
 
     def _decode_stored(self, stored: Iterable[Any]) -> None:
         """Decode a task's stored chunks, in order, into the calling thread's block."""
-        block, codec = self._blocks.mine(), self._chunks.codec
+        block, codec = self._memory.block(), self._chunks.codec
         for slot, data in enumerate(stored):
             codec.decode(data, out=block[slot])
 
@@ -213,16 +228,9 @@ class PlainFileReads(_DecodePool):
 
     name = "plain file reads + numcodecs"
 
-    def __init__(self, chunks: EpochChunks, threads: int = 2, task_chunks: int = 32) -> None:
-        super().__init__(chunks, threads, task_chunks)
-        self._scratches = threading.local()
-
     def _decode(self, task: tuple[str, int, int]) -> None:
         name, start, stop = task
-        scratch: bytearray | None = getattr(self._scratches, "buffer", None)
-        if scratch is None:  # more than any stored chunk: at worst raw blocks and framing
-            scratch = self._scratches.buffer = bytearray(2 * self._chunks.chunk_nbytes + 4096)
-        root = str(self._chunks.root)
+        scratch, root = self._memory.scratch(), str(self._chunks.root)
         keys = self._chunks.keys[name][start:stop]
         self._decode_stored(read_file(f"{root}/{key}", scratch) for key in keys)
 
