@@ -13,12 +13,12 @@ from typing import Any
 import numpy as np
 import pytest
 import xarray as xr
-import zarr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import insitubatch_nodes as ib
 from tests.helpers.batches import as_numpy, batch_key
+from tests.helpers.cf_stores import write_attributes
 from tests.helpers.time_stores import LEVELS, hourly, write_xarray
 
 TIMES = hourly("2016-01-01T00", 96, hours=6)  # 2016-01-01 .. 2016-01-24T18
@@ -187,17 +187,15 @@ def test_what_stored_chunks_cannot_give_is_refused(stores: dict[int, str], tmp_p
         ib.build_loader(ds[["z"]].sel(level=[500]), levels=[500])
     with pytest.raises(ValueError, match=r"variables=\['z'\] and the Dataset's data variables"):
         ib.build_loader(ds[["t2m"]], ["z"])
-    packed = tmp_path / "packed.zarr"
-    group = zarr.open_group(str(packed), mode="w")
-    array = group.create_array(
-        "t2m", shape=(8, 3), chunks=(4, 3), dtype="int16", dimension_names=("time", "x")
+    packed = write_attributes(
+        tmp_path / "packed.zarr",
+        np.ones((8, 3), "int16"),
+        {"scale_factor": 0.5, "add_offset": 10.0},
+        zarr_format=3,
+        name="t2m",
     )
-    array[...] = 1
-    array.attrs.update({"scale_factor": 0.5, "add_offset": 10.0})
-    time = group.create_array("time", data=np.arange(8, dtype="int64"), dimension_names=("time",))
-    time.attrs["units"] = "hours since 2000-01-01"
     # decoded Datasets (packing, fill values) are read as xarray shows them (issue 32)
-    decoded = xr.open_zarr(str(packed), consolidated=False)
+    decoded = xr.open_zarr(packed, consolidated=False)
     (batch,) = list(ib.build_loader(decoded, split="all", batch_size=8, device="cpu"))
     np.testing.assert_array_equal(as_numpy(batch["t2m"]), decoded.t2m.values)
     with pytest.raises(ValueError, match=r"decode_cf=False and the Dataset shows decoded"):
