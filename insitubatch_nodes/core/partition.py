@@ -9,11 +9,17 @@ divides C, or C is the split's unit count, that is every W-th unit from r, the d
 loader always had (`partitions == world_size` is exactly it). When W does not divide C,
 ranks hold C // W or C // W + 1 partitions, so they differ by at most a partition's units
 (about units / C, under two units with the default C). C is fixed for a run
-(`default_partition_count`, recorded in the state's config); the partitions' sample
-counts are the same every epoch (short units always take the last positions), so every
-rank's share, and the padding to the largest share, is too. Because each rank can compute
-every other rank's share, each one knows the common per-rank sample count without talking
-to the others, which is what keeps batch counts equal across ranks (see
+(`default_partition_count`, recorded in the state's config).
+
+Only full units are permuted. The short ones (the array's ragged end, a split's edges
+under windows or a stride) are dealt after them, the same way every epoch (`DEAL_VERSION`):
+each, the largest first (ties: the lower unit), to the rank holding the fewest samples so
+far (ties: the lower rank). Adding s < L samples (L: a full unit's) to the smallest share
+leaves the spread max - min at most max(spread before, s), so shares end within one unit
+of each other wherever the full units are (round-robin: within one unit). Every rank's
+share, and the padding to the largest share, is therefore the same every epoch, and each
+rank can compute every other rank's share, so it knows the common per-rank sample count
+without talking to the others, which is what keeps batch counts equal across ranks (see
 `samples_per_rank`).
 
 Evaluation (`assign_evaluation`): the split's units in increasing order are cut into W
@@ -26,6 +32,7 @@ the epoch.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from dataclasses import dataclass
 
@@ -37,6 +44,29 @@ from insitubatch_nodes.core.seeding import rng_for
 PARTITION_MULTIPLE = 48
 """The default partition count is a multiple of this: lcm(1, 2, 3, 4, 6, 8, 12, 16, 24), so
 that the common GPU counts divide it."""
+
+
+DEAL_VERSION = 2
+"""How a training epoch deals its short units, recorded in `ChunkPermuteNode`'s state. 1:
+they took the positions after the full units, in unit order, so with two or more a rank
+could hold one unit more than another and a short one besides, padding past a unit. 2: each,
+the largest first, to the rank holding the fewest samples (see the module)."""
+DEAL_VERSIONS = (1, 2)
+
+
+def check_deal(deal: int) -> None:
+    """Refuse a deal version this library does not deal.
+
+    Args:
+        deal: the version (`DEAL_VERSION`, or one a state recorded).
+    """
+    if deal not in DEAL_VERSIONS:
+        known = " and ".join(map(str, DEAL_VERSIONS))
+        raise ValueError(
+            f"deal version {deal!r} is not one this library deals (it deals versions "
+            f"{known}): the state was saved by a later release; resume it with that release, "
+            f"or start the run without the state"
+        )
 
 
 def default_partition_count(unit_count: int) -> int:
@@ -104,24 +134,53 @@ def _full_and_short(
     return units[~short], units[short]
 
 
-def rank_sample_counts(
+def _short_unit_ranks(
+    geometry: UnitSamples,
+    full_units: int,
+    short: np.ndarray,
+    world_size: int,
+    partitions: int,
+    deal: int,
+) -> np.ndarray:
+    """The rank holding each short unit (`short` sorted), after `full_units` full units
+    took the positions before them: under version 1 the next positions' ranks; under
+    version 2 the smallest share's, the largest unit first (see the module). One heap
+    step per short unit."""
+    if deal == 1:
+        return position_ranks(full_units + short.size, partitions, world_size)[full_units:]
+    held = np.bincount(position_ranks(full_units, partitions, world_size), minlength=world_size)
+    heap = [(int(n) * geometry.unit_length, r) for r, n in enumerate(held.tolist())]
+    heapq.heapify(heap)
+    sizes = geometry.unit_sizes(short)
+    ranks = np.empty(short.size, dtype=np.int64)
+    for i in np.lexsort((short, -sizes)).tolist():
+        load, r = heapq.heappop(heap)
+        ranks[i] = r
+        heapq.heappush(heap, (load + int(sizes[i]), r))
+    return ranks
+
+
+@dataclass(frozen=True)
+class _Deal:
+    """A split's units as an epoch deals them, the same every epoch: the full units (each
+    epoch permutes them), the short units with the rank each goes to, every rank's sample
+    count and C."""
+
+    full: np.ndarray
+    short: np.ndarray
+    short_ranks: np.ndarray
+    counts: np.ndarray
+    partitions: int
+
+
+def _deal(
     geometry: UnitSamples,
     split_units: np.ndarray,
     world_size: int,
-    partitions: int | None = None,
-) -> np.ndarray:
-    """Samples each rank holds per epoch: the same every epoch.
-
-    Full units are dealt through the partitions (see the module); the short units (in unit
-    order) always take the last positions, so which rank holds each of them, and therefore
-    every rank's count, never depends on the epoch.
-
-    Args:
-        geometry: how many samples each unit holds.
-        split_units: the split's units.
-        world_size: the number of ranks.
-        partitions: C, the canonical partition count (None: `default_partition_count`).
-    """
+    partitions: int | None,
+    deal: int,
+) -> _Deal:
+    check_deal(deal)
     full, short = _full_and_short(geometry, split_units)
     total = full.size + short.size
     if total < world_size:
@@ -131,12 +190,56 @@ def rank_sample_counts(
         )
     partitions = default_partition_count(total) if partitions is None else partitions
     check_partitions(partitions, total, world_size)
-    sizes = np.concatenate(
-        [np.full(full.size, geometry.unit_length, dtype=np.int64), geometry.unit_sizes(short)]
-    )
-    counts = np.zeros(world_size, dtype=np.int64)
-    np.add.at(counts, position_ranks(total, partitions, world_size), sizes)
-    return counts
+    short_ranks = _short_unit_ranks(geometry, full.size, short, world_size, partitions, deal)
+    counts = np.bincount(
+        position_ranks(full.size, partitions, world_size), minlength=world_size
+    ) * np.int64(geometry.unit_length)
+    np.add.at(counts, short_ranks, geometry.unit_sizes(short))
+    return _Deal(full, short, short_ranks, counts, partitions)
+
+
+def rank_sample_counts(
+    geometry: UnitSamples,
+    split_units: np.ndarray,
+    world_size: int,
+    partitions: int | None = None,
+    deal: int = DEAL_VERSION,
+) -> np.ndarray:
+    """Samples each rank holds per epoch: the same every epoch, since which rank holds
+    each short unit never depends on the epoch (see the module).
+
+    Args:
+        geometry: how many samples each unit holds.
+        split_units: the split's units.
+        world_size: the number of ranks.
+        partitions: C, the canonical partition count (None: `default_partition_count`).
+        deal: the version of the short units' deal (`DEAL_VERSION`; an older one for a
+            state saved under it).
+    """
+    return _deal(geometry, split_units, world_size, partitions, deal).counts
+
+
+def deals_like_version_1(
+    geometry: UnitSamples,
+    split_units: np.ndarray,
+    world_size: int,
+    partitions: int | None,
+    deal: int = DEAL_VERSION,
+) -> bool:
+    """Whether deal `deal` gives every rank the units version 1 gave it, every epoch (so a
+    state need not say which it was dealt by): true when the short units go to the same
+    ranks, e.g. round-robin with one short unit.
+
+    Args:
+        geometry: how many samples each unit holds.
+        split_units: the split's units.
+        world_size: the number of ranks.
+        partitions: C (None: `default_partition_count`).
+        deal: the version held against version 1.
+    """
+    ours = _deal(geometry, split_units, world_size, partitions, deal)
+    first = _deal(geometry, split_units, world_size, partitions, 1)
+    return bool(np.array_equal(ours.short_ranks, first.short_ranks))
 
 
 @dataclass(frozen=True, eq=False)
@@ -259,9 +362,10 @@ def assign_epoch(
     rank: int,
     world_size: int,
     partitions: int | None = None,
+    deal: int = DEAL_VERSION,
 ) -> EpochAssignment:
-    """Rank `rank`'s units for `epoch` (see the module); short units sit at seeded places in
-    its share.
+    """Rank `rank`'s units for `epoch` (see the module): its full units in the epoch's
+    permutation order, its short units at seeded places among them.
 
     Args:
         geometry: how many samples each unit holds.
@@ -272,28 +376,27 @@ def assign_epoch(
         world_size: how many ranks share the split.
         partitions: C, the canonical partition count (None: `default_partition_count` of
             the split's units).
+        deal: the version of the short units' deal (`DEAL_VERSION`; an older one for a
+            state saved under it).
     """
     check_rank(rank, world_size)
-    full, short = _full_and_short(geometry, split_units)
-    if partitions is None:
-        partitions = default_partition_count(full.size + short.size)
-    counts = rank_sample_counts(geometry, split_units, world_size, partitions)
-    order = np.concatenate([chunk_permutation(full, seed, epoch), short])
-    owners = position_ranks(order.size, partitions, world_size)
-    mine = order[owners == rank]
-    mine_short = int(np.count_nonzero(owners[full.size :] == rank))
-    if mine_short:
-        mine = _scatter_short_units(mine, mine_short, rng_for(seed, "ragged-slot", epoch))
+    dealt = _deal(geometry, split_units, world_size, partitions, deal)
+    permuted = chunk_permutation(dealt.full, seed, epoch)
+    owners = position_ranks(permuted.size, dealt.partitions, world_size)
+    mine_short = dealt.short[dealt.short_ranks == rank]
+    mine = np.concatenate([permuted[owners == rank], mine_short])
+    if mine_short.size:
+        mine = _scatter_short_units(mine, mine_short.size, rng_for(seed, "ragged-slot", epoch))
     return EpochAssignment(
         seed=seed,
         epoch=epoch,
         rank=rank,
         world_size=world_size,
         units=mine,
-        rank_samples=int(counts[rank]),
-        min_rank_samples=int(counts.min()),
-        max_rank_samples=int(counts.max()),
-        partitions=partitions,
+        rank_samples=int(dealt.counts[rank]),
+        min_rank_samples=int(dealt.counts.min()),
+        max_rank_samples=int(dealt.counts.max()),
+        partitions=dealt.partitions,
     )
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from insitubatch_nodes.core.geometry import UnitSamples
 from insitubatch_nodes.core.partition import (
+    DEAL_VERSION,
     check_rank,
     default_partition_count,
     epoch_samples,
@@ -75,6 +76,7 @@ def rank_shares(
     world_size: int,
     partitions: int | None,
     evaluation: bool,
+    deal: int = DEAL_VERSION,
 ) -> RankShares:
     """Every rank's share of the split, as `rank` sees it; an error when the split has fewer
     units than ranks, or a partition count outside [world_size, units].
@@ -87,6 +89,8 @@ def rank_shares(
         partitions: C, or None for `default_partition_count` of the split's units.
         evaluation: contiguous evaluation shares (`evaluation_shares`) rather than the
             training deal.
+        deal: the version of the training deal's short units (`core.partition.DEAL_VERSION`;
+            an older one for a state saved under it).
     """
     check_rank(rank, world_size)
     units = np.sort(np.asarray(split_units, dtype=np.int64))
@@ -96,7 +100,7 @@ def rank_shares(
         shares = evaluation_shares(geometry, units, world_size)
         counts = np.array([geometry.unit_sizes(share).sum() for share in shares])
     else:
-        counts = rank_sample_counts(geometry, units, world_size, partitions)
+        counts = rank_sample_counts(geometry, units, world_size, partitions, deal)
     return RankShares(
         rank_samples=int(counts[rank]),
         min_rank_samples=int(counts.min()),

@@ -13,6 +13,7 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -130,16 +131,64 @@ def test_a_stride_yields_the_steps_xarray_keeps_inside_the_split(
     grid = grid_of(steps, chunk)
     manifest = make_manifest(grid, cut, allow_empty=True)
     split = data.draw(st.sampled_from([n for n, r in manifest.splits.items() if r]))
-    split_steps = manifest.step_ranges(split)
-    expected = np.flatnonzero(np.arange(steps) % stride == 0)
-    expected = expected[
-        np.isin(expected, np.concatenate([np.arange(a, b) for a, b in split_steps]))
-    ]
+    expected = steps_kept(manifest, split, steps, stride)
     assume(expected.size > 0)
     units = stride_units(grid.unit_length, stride).unit_steps
     world_size = data.draw(st.integers(1, min(3, np.unique(expected // units).size)))
-    url, ds = stores.get(steps, chunk, zarr_format)
-    assert np.array_equal(kept_by_xarray(ds, stride, split_steps), expected)
+    check_strided_epoch(
+        stores,
+        Strided(stride, chunk, steps, zarr_format, manifest, split),
+        world_size=world_size,
+        evaluation=evaluation,
+        batch_size=batch_size,
+    )
+
+
+def test_two_short_units_on_three_ranks_pad_at_most_a_unit(stores: Stores) -> None:
+    """A case the property found: units of 10 steps hold 5 anchors, split "test"'s edges 2
+    and 3, on 3 ranks; the ranks held 18, 15 and 12 anchors, and the third padded 6, more
+    than a unit, until the short units went to the smallest share."""
+    grid = grid_of(115, 5)
+    manifest = make_manifest(grid, {"train": 0.1, "val": 0.1, "test": 0.8}, allow_empty=True)
+    check_strided_epoch(
+        stores,
+        Strided(2, 5, 115, 3, manifest, "test"),
+        world_size=3,
+        evaluation=False,
+        batch_size=1,
+    )
+
+
+def steps_kept(manifest: SplitManifest, split: str, steps: int, stride: int) -> np.ndarray:
+    """The steps a stride keeps inside the split."""
+    kept = np.flatnonzero(np.arange(steps) % stride == 0)
+    inside = np.concatenate([np.arange(a, b) for a, b in manifest.step_ranges(split)])
+    return kept[np.isin(kept, inside)]
+
+
+@dataclass(frozen=True)
+class Strided:
+    """A strided split of one of the module's stores."""
+
+    stride: int
+    chunk: int
+    steps: int
+    zarr_format: int
+    manifest: SplitManifest
+    split: str
+
+
+def check_strided_epoch(
+    stores: Stores, case: Strided, *, world_size: int, evaluation: bool, batch_size: int
+) -> None:
+    """One epoch on every rank against xarray: the anchors `isel` keeps, its values, each
+    once across the ranks in evaluation, and in training equal counts with at most a
+    unit's pads per rank."""
+    stride, split, manifest = case.stride, case.split, case.manifest
+    expected = steps_kept(manifest, split, case.steps, stride)
+    units = stride_units(grid_of(case.steps, case.chunk).unit_length, stride).unit_steps
+    url, ds = stores.get(case.steps, case.chunk, case.zarr_format)
+    assert np.array_equal(kept_by_xarray(ds, stride, manifest.step_ranges(split)), expected)
     settings: dict[str, Any] = {
         "split": split,
         "manifest": manifest,
