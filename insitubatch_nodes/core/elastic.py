@@ -39,7 +39,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from insitubatch_nodes.core.geometry import UnitSamples
-from insitubatch_nodes.core.partition import assign_epoch, chunk_permutation, samples_per_rank
+from insitubatch_nodes.core.partition import (
+    DEAL_VERSION,
+    assign_epoch,
+    chunk_permutation,
+    samples_per_rank,
+)
 
 RESIZE_VERSION = 1
 
@@ -308,6 +313,7 @@ def redeal(
     partitions: int,
     cuts: list[RankCut],
     world_size: int,
+    deal: int = DEAL_VERSION,
 ) -> list[RestShare]:
     """The rest of `epoch`, cut where `cuts` say (every old rank's, in rank order), dealt
     to `world_size` new ranks.
@@ -320,6 +326,8 @@ def redeal(
         partitions: C, the run's canonical partition count (the old ranks' deal).
         cuts: every old rank's cut.
         world_size: W', the new number of ranks.
+        deal: the version of the deal the old ranks' epoch was dealt by
+            (`core.partition.DEAL_VERSION`, or the older one their states say).
     """
     permutation = full_permutation(geometry, split_units, seed, epoch)
     rest: list[tuple[int, int]] = []
@@ -333,6 +341,7 @@ def redeal(
                 rank=cut.rank,
                 world_size=len(cuts),
                 partitions=partitions,
+                deal=deal,
             )
             units, starts = a.units, np.zeros(a.units.size, dtype=np.int64)
         else:

@@ -28,6 +28,7 @@ from insitubatch_nodes.core.elastic import (
     share_units,
 )
 from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
+from insitubatch_nodes.nodes.chunk_permute_state import saved_deal
 from insitubatch_nodes.nodes.links import EpochKeeper
 from insitubatch_nodes.nodes.pool_shuffle import PoolShuffleNode
 from insitubatch_nodes.nodes.state_checks import (
@@ -68,8 +69,9 @@ def _refuse(why: str) -> ValueError:
 
 def _old_rank(
     node: EpochKeeper, entry: Any, index: int, world_size: int
-) -> tuple[int, RankCut, Mapping[str, Any]]:
-    """One old rank's epoch, cut and pool settings, from its loader state, checked."""
+) -> tuple[int, RankCut, Mapping[str, Any], int]:
+    """One old rank's epoch, cut, pool settings and deal version, from its loader state,
+    checked."""
     if not isinstance(entry, Mapping):
         raise _refuse(f"rank states: entry {index} is a {type(entry).__name__}, not a dict")
     check_state_digest(entry)
@@ -107,7 +109,7 @@ def _old_rank(
     if type(epoch) is not int or not isinstance(resident, list):
         raise _refuse(f"rank states: entry {index} is damaged")
     cut = RankCut(index, share, int(pool["next_unit"]), tuple((p, g) for p, g in resident))
-    return epoch, cut, pool
+    return epoch, cut, pool, saved_deal(config)
 
 
 def resume_rest(node: EpochKeeper, entries: list[Any]) -> None:
@@ -130,18 +132,21 @@ def resume_rest(node: EpochKeeper, entries: list[Any]) -> None:
         )
     rank, world_size = node.process_rank()
     olds = [_old_rank(node, entry, i, len(entries)) for i, entry in enumerate(entries)]
-    epochs = {epoch for epoch, _, _ in olds}
+    epochs = {epoch for epoch, _, _, _ in olds}
     if len(epochs) != 1:
         raise _refuse(f"rank states: they are of different epochs {sorted(epochs)}")
     epoch = epochs.pop()
-    pools = [pool for _, _, pool in olds]
+    deals = {deal for _, _, _, deal in olds}
+    if len(deals) != 1:
+        raise _refuse(f"rank states: they were dealt by different versions {sorted(deals)}")
+    pools = [pool for _, _, pool, _ in olds]
     if all(pool.get("samples_yielded") == 0 for pool in pools):
         node.begin_epoch(epoch)  # nothing drawn yet: the epoch as a run at W' deals it
         return
     if all(pool.get("samples_yielded") == pool.get("samples_this_epoch") for pool in pools):
         node.begin_epoch(epoch + 1)  # the epoch was over
         return
-    cuts = [cut for _, cut, _ in olds]
+    cuts = [cut for _, cut, _, _ in olds]
     shares = redeal(
         node.geometry,
         node.split_units,
@@ -150,6 +155,7 @@ def resume_rest(node: EpochKeeper, entries: list[Any]) -> None:
         partitions=node.partitions,
         cuts=cuts,
         world_size=world_size,
+        deal=deals.pop(),
     )
     permutation = full_permutation(node.geometry, node.split_units, node.seed, epoch)
     counts = [

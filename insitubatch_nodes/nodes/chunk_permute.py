@@ -18,10 +18,12 @@ from insitubatch_nodes.core.elastic import (
 )
 from insitubatch_nodes.core.geometry import UnitSamples
 from insitubatch_nodes.core.partition import (
+    DEAL_VERSION,
     EpochAssignment,
     assign_epoch,
     assign_evaluation,
     check_rank,
+    deals_like_version_1,
     default_partition_count,
 )
 from insitubatch_nodes.core.rank_shares import RankShares, check_full_batch, rank_shares
@@ -49,6 +51,9 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
     `reset(None)` after iteration began moves to the next epoch, so a `Loader` sees a fresh
     order every `iter()`. State is (epoch, position) plus the settings it is only valid for,
     and, given `fingerprint`, the data it was counted on (`nodes.chunk_permute_state`).
+    A training node deals short units by `core.partition.DEAL_VERSION` until it takes up a
+    state made under another version, and by that one from then on (`deal`), so a run
+    resumed from an older state yields the batches it would have.
 
     With `evaluation=True` the rank's share is a fixed contiguous run of the split's units
     in increasing order (`core.partition.assign_evaluation`), the same every epoch: with
@@ -129,6 +134,7 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
         self.seed = seed
         self.rank = rank
         self.world_size = world_size
+        self.deal = DEAL_VERSION
         self._count_shares()
         self.fingerprint = None if fingerprint is None else copy.deepcopy(dict(fingerprint))
         self.unit_grid = None if unit_grid is None else {k: int(v) for k, v in unit_grid.items()}
@@ -143,7 +149,7 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
 
     def _count_shares(self) -> None:
         """Every rank's share of the split (the same every epoch): this rank's, the
-        smallest and the largest."""
+        smallest and the largest; and whether the state must say which deal made them."""
         self._shares = rank_shares(
             self.geometry,
             self.split_units,
@@ -151,10 +157,14 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
             world_size=self.world_size,
             partitions=self.partitions,
             evaluation=self.evaluation,
+            deal=self.deal,
         )
         self.rank_samples = self._shares.rank_samples
         self.min_rank_samples = self._shares.min_rank_samples
         self.max_rank_samples = self._shares.max_rank_samples
+        self._deal_recorded = not self.evaluation and not deals_like_version_1(
+            self.geometry, self.split_units, self.world_size, self.partitions, self.deal
+        )
 
     def _follow_process_group(self) -> None:
         """Take torch.distributed's rank and world size if the node follows the process
@@ -194,13 +204,23 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
             self._started = False
             self._assignment = self._assign(self._epoch)
             return
-        state, epoch, self._rest = restore_state(
+        state, epoch, self._rest, deal = restore_state(
             self, initial_state, self._config(), self.fingerprint
         )
+        if deal is not None and deal != self.deal:
+            self._take_deal(deal)
         assignment = self._assign(epoch)
         self._position = check_cursor(self, state, POSITION_KEY, 0, assignment.units.size)
         self._epoch, self._assignment = epoch, assignment
         self._started = True  # a restored run is under way, even at position 0
+
+    def _take_deal(self, deal: int) -> None:
+        """Deal by version `deal` from now on (a state made under it was taken up): the
+        shares, and the batch check made on them, follow."""
+        self.deal = deal
+        self._count_shares()
+        if self._full_batch_check is not None:
+            self.check_full_batch(*self._full_batch_check)
 
     def _assign(self, epoch: int) -> EpochAssignment:
         if self._rest is not None and self._rest.epoch == epoch:
@@ -222,6 +242,7 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
             rank=self.rank,
             world_size=self.world_size,
             partitions=self.partitions,
+            deal=self.deal,
         )
 
     def _assign_rest(self, rest: SavedRest) -> EpochAssignment:
@@ -356,6 +377,7 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
             unit_grid=self.unit_grid,
             evaluation=self.evaluation,
             partitions=self.partitions,
+            deal=self.deal if self._deal_recorded else None,
         )
 
     def get_state(self) -> dict[str, Any]:

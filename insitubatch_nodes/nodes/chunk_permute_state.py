@@ -6,11 +6,19 @@ exists apart so that the format lives in one place: the keys, the settings a sta
 only valid for (its config), the mix-ups refused with a message that says what to do
 rather than a bare settings difference (a training state in an evaluation loader or the
 reverse, another rank's state, a state saved before states recorded the partition count
-under a count that deals otherwise), and the rest of an epoch re-dealt from another
-number of ranks (`loader.elastic_resume`), which the state carries while that epoch lasts. The
-state is a few plain ints: the epoch and the position in the rank's units, beside them
-the config, the fingerprint of the data and the rest's share. The position is checked by
-the node, against the units of the epoch it deals once the rest is known.
+under a count that deals otherwise), the version of the deal the state was made under,
+and the rest of an epoch re-dealt from another number of ranks (`loader.elastic_resume`),
+which the state carries while that epoch lasts. The state is a few plain ints: the epoch
+and the position in the rank's units, beside them the config, the fingerprint of the data
+and the rest's share. The position is checked by the node, against the units of the
+epoch it deals once the rest is known.
+
+The deal version (`core.partition.DEAL_VERSION`) is recorded only where it matters: where
+the split's short units go to other ranks than version 1 sent them. A state without it
+was dealt as version 1 deals, so a node takes it up under version 1 and keeps dealing so
+for the rest of the run; where the versions deal alike that changes nothing, and such
+states (all of those saved before versions were recorded, most of those saved since)
+keep the bytes they always had.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from insitubatch_nodes.core.elastic import RestShare
+from insitubatch_nodes.core.partition import check_deal
 from insitubatch_nodes.nodes.state_checks import (
     CONFIG_KEY,
     FINGERPRINT_KEY,
@@ -36,7 +45,10 @@ POSITION_KEY = "position"
 EVALUATION_KEY = "evaluation"
 UNIT_GRID_KEY = "unit_grid"
 PARTITIONS_KEY = "partitions"
+DEAL_KEY = "deal_version"
 REST_KEY = "rest"
+FIRST_DEAL = 1
+"""The deal a training state without `DEAL_KEY` was made under."""
 
 
 def permute_config(
@@ -49,10 +61,12 @@ def permute_config(
     unit_grid: Mapping[str, int] | None,
     evaluation: bool,
     partitions: int,
+    deal: int | None,
 ) -> dict[str, Any]:
     """The settings a chunk permutation's state is only valid for, as the state records
-    them. A training config holds the partition count and an evaluation config says it is
-    one (training states keep the layout they always had).
+    them. A training config holds the partition count, and the deal version where it
+    deals otherwise than version 1; an evaluation config says it is one (training states
+    keep the layout they always had).
 
     Args:
         seed: the seed of every random order.
@@ -63,6 +77,8 @@ def permute_config(
         unit_grid: the unit grid the units are on, as plain ints, or None (not recorded).
         evaluation: whether the node deals a fixed evaluation order.
         partitions: the canonical partition count (recorded in training only).
+        deal: the deal version, or None where the node deals as version 1 does (not
+            recorded; training only).
     """
     config: dict[str, Any] = {
         "seed": seed,
@@ -77,7 +93,29 @@ def permute_config(
         config[EVALUATION_KEY] = True
     else:
         config[PARTITIONS_KEY] = partitions
+        if deal is not None:
+            config[DEAL_KEY] = deal
     return config
+
+
+def saved_deal(config: Mapping[str, Any]) -> int:
+    """The deal version a training state's config says it was made under
+    (`FIRST_DEAL` where it says none), refused if this library does not deal it.
+
+    Args:
+        config: the state's config.
+
+    Raises:
+        ValueError: a version this library does not deal.
+    """
+    deal = config.get(DEAL_KEY, FIRST_DEAL)
+    if type(deal) is not int:
+        raise ValueError(
+            f"the ChunkPermuteNode state's {DEAL_KEY!r} must be an int, got {deal!r}: the "
+            f"state is damaged; pass the dict loader.state_dict() returned, as it was saved"
+        )
+    check_deal(deal)
+    return deal
 
 
 @dataclass(frozen=True)
@@ -162,11 +200,12 @@ def restore_state(
     initial_state: Any,
     config: Mapping[str, Any],
     fingerprint: Mapping[str, Any] | None,
-) -> tuple[Mapping[str, Any], int, SavedRest | None]:
+) -> tuple[Mapping[str, Any], int, SavedRest | None, int | None]:
     """Take up a saved state up to its position: the keys, the data it was counted on,
-    the mix-ups named with what to do, the config, the epoch and the rest. Returns the
-    checked state, its epoch and its rest (None: a whole epoch); the node checks the
-    position against that epoch's units.
+    the mix-ups named with what to do, the config, the epoch, the deal and the rest.
+    Returns the checked state, its epoch, its rest (None: a whole epoch) and, in training,
+    the deal version it was made under (which the node deals by from then on); the node
+    checks the position against that epoch's units.
 
     Args:
         node: the chunk permute node the state is loaded into.
@@ -179,11 +218,18 @@ def restore_state(
     """
     state = check_node_state(node, initial_state, (EPOCH_KEY, POSITION_KEY))
     check_fingerprint(state, fingerprint)
+    deal = None
+    if PARTITIONS_KEY in config:  # training: the node takes up the state's deal
+        saved = state.get(CONFIG_KEY)
+        recorded = saved if isinstance(saved, Mapping) else {}
+        if not recorded.get(EVALUATION_KEY, False):
+            deal = saved_deal(recorded)
+        config = {k: v for k, v in config.items() if k != DEAL_KEY}
     _check_saved_mode_and_rank(state, config)
     _check_saved_partitions(state, config)
     check_saved_config(node, state, config)
     epoch = check_cursor(node, state, EPOCH_KEY, 0)
-    return state, epoch, SavedRest.from_state(state.get(REST_KEY), epoch)
+    return state, epoch, SavedRest.from_state(state.get(REST_KEY), epoch), deal
 
 
 def _check_saved_mode_and_rank(state: Mapping[str, Any], current: Mapping[str, Any]) -> None:
