@@ -14,13 +14,15 @@ ranks hold C // W or C // W + 1 partitions, so they differ by at most a partitio
 Only full units are permuted. The short ones (the array's ragged end, a split's edges
 under windows or a stride) are dealt after them, the same way every epoch (`DEAL_VERSION`):
 each, the largest first (ties: the lower unit), to the rank holding the fewest samples so
-far (ties: the lower rank). Adding s < L samples (L: a full unit's) to the smallest share
-leaves the spread max - min at most max(spread before, s), so shares end within one unit
-of each other wherever the full units are (round-robin: within one unit). Every rank's
-share, and the padding to the largest share, is therefore the same every epoch, and each
-rank can compute every other rank's share, so it knows the common per-rank sample count
-without talking to the others, which is what keeps batch counts equal across ranks (see
-`samples_per_rank`).
+far (ties: the lower rank). The bound, with L a full unit's samples: giving s < L to the
+smallest share m makes the largest max(M, m + s) and leaves the smallest >= m, so the
+spread largest - smallest stays at most max(spread before, L). Round-robin deals the full
+units within one unit of each other, so every share ends within L of the largest, and no
+rank pads more than one unit's worth; when W does not divide C, within the partitions'
+own spread. Every rank's share, and the padding to the largest share, is the same every
+epoch, and each rank can compute every other rank's share, so it knows the common
+per-rank sample count without talking to the others, which is what keeps batch counts
+equal across ranks (see `samples_per_rank`).
 
 Evaluation (`assign_evaluation`): the split's units in increasing order are cut into W
 contiguous runs of about equal sample counts, rank r taking the r-th. Every sample is
@@ -44,7 +46,6 @@ from insitubatch_nodes.core.seeding import rng_for
 PARTITION_MULTIPLE = 48
 """The default partition count is a multiple of this: lcm(1, 2, 3, 4, 6, 8, 12, 16, 24), so
 that the common GPU counts divide it."""
-
 
 DEAL_VERSION = 2
 """How a training epoch deals its short units, recorded in `ChunkPermuteNode`'s state. 1:
@@ -136,20 +137,20 @@ def _full_and_short(
 
 def _short_unit_ranks(
     geometry: UnitSamples,
-    full_units: int,
     short: np.ndarray,
-    world_size: int,
+    full_loads: np.ndarray,
     partitions: int,
     deal: int,
 ) -> np.ndarray:
-    """The rank holding each short unit (`short` sorted), after `full_units` full units
-    took the positions before them: under version 1 the next positions' ranks; under
-    version 2 the smallest share's, the largest unit first (see the module). One heap
-    step per short unit."""
+    """The rank holding each short unit (`short` sorted), once the full units gave each
+    rank `full_loads` samples: under version 1 the ranks of the positions after the full
+    units; under version 2 the smallest share's, the largest unit first (see the module),
+    one heap step per short unit."""
+    world_size = full_loads.size
     if deal == 1:
+        full_units = int(full_loads.sum()) // geometry.unit_length
         return position_ranks(full_units + short.size, partitions, world_size)[full_units:]
-    held = np.bincount(position_ranks(full_units, partitions, world_size), minlength=world_size)
-    heap = [(int(n) * geometry.unit_length, r) for r, n in enumerate(held.tolist())]
+    heap = [(load, r) for r, load in enumerate(full_loads.tolist())]
     heapq.heapify(heap)
     sizes = geometry.unit_sizes(short)
     ranks = np.empty(short.size, dtype=np.int64)
@@ -180,6 +181,7 @@ def _deal(
     partitions: int | None,
     deal: int,
 ) -> _Deal:
+    """The split dealt to `world_size` ranks (see the module), checked."""
     check_deal(deal)
     full, short = _full_and_short(geometry, split_units)
     total = full.size + short.size
@@ -190,10 +192,10 @@ def _deal(
         )
     partitions = default_partition_count(total) if partitions is None else partitions
     check_partitions(partitions, total, world_size)
-    short_ranks = _short_unit_ranks(geometry, full.size, short, world_size, partitions, deal)
-    counts = np.bincount(
-        position_ranks(full.size, partitions, world_size), minlength=world_size
-    ) * np.int64(geometry.unit_length)
+    full_ranks = position_ranks(full.size, partitions, world_size)
+    full_loads = np.bincount(full_ranks, minlength=world_size) * np.int64(geometry.unit_length)
+    short_ranks = _short_unit_ranks(geometry, short, full_loads, partitions, deal)
+    counts = full_loads.copy()
     np.add.at(counts, short_ranks, geometry.unit_sizes(short))
     return _Deal(full, short, short_ranks, counts, partitions)
 

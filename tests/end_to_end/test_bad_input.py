@@ -28,6 +28,9 @@ from insitubatch_nodes import (
     open_icechunk,
     window,
 )
+from insitubatch_nodes.loader.elastic_resume import find_node_state
+from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
+from insitubatch_nodes.nodes.state_checks import with_digest
 from tests.helpers.area_stores import write_grid_store
 from tests.helpers.cf_stores import write_attributes
 from tests.helpers.paths import REPO
@@ -448,6 +451,17 @@ def _another_ranks_state(ctx: Context) -> None:
     next(iter(rank_1))
 
 
+def _state_of_a_later_deal(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    loader = build_loader(url, split="all")
+    state = json.loads(json.dumps(loader.state_dict()))
+    permute = find_node_state(state, ChunkPermuteNode.STATE_NAME)
+    assert permute is not None
+    permute["config"]["deal_version"] = 3
+    loader.load_state_dict(with_digest({k: v for k, v in state.items() if k != "digest"}))
+    next(iter(loader))
+
+
 def _block_shuffle_states_on_fewer_ranks(ctx: Context) -> None:
     url, _ = ctx.memory_url()
     states = [
@@ -697,6 +711,7 @@ CASES = {
     "a loader state that is not a dict": _state_not_a_dict,
     "a training state in an evaluation loader": _training_state_in_an_evaluation_loader,
     "another rank's state": _another_ranks_state,
+    "a loader state from a release with a later deal": _state_of_a_later_deal,
     "a block-shuffle state of every rank, on fewer ranks": _block_shuffle_states_on_fewer_ranks,
     "drop_last in an evaluation loader": _evaluation_with_drop_last,
     "accelerate's skip_first_batches on the loader": _skip_first_batches,
