@@ -58,7 +58,7 @@ def build_loader(
     max_gap: Duration | None = None,
     levels: LevelsLike | None = None,
     drop_last: bool = False,
-    storage_options: dict[str, Any] | None = None,
+    storage_options: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
     decode_threads: int | None = None,
     zarr_pipeline: str | None = None,
     retry: RetryPolicy | None = None,
@@ -80,6 +80,7 @@ def build_loader(
     fill_nan: float | None = None,
     forcings: Sequence[str] | None = None,
     area: Sequence[float] | None = None,
+    join: str = "exact",
     host: HostResources | None = None,
 ) -> Loader[dict[str, torch.Tensor]]:
     """Shuffled, split-aware, resumable batches from a Zarr group.
@@ -98,6 +99,11 @@ def build_loader(
             (`io/xarray_source.py`): its variables, its time selection as split `split`
             (`splits=`, and `stride=` for every k-th step), its levels as `levels=`; what
             stored chunks cannot give (computed variables, part of the grid) is refused.
+            Or a list of URLs, paths or `Store`s read as one (a *join*, see `join`):
+            variables are looked up by name across them (a name in two stores is
+            refused), each store is read in place with its own chunking, codecs and
+            `storage_options`, and batches equal `xr.merge([xr.open_zarr(u) for u in
+            urls], join=join)` at each `sample_index` of the joined time axis.
         variables: the arrays to load (default: every array of 2 or more dimensions with
             the time dimension, or the spec's variables); they must share axis 0, the
             sample axis. One without the store's time dimension (by dimension names) is a
@@ -197,7 +203,8 @@ def build_loader(
             holding none are not read), and their channels are named by value
             (`temperature_500`), in that order.
         drop_last: yield only full batches (no padding repeats).
-        storage_options: object-store client options (obstore's), e.g. credentials.
+        storage_options: object-store client options (obstore's), e.g. credentials; for
+            a join, one dict for every store or a list of one dict (or None) per store.
         decode_threads: threads that decode chunks (default: this rank's share of the
             cores it may run on, `cores // LOCAL_WORLD_SIZE`, at least 1 and at most 32).
         zarr_pipeline: `"zarrs"` to let the Rust pipeline decode the arrays zarr must
@@ -276,6 +283,12 @@ def build_loader(
             stored order; longitudes run eastward from `west`, so a box across the seam or
             the dateline comes out in one piece. Only the chunks the box touches are read.
             `loader.area` holds the batch's latitudes and longitudes. In the state.
+        join: how the stores of a list are aligned on time, by value: `"exact"` (every
+            store with a time axis has the same dates, else refused naming the first
+            that differ) or `"inner"` (the dates every such store holds; each store must
+            hold them as one unbroken run of its steps). A store of static fields only
+            joins by grid alone; grids must agree within 1e-6 degrees. Ignored for one
+            store.
         host: the host's available memory, cores and ranks the defaults follow (default
             `HostResources.read()`, once, now).
     """

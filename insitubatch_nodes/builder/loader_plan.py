@@ -38,6 +38,7 @@ from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.core.static_fields import fields_spec
 from insitubatch_nodes.io.cache.chunk_cache import CacheSpec
 from insitubatch_nodes.io.host.host_resources import HostResources
+from insitubatch_nodes.io.joined_source import open_source
 from insitubatch_nodes.io.reads.object_versions import object_versions
 from insitubatch_nodes.io.reads.retry import RetryPolicy
 from insitubatch_nodes.io.zarr_source import ZarrSource
@@ -160,7 +161,7 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
             `HostResources.read()`, when the budget is chosen).
     """
     placement = settings.placement
-    opened = ZarrSource.open(
+    opened = open_source(
         settings.source,
         settings.variables,
         manifest=settings.manifest,
@@ -171,6 +172,7 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         decode_cf=settings.decode_cf,
         use_zarr_fill_value_as_mask=settings.use_zarr_fill_value_as_mask,
         area=settings.area,
+        join=settings.join,
     )
     for warning in opened.decoding_warnings:
         log.warning("%s", warning)

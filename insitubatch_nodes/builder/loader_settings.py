@@ -39,8 +39,10 @@ from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.rank_shares import EVALUATION_DROP_LAST
 from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.core.settings import as_bool, as_int, as_optional_int
+from insitubatch_nodes.core.time_join import check_join_policy
 from insitubatch_nodes.io.cache.chunk_cache import CacheSpec
 from insitubatch_nodes.io.host.fork_guard import check_object_stores_usable
+from insitubatch_nodes.io.joined_source import source_list
 from insitubatch_nodes.io.metadata.levels import LevelsLike
 from insitubatch_nodes.io.metadata.zarr_compat import resolve_pipeline
 from insitubatch_nodes.io.reads.retry import RetryPolicy
@@ -107,9 +109,10 @@ class LoaderSettings:
         fill_nan: the value NaN becomes after normalising, or None.
         forcings: the forcings' names, checked, in the order given (empty for none).
         area: the box of latitude and longitude every variable is cropped to, or None.
+        join: how a list of stores is aligned on time (`core.time_join`).
     """
 
-    source: str | Path | Store
+    source: str | Path | Store | Sequence[str | Path | Store]
     variables: Sequence[str] | None
     split: str
     batch_size: int
@@ -131,7 +134,7 @@ class LoaderSettings:
     max_gap: Duration | None
     levels: LevelsLike | None
     drop_last: bool
-    storage_options: dict[str, Any] | None
+    storage_options: dict[str, Any] | Sequence[dict[str, Any] | None] | None
     decode_threads: int | None
     zarr_pipeline: str | None
     retry: RetryPolicy | None
@@ -151,6 +154,7 @@ class LoaderSettings:
     fill_nan: float | None = None
     forcings: tuple[str, ...] = ()
     area: Area | None = None
+    join: str = "exact"
 
 
 def check_shuffle(shuffle: str) -> str:
@@ -248,6 +252,10 @@ def check_settings(arguments: Mapping[str, Any]) -> LoaderSettings:
     fill_nan = _optional_float("fill_nan", given["fill_nan"])
     forcings = check_forcing_names(given["forcings"])
     area = None if given["area"] is None else Area.parse(given["area"])
+    join = check_join_policy(given["join"])
+    stores = source_list(given["source"])
+    if stores is not None and len(stores) > 1:
+        _check_join_settings(stores, decode_on)
     if fill_nan is not None and given["normalise"] is None:
         raise ValueError(
             f"fill_nan={fill_nan!r} replaces NaN after normalising, and normalise= is not "
@@ -297,7 +305,24 @@ def check_settings(arguments: Mapping[str, Any]) -> LoaderSettings:
         fill_nan=fill_nan,
         forcings=forcings,
         area=area,
+        join=join,
     )
+
+
+def _check_join_settings(stores: Sequence[Any], decode_on: torch.device | None) -> None:
+    """Refuse what a join of several stores does not take yet: xarray Datasets (their
+    selections would each be settings of their own), and decoding on a device."""
+    if any(is_dataset(store) for store in stores):
+        raise ValueError(
+            "source is a list holding xarray Datasets: a join takes URLs, paths or zarr "
+            "Stores; pass the stores the Datasets were opened from, and select variables, "
+            "dates and levels with variables=, splits= and levels="
+        )
+    if decode_on is not None:
+        raise ValueError(
+            f"decode={decode_on.type!r} decodes chunks on the device, which a join of several "
+            f"stores does not do yet; pass decode='cpu' (the default)"
+        )
 
 
 def _dtype_name(dtype: Any) -> Any:

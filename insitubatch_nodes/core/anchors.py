@@ -174,7 +174,9 @@ class AnchorSet:
         layouts = self.geometry.variables.values()
         if not is_aligned(layouts, self.geometry.unit_length):
             return block_chunks * max(
-                unit_rows_bound(layout.sample_chunk, self.geometry.unit_length, -lo, hi)
+                unit_rows_bound(
+                    layout.sample_chunk, self.geometry.unit_length, -lo, hi, layout.origin
+                )
                 for layout in layouts
             )
         rows = self.geometry.unit_length

@@ -37,6 +37,7 @@ DECODING_KEY = "decoding"
 STATICS_KEY = "statics"  # static field -> its array entry, where the loader has any
 CHANNELS_KEY = "channels"  # batch key -> its channel names, where stacking or levels order them
 FORCINGS_KEY = "forcings"  # the forcings' names, in order, where a loader computes some
+JOIN_KEY = "join"  # on several stores: the policy and each store's arrays and origin
 
 
 def digest(text: str | bytes) -> str:
@@ -225,6 +226,31 @@ def _split_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> 
     return []
 
 
+def join_record(join: str, stores: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a fingerprint records of a join (under `JOIN_KEY`): the policy, and per
+    store in order its arrays, its origin on the joined axis, its steps and its Icechunk
+    snapshot. Not its URL: as for one store, data moved elsewhere resumes.
+
+    Args:
+        join: the policy (`core.time_join.JOIN_POLICIES`).
+        stores: per store, `{"arrays": [...], "origin": int | None, "steps": int | None,
+            "snapshot_id": str | None}`.
+    """
+    return {"policy": join, "stores": stores}
+
+
+def _stores_text(record: Any) -> str:
+    if not isinstance(record, Mapping):
+        return "one store"
+    stores = record.get("stores", [])
+    shown = "; ".join(
+        f"{entry.get('arrays')} from step {entry.get('origin')}"
+        for entry in stores
+        if isinstance(entry, Mapping)
+    )
+    return f"a join={record.get('policy')!r} of {len(stores)} stores ({shown})"
+
+
 def _well_formed(fingerprint: Any) -> bool:
     """True if `fingerprint` has the layout `source_fingerprint` gives (a state's may have
     been edited or damaged)."""
@@ -275,6 +301,13 @@ def fingerprint_differences(saved: Any, current: Mapping[str, Any]) -> list[str]
         found.append(
             f"batches held the forcings {before_forcings} when the state was saved, now "
             f"{now_forcings}; rebuild the loader with forcings={before_forcings or None}"
+        )
+    before_join, now_join = saved.get(JOIN_KEY), current.get(JOIN_KEY)
+    if before_join != now_join:
+        found.append(
+            f"the state was saved on {_stores_text(before_join)}, this loader reads "
+            f"{_stores_text(now_join)}; rebuild the loader on the stores, in the order and "
+            f"with the join it was saved with"
         )
     before_area, now_area = saved.get(AREA_KEY), current.get(AREA_KEY)
     if before_area != now_area:

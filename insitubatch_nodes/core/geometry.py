@@ -109,12 +109,20 @@ class VariableLayout:
         picks: positions kept along some inner axes, at most one pick per axis (levels by
             value on the level axis, an area's rows and columns on the grid's axes,
             `core.area`), in increasing axis order; empty to keep every position.
+        origin: the stored step that is step 0 of the loader's sample axis. Stores joined
+            on time (`io.joined_source`) cover different dates: each variable's steps are
+            its own stored steps shifted by its store's origin, so its chunk boundaries
+            fall anywhere on the joined axis.
+        length: steps of the loader's sample axis this array covers from `origin`, or
+            None for the rest of the array (`shape[0] - origin`).
     """
 
     shape: tuple[int, ...]
     chunks: tuple[int, ...]
     dtype: str
     picks: tuple[AxisPick, ...] = ()
+    origin: int = 0
+    length: int | None = None
 
     def __post_init__(self) -> None:
         if len(self.shape) < 1:
@@ -133,6 +141,24 @@ class VariableLayout:
             )
         for pick in self.picks:
             self._check_pick(pick)
+        end = self.origin + self.sample_length
+        if self.origin < 0 or self.sample_length < 0 or end > self.shape[0]:
+            raise ValueError(
+                f"a sample axis of {self.sample_length} steps from stored step {self.origin} "
+                f"does not lie within the array's {self.shape[0]} steps"
+            )
+        if self.length is not None and end == self.shape[0]:
+            object.__setattr__(self, "length", None)  # one spelling of "to the end"
+
+    @property
+    def sample_length(self) -> int:
+        """Steps of the loader's sample axis (the array's own, unless joined)."""
+        return self.shape[0] - self.origin if self.length is None else self.length
+
+    @property
+    def shifted(self) -> bool:
+        """Whether the loader's steps are not the array's own (a join: `origin`, `length`)."""
+        return self.origin != 0 or self.length is not None
 
     def _check_pick(self, pick: AxisPick) -> None:
         if not 1 <= pick.axis < len(self.shape):
@@ -229,15 +255,31 @@ class VariableLayout:
 
     def to_json(self) -> dict[str, object]:
         """The stored array's shape, chunks and dtype (what a manifest records of the
-        store; picks are the loader's choice, not the store's)."""
-        return {"shape": list(self.shape), "chunks": list(self.chunks), "dtype": self.dtype}
+        store; picks are the loader's choice, not the store's), and on a join where the
+        sample axis lies in it (the dates the stores share decide that)."""
+        found: dict[str, object] = {
+            "shape": list(self.shape),
+            "chunks": list(self.chunks),
+            "dtype": self.dtype,
+        }
+        if self.shifted:
+            found.update(origin=self.origin, length=self.sample_length)
+        return found
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> VariableLayout:
         shape = data["shape"]
         chunks = data["chunks"]
         assert isinstance(shape, list) and isinstance(chunks, list)
-        return cls(tuple(int(s) for s in shape), tuple(int(c) for c in chunks), str(data["dtype"]))
+        origin, length = data.get("origin", 0), data.get("length")
+        assert isinstance(origin, int) and (length is None or isinstance(length, int))
+        return cls(
+            tuple(int(s) for s in shape),
+            tuple(int(c) for c in chunks),
+            str(data["dtype"]),
+            origin=int(origin),
+            length=None if length is None else int(length),
+        )
 
 
 class UnitSamples(Protocol):
@@ -282,7 +324,7 @@ class SampleGeometry:
         """
         if not variables:
             raise ValueError("no variables selected: name at least one array to load")
-        lengths = {name: layout.shape[0] for name, layout in variables.items()}
+        lengths = {name: layout.sample_length for name, layout in variables.items()}
         if len(set(lengths.values())) != 1:
             raise ValueError(
                 "variables must have the same length along the sample axis (axis 0), got "
@@ -321,7 +363,7 @@ class SampleGeometry:
 
     @property
     def num_samples(self) -> int:
-        return next(iter(self.variables.values())).shape[0]
+        return next(iter(self.variables.values())).sample_length
 
     @property
     def num_units(self) -> int:

@@ -327,9 +327,9 @@ class SplitManifest:
                     f"dtype={layout.dtype} but the manifest recorded shape={recorded.shape} "
                     f"chunks={recorded.chunks} dtype={recorded.dtype}"
                 )
-            elif layout.shape[0] != self.num_samples:
+            elif layout.sample_length != self.num_samples:
                 problems.append(
-                    f"{name!r} has {layout.shape[0]} samples but the manifest was made for "
+                    f"{name!r} has {layout.sample_length} samples but the manifest was made for "
                     f"{self.num_samples}"
                 )
             elif self.unit_length % layout.sample_chunk and self.unit_length != finest:

@@ -155,11 +155,15 @@ def checked_layout(
             f"name{FIX_HINT}"
         )
     plain = VariableLayout(
-        tuple(int(s) for s in layout.shape), tuple(int(c) for c in layout.chunks), str(layout.dtype)
+        tuple(int(s) for s in layout.shape),
+        tuple(int(c) for c in layout.chunks),
+        str(layout.dtype),
+        origin=layout.origin,
+        length=layout.length,
     )
-    if plain.shape[0] != num_samples:
+    if plain.sample_length != num_samples:
         raise ValueError(
-            f"manifest layout of {name!r} has {plain.shape[0]} samples along axis 0, but the "
+            f"manifest layout of {name!r} has {plain.sample_length} samples along axis 0, but the "
             f"manifest's num_samples is {num_samples}{FIX_HINT}"
         )
     if unit_length % plain.sample_chunk and unit_length != finest_chunk:

@@ -183,31 +183,34 @@ def _first_seen_order(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _pieces(
-    steps: np.ndarray, chunk: int, unit_length: int, num_units: int
+    stored: np.ndarray, cells: np.ndarray, chunk: int, num_cells: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The pieces `steps` lie in, on a grid the chunks do not align with: a piece is the
+    """The pieces steps lie in, on a grid the chunks do not align with: a piece is the
     needed steps of one (chunk, unit cell), from the first to the last (so never longer
     than the chunk or the unit: `core.unit_grid.slot_rows`). Distinct pieces in the
     order the steps first need them, each step's piece, and each piece's chunk, first
-    step and stop. Vectorised: one sort over the steps.
+    stored step and stop. Vectorised: one sort over the steps.
+
+    `stored` are the steps as the array stores them, `cells` each one's unit cell on the
+    loader's axis (they differ by a joined store's origin).
     """
-    cells = num_units + 1
-    keys, position = _first_seen_order((steps // chunk) * cells + steps // unit_length)
+    span = num_cells + 1
+    keys, position = _first_seen_order((stored // chunk) * span + cells)
     order = np.argsort(position, kind="stable")
-    ordered = steps[order]
+    ordered = stored[order]
     starts = np.flatnonzero(np.r_[True, np.diff(position[order]) != 0])
     first = np.minimum.reduceat(ordered, starts) if starts.size else ordered[:0]
     last = np.maximum.reduceat(ordered, starts) if starts.size else ordered[:0]
-    return keys // cells, position, first, last + 1
+    return keys // span, position, first, last + 1
 
 
 def _kept_rows(
-    chunk_ids: np.ndarray, first: np.ndarray, stop: np.ndarray, chunk: int, num_samples: int
+    chunk_ids: np.ndarray, first: np.ndarray, stop: np.ndarray, chunk: int, stored_steps: int
 ) -> list[tuple[int, int] | None]:
     """Each piece's rows of its chunk (counted from the chunk's first row), or None when
     it is the whole chunk."""
     begin = chunk_ids * chunk
-    whole = (first == begin) & (stop == np.minimum(begin + chunk, num_samples))
+    whole = (first == begin) & (stop == np.minimum(begin + chunk, stored_steps))
     return [
         None if w else (a, b)
         for w, a, b in zip(
@@ -248,21 +251,21 @@ def plan_block(
     aligned = is_aligned(geometry.variables.values(), geometry.unit_length)
     for name, offsets in wanted.items():
         layout = geometry.variables[name]
-        c = layout.sample_chunk
+        c, stored_steps = layout.sample_chunk, layout.shape[0]
         steps = sample_index[:, None] + np.asarray(offsets, dtype=np.int64)[None, :]
+        stored = steps.reshape(-1) + layout.origin  # a joined store's own steps
         if aligned:
-            chunk_ids, position = _first_seen_order(steps.reshape(-1) // c)
+            chunk_ids, position = _first_seen_order(stored // c)
             first = chunk_ids * c
-            stop = np.minimum((chunk_ids + 1) * c, geometry.num_samples)
+            stop = np.minimum((chunk_ids + 1) * c, stored_steps)
             kept: list[tuple[int, int] | None] = [None] * chunk_ids.size
         else:
-            chunk_ids, position, first, stop = _pieces(
-                steps.reshape(-1), c, geometry.unit_length, geometry.num_units
-            )
-            kept = _kept_rows(chunk_ids, first, stop, c, geometry.num_samples)
+            cells = steps.reshape(-1) // geometry.unit_length
+            chunk_ids, position, first, stop = _pieces(stored, cells, c, geometry.num_units)
+            kept = _kept_rows(chunk_ids, first, stop, c, stored_steps)
         lengths = stop - first
         dest = np.cumsum(lengths) - lengths
-        rows[name] = (dest[position] + steps.reshape(-1) - first[position]).reshape(steps.shape)
+        rows[name] = (dest[position] + stored - first[position]).reshape(steps.shape)
         buffer_rows[name] = int(lengths.sum())
         segment_starts[name] = dest
         if origins is None:

@@ -29,13 +29,17 @@ from insitubatch_nodes.core.manifest import SplitManifest
 
 def is_aligned(layouts: Iterable[VariableLayout], unit_length: int) -> bool:
     """Whether every unit boundary is a chunk boundary of every variable (the unit length
-    a multiple of every sample-axis chunk length): then each chunk is read whole, once.
+    a multiple of every sample-axis chunk length, and on a join every store's origin
+    too): then each chunk is read whole, once.
 
     Args:
         layouts: the variables' layouts.
         unit_length: steps per unit.
     """
-    return all(unit_length % layout.sample_chunk == 0 for layout in layouts)
+    return all(
+        unit_length % layout.sample_chunk == 0 and layout.origin % layout.sample_chunk == 0
+        for layout in layouts
+    )
 
 
 def finest_chunk(layouts: Iterable[VariableLayout]) -> int:
@@ -123,17 +127,16 @@ def _most_inner_boundaries(length: int, spacing: int) -> int:
     return -(-(length - 1) // spacing) if length > 1 else 0
 
 
-def _most_cell_pieces(unit_length: int, chunk: int) -> int:
-    """Most pieces a unit cell (starting at a multiple of the unit length) is cut into by
-    chunk boundaries: exact, over every cell's phase against the chunks."""
+def _most_cell_pieces(unit_length: int, chunk: int, origin: int) -> int:
+    """Most pieces a unit cell (starting at a multiple of the unit length, stored step
+    `origin` more) is cut into by chunk boundaries: exact, over every cell's phase
+    against the chunks."""
     phases = chunk // math.gcd(unit_length, chunk)
-    return 1 + max(
-        (k * unit_length + unit_length - 1) // chunk - (k * unit_length) // chunk
-        for k in range(phases)
-    )
+    starts = [k * unit_length + origin for k in range(phases)]
+    return 1 + max((start + unit_length - 1) // chunk - start // chunk for start in starts)
 
 
-def unit_rows_bound(chunk: int, unit_length: int, before: int, after: int) -> int:
+def unit_rows_bound(chunk: int, unit_length: int, before: int, after: int, origin: int = 0) -> int:
     """Most block-memory rows (whole slots) one unit's samples take in a variable chunked
     `chunk` along the sample axis, on a grid the chunks do not align with: the pieces of
     its own cell, and of the `before` steps before it and `after` steps after it that its
@@ -144,8 +147,10 @@ def unit_rows_bound(chunk: int, unit_length: int, before: int, after: int) -> in
         unit_length: steps per unit.
         before: steps before a unit its samples need (a window's length less one).
         after: steps after a unit its samples need (the furthest lead).
+        origin: the stored step of the sample axis' step 0 (a joined store's,
+            `VariableLayout.origin`): the cells' phase against the chunks.
     """
-    pieces = _most_cell_pieces(unit_length, chunk)
+    pieces = _most_cell_pieces(unit_length, chunk, origin)
     for reach in (before, after):
         if reach > 0:
             pieces += (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,7 @@ from insitubatch_nodes.core.cf_decoding import YIELDS_KEY, CFDecoding, decode_va
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
 from insitubatch_nodes.core.date_manifest import make_date_manifest, time_differences
 from insitubatch_nodes.core.date_ranges import RangeLike, TimeAxis
-from insitubatch_nodes.core.fingerprint import AREA_KEY, source_fingerprint
+from insitubatch_nodes.core.fingerprint import AREA_KEY, JOIN_KEY, join_record, source_fingerprint
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.manifest import SplitManifest, make_manifest
 from insitubatch_nodes.core.unit_grid import grid_manifest
@@ -33,6 +33,7 @@ from insitubatch_nodes.io.metadata.zarr_layout import arrays_of, open_root_group
 from insitubatch_nodes.io.reads.block_reader import ReadContext
 from insitubatch_nodes.io.reads.retry import RetryPolicy
 from insitubatch_nodes.io.reads.static_reads import read_whole_arrays
+from insitubatch_nodes.io.store_part import StorePart
 from insitubatch_nodes.io.stores.icechunk_store import snapshot_id_of
 from insitubatch_nodes.io.stores.open_store import describe, open_store
 from insitubatch_nodes.io.stores.redact import secrets_in
@@ -117,6 +118,11 @@ class ZarrSource:
     # values known to be secret (URL userinfo, signatures, options' keys): kept out of the
     # errors of later reads (the time coordinate), never in a repr or a state
     secrets: tuple[str, ...] = field(default=(), repr=False)
+    # a join of several stores (`io.joined_source`): each store in the order given, the
+    # policy that aligned their dates, and the joined time axis; empty for one store
+    parts: tuple[StorePart, ...] = ()
+    join: str | None = None
+    joined_time: TimeAxis | None = None
 
     @classmethod
     def open(
@@ -176,29 +182,13 @@ class ZarrSource:
                 f"a variable is named {SAMPLE_INDEX_KEY!r}, which batches use for the sample "
                 f"indices; select the other variables explicitly"
             )
-        if splits is not None:
-            length = SampleGeometry.from_layouts(layouts).num_samples
-            axis = read_time_axis(arrays, list(layouts), length, where, secrets)
-            split_manifest = grid_manifest(
-                layouts, lambda grid: make_date_manifest(grid, axis, splits)
-            )
-            geometry = split_manifest.geometry_for(layouts)
-        elif manifest is None:
-            split_manifest = grid_manifest(
-                layouts, lambda grid: make_manifest(grid, allow_empty=True)
-            )
-            geometry = split_manifest.geometry_for(layouts)
-        else:
-            split_manifest = load_manifest(manifest)
-            geometry = split_manifest.geometry_for(layouts)
-            if split_manifest.time is not None:
-                axis = read_time_axis(arrays, list(layouts), geometry.num_samples, where, secrets)
-                changed = time_differences(split_manifest.time, axis)
-                if changed is not None:
-                    raise ValueError(
-                        f"the manifest does not match this store: {changed}. Cut a new "
-                        f"manifest for this store (insitubatch split, or splits=)"
-                    )
+        split_manifest, geometry = fit_manifest(
+            layouts,
+            manifest,
+            splits,
+            lambda length: read_time_axis(arrays, list(layouts), length, where, secrets),
+            "this store",
+        )
         if levels is not None:
             picks = level_picks(arrays, layouts, levels, spatial_dims, where, secrets)
             layouts = {
@@ -215,23 +205,10 @@ class ZarrSource:
             geometry = replace(geometry, variables=dict(layouts))
             static_crops = {n: (axes[n].latitude_axis, axes[n].longitude_axis) for n in statics}
             area_axes = {n: (axes[n].latitude_axis, axes[n].longitude_axis) for n in layouts}
-        kept = [*layouts, *statics]
-        codecs = {name: codec_summary(arrays[name]) for name in kept}
-        fills = {name: fill_value_text(arrays[name]) for name in kept}
-        snapshot = snapshot_id_of(store)
-        decodings = {
-            name: read_cf_decoding(
-                name,
-                arrays[name],
-                decode_cf=decode_cf,
-                use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
-            )
-            for name in kept
-        }
-        warnings = (
-            zero_fill_warning(name, arrays[name], decodings[name], use_zarr_fill_value_as_mask)
-            for name in kept
+        codecs, fills, decodings, warnings = describe_arrays(
+            arrays, [*layouts, *statics], decode_cf, use_zarr_fill_value_as_mask
         )
+        snapshot = snapshot_id_of(store)
         return cls(
             store,
             where,
@@ -242,7 +219,7 @@ class ZarrSource:
             fills,
             snapshot,
             decodings=decodings,
-            decoding_warnings=tuple(w for w in warnings if w is not None),
+            decoding_warnings=warnings,
             statics=statics,
             statics_left_out=selection.statics_left_out,
             area=boxed,
@@ -264,7 +241,10 @@ class ZarrSource:
                 `unit_length`: a loader's grid of revisits, `SampleGeometry.visits`).
         """
         settings.setdefault("unit_length", self.geometry.unit_length)
-        return ReadContext.create(self.store, self.layouts, where=self.where, **settings)
+        context = ReadContext.create(self.store, self.layouts, where=self.where, **settings)
+        if not self.parts:
+            return context
+        return context.joined([(p.store, p.where, p.fields) for p in self.parts if p.fields])
 
     def read_statics(
         self, cast: str | None = None, retry: RetryPolicy | None = None, decode_threads: int = 1
@@ -280,9 +260,15 @@ class ZarrSource:
             retry: how transient read errors are retried (default `RetryPolicy()`).
             decode_threads: threads that decode the chunks.
         """
-        stored = read_whole_arrays(
-            self.store, self.statics, where=self.where, retry=retry, decode_threads=decode_threads
-        )
+        stored: dict[str, np.ndarray] = {}
+        for store, where, names in self._stores_of(self.statics):
+            stored |= read_whole_arrays(
+                store,
+                {name: self.statics[name] for name in names},
+                where=where,
+                retry=retry,
+                decode_threads=decode_threads,
+            )
         decoded = {
             name: decode_values(values, self.decodings[name], cast)
             for name, values in stored.items()
@@ -313,7 +299,10 @@ class ZarrSource:
         return self.manifest.step_ranges(split)
 
     def time_axis(self) -> TimeAxis:
-        """The selected variables' time coordinate, read and decoded (`io.metadata.time_axis`)."""
+        """The selected variables' time coordinate, read and decoded (`io.metadata.time_axis`);
+        on a join, the joined axis."""
+        if self.joined_time is not None:
+            return self.joined_time
         group = open_root_group(self.store, self.where, self.secrets)
         arrays = arrays_of(group, self.where, self.secrets)
         length = self.geometry.num_samples
@@ -327,11 +316,10 @@ class ZarrSource:
         Args:
             spatial_dims: the trailing grid axes of each variable.
         """
-        group = open_root_group(self.store, self.where, self.secrets)
-        arrays = arrays_of(group, self.where, self.secrets)
-        found = read_grid_coordinates(
-            arrays, list(self.layouts), spatial_dims, self.where, self.secrets
-        )
+        [(store, where, names), *_] = self._stores_of(self.layouts)
+        group = open_root_group(store, where, self.secrets)
+        arrays = arrays_of(group, where, self.secrets)
+        found = read_grid_coordinates(arrays, names, spatial_dims, where, self.secrets)
         if self.area is None:
             return found
         name, layout = next(iter(self.layouts.items()))
@@ -377,7 +365,22 @@ class ZarrSource:
         )
         if self.area is not None:
             fingerprint[AREA_KEY] = self.area.record()
+        if self.join is not None:
+            fingerprint[JOIN_KEY] = join_record(self.join, [p.record() for p in self.parts])
         return fingerprint
+
+    def _stores_of(self, names: Iterable[str]) -> list[tuple[Store, str, list[str]]]:
+        """The stores holding `names` (each with its description and its names among
+        them, in order): this store, or a join's stores that hold some."""
+        wanted = list(names)
+        if not self.parts:
+            return [(self.store, self.where, wanted)] if wanted else []
+        found = []
+        for part in self.parts:
+            held = [n for n in wanted if n in part.fields or n in part.statics]
+            if held:
+                found.append((part.store, part.where, held))
+        return found
 
     def decoding_records(self, cast: str | None = None) -> dict[str, dict[str, Any]]:
         """Each variable's decoding as plain data (`CFDecoding.record`, with the dtype
@@ -393,6 +396,79 @@ class ZarrSource:
                 record[YIELDS_KEY] = cast
             records[name] = record
         return records
+
+
+def fit_manifest(
+    layouts: Mapping[str, VariableLayout],
+    manifest: ManifestLike | None,
+    splits: Mapping[str, RangeLike] | None,
+    time_axis: Callable[[int], TimeAxis],
+    what: str,
+) -> tuple[SplitManifest, SampleGeometry]:
+    """The split manifest of `layouts` (cut by `splits`' dates, the default fractions, or
+    `manifest` checked against them) and the loader's geometry on it. Either is cut on
+    the fine grid when the chunks' least common multiple leaves a split no unit of its
+    own (`core.unit_grid.grid_manifest`).
+
+    Args:
+        layouts: the selected time-varying variables, by name.
+        manifest: a manifest to check (`load_manifest` takes its forms), or None.
+        splits: split name -> an inclusive range of dates, or None.
+        time_axis: reads the decoded time coordinate of the given length, when dates are
+            needed (a join's is the joined axis).
+        what: the data as messages name it ("this store").
+    """
+    if splits is not None:
+        length = SampleGeometry.from_layouts(layouts).num_samples
+        axis = time_axis(length)
+        split_manifest = grid_manifest(layouts, lambda grid: make_date_manifest(grid, axis, splits))
+        return split_manifest, split_manifest.geometry_for(layouts)
+    if manifest is None:
+        split_manifest = grid_manifest(layouts, lambda grid: make_manifest(grid, allow_empty=True))
+        return split_manifest, split_manifest.geometry_for(layouts)
+    split_manifest = load_manifest(manifest)
+    geometry = split_manifest.geometry_for(layouts)
+    if split_manifest.time is not None:
+        changed = time_differences(split_manifest.time, time_axis(geometry.num_samples))
+        if changed is not None:
+            raise ValueError(
+                f"the manifest does not match {what}: {changed}. Cut a new manifest for "
+                f"{what} (insitubatch split, or splits=)"
+            )
+    return split_manifest, geometry
+
+
+def describe_arrays(
+    arrays: Mapping[str, Any],
+    kept: Sequence[str],
+    decode_cf: bool,
+    use_zarr_fill_value_as_mask: bool | None,
+) -> tuple[dict[str, str], dict[str, str], dict[str, CFDecoding], tuple[str, ...]]:
+    """What a loader records of the arrays `kept` of one store: each one's codecs, fill
+    value as text, and decoding, and the warnings the decodings call for.
+
+    Args:
+        arrays: the store's arrays by name.
+        kept: the selected arrays (fields and static fields).
+        decode_cf: whether values are decoded as `xr.open_zarr` decodes them.
+        use_zarr_fill_value_as_mask: as `xr.open_zarr` takes it; None picks by format.
+    """
+    codecs = {name: codec_summary(arrays[name]) for name in kept}
+    fills = {name: fill_value_text(arrays[name]) for name in kept}
+    decodings = {
+        name: read_cf_decoding(
+            name,
+            arrays[name],
+            decode_cf=decode_cf,
+            use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
+        )
+        for name in kept
+    }
+    warnings = (
+        zero_fill_warning(name, arrays[name], decodings[name], use_zarr_fill_value_as_mask)
+        for name in kept
+    )
+    return codecs, fills, decodings, tuple(w for w in warnings if w is not None)
 
 
 def _cropped(values: np.ndarray, area: AreaSelection, lat_axis: int, lon_axis: int) -> np.ndarray:

@@ -42,8 +42,8 @@ from insitubatch_nodes.device.device_block_reader import DeviceBlockReader
 from insitubatch_nodes.io.host.fork_guard import check_same_process
 from insitubatch_nodes.io.reads.block_reader import BlockReader, ReadContext
 from insitubatch_nodes.io.reads.block_slots import BlockMemory
-from insitubatch_nodes.io.reads.chunk_reader import ChunkReader
 from insitubatch_nodes.io.reads.event_loop import EventLoopThread
+from insitubatch_nodes.io.reads.joined_reader import cpu_reader
 from insitubatch_nodes.nodes import state_names
 from insitubatch_nodes.nodes.items import FetchedBlock
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
@@ -213,7 +213,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         )
         self._runtime = runtime
         if self.decode_on is None:
-            self._reader = ChunkReader(self.context)
+            self._reader = cpu_reader(self.context)
         else:
             self._reader = DeviceBlockReader(self.context, self.decode_on)
         self._finalizer = weakref.finalize(self, runtime.close)

@@ -20,8 +20,8 @@ that cannot be opened are an `OSError` naming the store.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -85,6 +85,9 @@ class ReadContext:
         decode_pool: the decode threads (`decode_threads` of them), which the gather
             that draws from these blocks may copy on too (`io.reads.decode_pool`); None:
             each event loop makes its own.
+        stores: on a join of several stores, one context per store over its own store
+            and variables (`joined`), sharing this one's counters, limits, block slots,
+            cache and threads; empty for one store.
     """
 
     store: Store
@@ -101,6 +104,7 @@ class ReadContext:
     block_slots: BlockSlots
     cache: ChunkCache | None = None
     decode_pool: DecodePool | None = None
+    stores: tuple[ReadContext, ...] = ()
 
     @classmethod
     def create(
@@ -174,9 +178,34 @@ class ReadContext:
             decode_pool=DecodePool("fetch", decode_threads),
         )
 
+    def joined(self, stores: Sequence[tuple[Store, str, Sequence[str]]]) -> ReadContext:
+        """This context reading each variable from its own store: per store, a context
+        over that store and its variables that shares everything else with this one (one
+        in-flight target, one memory budget, one cache, one set of counters), so that a
+        join reads as one source.
+
+        Args:
+            stores: per store, the store, how messages name it (credentials redacted),
+                and the selected variables it holds.
+        """
+        parts = tuple(
+            replace(
+                self,
+                store=store,
+                where=where,
+                layouts={name: self.layouts[name] for name in names},
+                opened_arrays=OpenedArrays(store),
+            )
+            for store, where, names in stores
+        )
+        return replace(self, stores=parts)
+
     @property
     def is_local(self) -> bool:
-        """Whether the store is a local directory (no latency to hide by reading ahead)."""
+        """Whether the store (every store of a join) is a local directory (no latency to
+        hide by reading ahead)."""
+        if self.stores:
+            return all(part.is_local for part in self.stores)
         return local_root(self.store) is not None
 
     def row_nbytes(self, name: str) -> int:

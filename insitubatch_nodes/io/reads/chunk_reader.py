@@ -46,6 +46,8 @@ class ChunkReader:
             reader's fallback reads those the device cannot decode).
         fetcher: the byte fetch to share with another reader of the same loop (a device
             reader's, so that one in-flight limit covers both), or None for its own.
+        count_blocks: whether each block read counts as a block fetched (not when it
+            is one store's part of a join's block: `io.reads.joined_reader`).
     """
 
     def __init__(
@@ -53,8 +55,11 @@ class ChunkReader:
         context: ReadContext,
         layouts: Mapping[str, VariableLayout] | None = None,
         fetcher: ChunkFetcher | None = None,
+        *,
+        count_blocks: bool = True,
     ) -> None:
         self._context = context
+        self._count_blocks = count_blocks
         self._layouts = dict(context.layouts if layouts is None else layouts)
         self._fetcher = fetcher or ChunkFetcher(context)
         self._stored: dict[str, StoredArray] = {}  # what the library decodes
@@ -121,7 +126,8 @@ class ChunkReader:
                             group.create_task(self._read_via_zarr(name, read, memory))
         except BaseExceptionGroup as failures:
             raise first_failure(failures) from None  # the error itself, not a wrapper
-        self._context.stats.add(blocks_fetched=1)
+        if self._count_blocks:
+            self._context.stats.add(blocks_fetched=1)
         return {name: memory.arrays[name] for name in plan.reads}
 
     def _decoding(self, memory: BlockMemory) -> ChunkSink:

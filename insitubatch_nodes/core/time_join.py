@@ -1,0 +1,157 @@
+"""Stores joined on time: the joined time axis, and where it lies in each store.
+
+A join reads each store in place, so a store's variables keep their own stored steps;
+what the join decides is which of them the loader's sample axis holds. `"exact"` (the
+default, as `xr.merge(..., join="exact")`) takes the stores only when every store with a
+time axis has the same dates; `"inner"` keeps the dates every such store holds.
+
+On the joined axis each store's kept steps are one contiguous run of its own steps from
+an *origin* (`core.geometry.VariableLayout.origin`): the common case of stores that cover
+different date ranges. A store holding a date inside the run that another store lacks
+would need a map with holes, which the read plan does not take yet: it is refused by
+name. Stores without a time axis (static fields) join by grid alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from insitubatch_nodes.core.date_ranges import TimeAxis
+
+JOIN_POLICIES = ("exact", "inner")
+
+
+@dataclass(frozen=True)
+class JoinedTime:
+    """The joined time axis and each store's place on it.
+
+    Args:
+        axis: the joined dates (the first store's name and calendar), one per step of
+            the loader's sample axis.
+        origins: per store, its stored step of the joined axis' first step; None for a
+            store without a time axis.
+        lost: per store, how many of its steps the join left out (0 without a time axis).
+    """
+
+    axis: TimeAxis
+    origins: tuple[int | None, ...]
+    lost: tuple[int, ...]
+
+
+def check_join_policy(join: object) -> str:
+    """`join` when it names a policy this loader has, else an error naming them.
+
+    Args:
+        join: what the user passed as `join=`.
+    """
+    if join not in JOIN_POLICIES:
+        raise ValueError(
+            f"join={join!r} is not a way to align stores on time; use one of "
+            f"{list(JOIN_POLICIES)}: 'exact' takes stores whose dates are equal, 'inner' the "
+            f"dates every store holds"
+        )
+    return str(join)
+
+
+def join_times(axes: Sequence[TimeAxis | None], stores: Sequence[str], join: str) -> JoinedTime:
+    """Align the stores' time axes by value under `join`, or refuse naming the stores
+    and the first dates that differ.
+
+    Args:
+        axes: per store, its decoded time axis, or None for a store without one.
+        stores: per store, how messages name it (credentials redacted).
+        join: `"exact"` or `"inner"` (`check_join_policy`).
+    """
+    timed = [(i, axis) for i, axis in enumerate(axes) if axis is not None]
+    if not timed:
+        raise ValueError(
+            f"none of the joined stores {list(stores)} has a variable with a time axis; "
+            f"name at least one time-varying variable"
+        )
+    first_at, first = timed[0]
+    for i, axis in timed[1:]:
+        if axis.calendar != first.calendar:
+            raise ValueError(
+                f"{stores[i]} counts its dates in the {axis.calendar!r} calendar and "
+                f"{stores[first_at]} in {first.calendar!r}: dates of two calendars cannot be "
+                f"matched; join stores of one calendar"
+            )
+    for i, axis in timed:
+        if axis.dates.size > 1 and not np.all(axis.dates[1:] > axis.dates[:-1]):
+            raise ValueError(
+                f"the time coordinate {axis.name!r} of {stores[i]} does not increase step by "
+                f"step; stores are joined on increasing dates"
+            )
+    if join == "exact":
+        for i, axis in timed[1:]:
+            _check_same_dates(first, axis, stores[first_at], stores[i])
+        origins = tuple(None if axis is None else 0 for axis in axes)
+        return JoinedTime(first, origins, tuple(0 for _ in axes))
+    common = first.dates
+    for _, axis in timed[1:]:
+        common = np.intersect1d(common, axis.dates)
+    if common.size == 0:
+        spans = ", ".join(
+            f"{stores[i]} {_text(axis, axis.dates[:1])}..{_text(axis, axis.dates[-1:])}"
+            for i, axis in timed
+        )
+        raise ValueError(
+            f"the joined stores share no date ({spans}); join stores that cover a common period"
+        )
+    origins_found: list[int | None] = []
+    lost = []
+    for i, axis in enumerate(axes):
+        if axis is None:
+            origins_found.append(None)
+            lost.append(0)
+            continue
+        start = int(np.searchsorted(axis.dates, common[0]))
+        stop = int(np.searchsorted(axis.dates, common[-1])) + 1
+        if stop - start != common.size:
+            _refuse_hole(axis, common, start, stores[i], [stores[j] for j, _ in timed if j != i])
+        origins_found.append(start)
+        lost.append(int(axis.dates.size - common.size))
+    start = origins_found[first_at]
+    assert start is not None
+    joined = TimeAxis(first.name, first.dates[start : start + common.size], first.calendar)
+    return JoinedTime(joined, tuple(origins_found), tuple(lost))
+
+
+def _text(axis: TimeAxis, dates: np.ndarray) -> str:
+    return ", ".join(axis.text(dates)) if dates.size else "(none)"
+
+
+def _check_same_dates(first: TimeAxis, other: TimeAxis, first_store: str, other_store: str) -> None:
+    """Refuse two axes whose dates differ, naming the first step where they do."""
+    shared = min(first.dates.size, other.dates.size)
+    differ = np.flatnonzero(first.dates[:shared] != other.dates[:shared])
+    if differ.size == 0 and first.dates.size == other.dates.size:
+        return
+    step = int(differ[0]) if differ.size else shared
+    here = _text(first, first.dates[step : step + 1])
+    there = _text(other, other.dates[step : step + 1])
+    raise ValueError(
+        f"join='exact' needs the same dates in every store, and step {step} is {here} in "
+        f"{first_store} but {there} in {other_store} ({first.dates.size} and "
+        f"{other.dates.size} steps); pass join='inner' to keep the dates both hold, or "
+        f"join stores of the same dates"
+    )
+
+
+def _refuse_hole(
+    axis: TimeAxis, common: np.ndarray, start: int, store: str, others: Sequence[str]
+) -> None:
+    """Refuse a store whose steps between the first and last shared date hold one that
+    some other store lacks (a hole in the others' runs), naming the first such date."""
+    run = axis.dates[start : start + common.size + 1]
+    extra = np.flatnonzero(run[: common.size] != common)
+    missing = run[int(extra[0]) : int(extra[0]) + 1] if extra.size else run[-1:]
+    raise ValueError(
+        f"join='inner' keeps one unbroken run of each store's steps, and {store} holds "
+        f"{_text(axis, missing)} between the dates the stores share, which "
+        f"{' or '.join(others)} lacks; join stores whose steps match inside the shared "
+        f"period (fill the missing steps, or select a period without them)"
+    )
