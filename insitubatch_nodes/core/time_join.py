@@ -131,8 +131,9 @@ def _check_same_dates(first: TimeAxis, other: TimeAxis, first_store: str, other_
     if differ.size == 0 and first.dates.size == other.dates.size:
         return
     step = int(differ[0]) if differ.size else shared
-    here = _text(first, first.dates[step : step + 1])
-    there = _text(other, other.dates[step : step + 1])
+    both = [first.dates[step : step + 1], other.dates[step : step + 1]]
+    shown = first.text(np.concatenate([d for d in both if d.size]))  # one unit for both
+    here, there = (shown.pop(0) if d.size else "(none)" for d in both)
     raise ValueError(
         f"join='exact' needs the same dates in every store, and step {step} is {here} in "
         f"{first_store} but {there} in {other_store} ({first.dates.size} and "

@@ -1,0 +1,282 @@
+"""Several stores as one (issue 37): a pressure-level store chunked 24 steps, a surface
+store chunked 1 step and a static store, written by xarray, read in place as one source.
+Every sample equals `xr.merge([xr.open_zarr(u) ...], join=...)` at its joined position;
+dates, grids and names that do not join are refused by name; resume and elastic resume
+are exact on a join, and a state of another join is refused."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import xarray as xr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from insitubatch_nodes import SampleSpec, build_loader
+from insitubatch_nodes.core.sample_spec import leads, window
+from insitubatch_nodes.loader.rank_states import RANK_STATES_KEY
+from tests.helpers.batches import as_numpy, batch_key, torch_roundtrip
+from tests.helpers.joined_stores import (
+    LATITUDE,
+    dates,
+    era5_join,
+    merged,
+    pressure_levels,
+    surface,
+    write,
+)
+from tests.helpers.profiles import examples
+from tests.helpers.s3_server import S3Server
+
+FIELDS = ["t", "z", "t2m", "msl"]
+
+
+def loader(urls: Any, **settings: Any) -> Any:
+    settings = {"split": "all", "batch_size": 6, "seed": 5, "device": "cpu", **settings}
+    return build_loader(urls, **settings)
+
+
+def check_against(batches: list[dict[str, Any]], reference: xr.Dataset, names: list[str]) -> int:
+    """Each batch's variables equal `reference` at its samples' positions; the samples
+    seen, counted."""
+    seen = []
+    for batch in batches:
+        steps = as_numpy(batch["sample_index"])
+        for name in names:
+            expected = reference[name].isel(time=steps).values
+            np.testing.assert_array_equal(as_numpy(batch[name]), expected, err_msg=name)
+        seen += steps.tolist()
+    return len(seen)
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_an_inner_join_yields_xarray_merge_at_every_joined_step(
+    tmp_path: Path, zarr_format: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The surface store starts 10 steps later and ends 5 earlier: the joined axis is
+    theirs in common, the pressure store's 24-step chunks straddle its units, and every
+    sample of an epoch equals the merged Dataset, statics included; each store's loss is
+    logged."""
+    urls = era5_join(tmp_path, zarr_format=zarr_format, pressure=(0, 72), surface_steps=(10, 57))
+    reference = merged(urls, "inner")
+    with caplog.at_level(logging.INFO, logger="insitubatch_nodes.io.joined_source"):
+        batches = list(loader(urls, variables=[*FIELDS, "lsm"], join="inner"))
+    assert check_against(batches, reference, FIELDS) == reference.sizes["time"] == 57
+    assert sorted(i for b in batches for i in b["sample_index"].tolist()) == list(range(57))
+    for batch in batches:
+        np.testing.assert_array_equal(as_numpy(batch["lsm"])[0], reference["lsm"].values)
+    assert "pl.zarr keeps 57 of its 72 steps (15 left out)" in caplog.text
+    assert "sfc.zarr keeps 57 of its 57 steps (0 left out)" in caplog.text
+
+
+def test_an_exact_join_with_windows_leads_levels_and_date_splits(tmp_path: Path) -> None:
+    """On equal dates, a spec's windows and leads (counted in strides), levels picked out
+    of order, a stride and a split by dates read what the merged Dataset holds at each
+    step."""
+    urls = era5_join(tmp_path, pressure=(0, 80), surface_steps=(0, 80))
+    reference = merged(urls, "exact").sel(level=[500, 1000])
+    spec = SampleSpec({"inputs": window(["t", "t2m"], steps=2), "targets": leads(["msl"], [1])})
+    made = loader(
+        urls,
+        spec=spec,
+        levels=[500, 1000],
+        stride=2,
+        splits={"train": ("2020-01-02", "2020-01-15")},
+        split="train",
+    )
+    count = 0
+    for batch in made:
+        steps = as_numpy(batch["sample_index"])
+        days = reference.time.values[steps]
+        assert (days >= np.datetime64("2020-01-02")).all()
+        assert (steps % 2 == 0).all()
+        for name, offsets in (("inputs/t", [-2, 0]), ("inputs/t2m", [-2, 0]), ("targets/msl", [2])):
+            variable = name.split("/")[1]
+            expected = np.stack(
+                [reference[variable].isel(time=steps + o).values for o in offsets], axis=1
+            )
+            np.testing.assert_array_equal(as_numpy(batch[name]), expected, err_msg=name)
+        count += steps.size
+    assert count > 0
+
+
+def test_one_store_in_a_list_is_that_store(tmp_path: Path) -> None:
+    """A list of one store is the store: the same batches and the same state."""
+    [url, *_] = era5_join(tmp_path)
+    alone, listed = loader(url), loader([url], storage_options=[None])
+    assert [batch_key(b) for b in alone] == [batch_key(b) for b in listed]
+    assert alone.state_dict() == listed.state_dict()
+
+
+def test_mismatched_dates_are_refused_by_name_under_both_policies(tmp_path: Path) -> None:
+    urls = era5_join(tmp_path, pressure=(0, 30), surface_steps=(2, 30))
+    with pytest.raises(ValueError) as refused:
+        loader(urls, variables=FIELDS)
+    text = str(refused.value)
+    assert "join='exact' needs the same dates" in text
+    assert "2020-01-01T00:00 in " in text and "pl.zarr" in text and "sfc.zarr" in text
+    holed = era5_join(tmp_path / "holed", pressure=(0, 30), surface_drop=(7,))
+    with pytest.raises(ValueError) as refused:
+        loader(holed, variables=FIELDS, join="inner")
+    text = str(refused.value)
+    assert "join='inner' keeps one unbroken run" in text
+    assert "pl.zarr holds 2020-01-02T18" in text and "sfc.zarr lacks" in text
+
+
+def test_mismatched_grids_duplicate_names_and_bad_options_are_refused(tmp_path: Path) -> None:
+    pl = write(pressure_levels(dates(0, 30)), tmp_path / "pl.zarr", 24, 3)
+    shifted = LATITUDE + np.array([0, 0, 0.01, 0, 0])
+    other = write(surface(dates(0, 30), latitude=shifted), tmp_path / "other.zarr", 1, 3)
+    with pytest.raises(ValueError) as refused:
+        loader([pl, other])
+    assert "the latitude of" in str(refused.value) and "grid point (2, 0)" in str(refused.value)
+    again = write(pressure_levels(dates(0, 30), seed=9), tmp_path / "again.zarr", 24, 3)
+    with pytest.raises(ValueError) as refused:
+        loader([pl, again])
+    assert "'t' is an array of" in str(refused.value)
+    assert "pl.zarr and of" in str(refused.value) and "again.zarr" in str(refused.value)
+    with pytest.raises(ValueError, match="a list of 1 entries for 2 stores"):
+        loader([pl, other], storage_options=[{}])
+    with pytest.raises(ValueError, match="a join takes URLs, paths or zarr Stores"):
+        loader([xr.open_zarr(pl), pl])
+
+
+def _take(made: Any, batches: int) -> tuple[list[Any], Any]:
+    iterator = iter(made)
+    return [batch_key(next(iterator)) for _ in range(batches)], iterator
+
+
+def test_resume_mid_epoch_on_a_join_and_another_join_is_refused(tmp_path: Path) -> None:
+    """A state saved after three batches resumes the rest of the uninterrupted epoch; the
+    same stores in another order, or under another join, refuse it by name."""
+    urls = era5_join(tmp_path, pressure=(0, 72), surface_steps=(10, 57))
+    whole = [batch_key(b) for b in loader(urls, join="inner")]
+    interrupted = loader(urls, join="inner")
+    first, _ = _take(interrupted, 3)
+    assert first == whole[:3]
+    state = torch_roundtrip(json.loads(json.dumps(interrupted.state_dict())))
+    resumed = loader(urls, join="inner")
+    resumed.load_state_dict(state)
+    assert [batch_key(b) for b in resumed] == whole[3:]
+    reordered = loader([urls[1], urls[0]], join="inner")
+    for other, why in (
+        (reordered, "rebuild the loader on the stores, in the order"),
+        (loader(urls[1]), "this loader reads one store"),
+    ):
+        other.load_state_dict(state)  # checked as the epoch starts
+        with pytest.raises(ValueError, match=why):
+            next(iter(other))
+
+
+def test_elastic_resume_on_a_join_sees_every_sample_once(tmp_path: Path) -> None:
+    """Two ranks cut after two batches, resumed on one: the epoch's rest covers every
+    sample not seen before, once."""
+    urls = era5_join(tmp_path, pressure=(0, 72), surface_steps=(10, 57))
+    reference = merged(urls, "inner")
+    group = [loader(urls, join="inner", rank=r, world_size=2, batch_size=4) for r in range(2)]
+    before: list[Any] = []
+    for made in group:
+        iterator = iter(made)
+        before += [next(iterator) for _ in range(2)]
+    state = torch_roundtrip({RANK_STATES_KEY: [made.state_dict() for made in group]})
+    one = loader(urls, join="inner", rank=0, world_size=1, batch_size=4)
+    one.load_state_dict(state)
+    after = list(one)
+    check_against(before + after, reference, FIELDS)
+    seen = [i for b in before + after for i in b["sample_index"].tolist()]
+    assert set(seen) == set(range(57)) and len(seen) == 57
+
+
+def test_forcings_area_and_statics_on_a_join_equal_one_merged_store(tmp_path: Path) -> None:
+    """Forcings (from the joined time and the grid), an area and a static field read on a
+    join equal the same loader's over the merged Dataset written as one store, sample by
+    sample."""
+    urls = era5_join(tmp_path, pressure=(0, 48), surface_steps=(4, 40))
+    one = write(merged(urls, "inner"), tmp_path / "merged.zarr", 24, 3)
+    settings: dict[str, Any] = dict(
+        variables=["t2m", "t", "lsm"],
+        forcings=["cos_solar_zenith_angle", "day_progress_sin"],
+        area=(45, 0, -45, 180),
+    )
+    by_step: dict[int, dict[str, np.ndarray]] = {}
+    for batch in loader(one, **settings):
+        for row, step in enumerate(batch["sample_index"].tolist()):
+            by_step[step] = {k: as_numpy(v)[row] for k, v in batch.items() if k != "sample_index"}
+    joined = list(loader(urls, join="inner", **settings))
+    assert sum(len(b["sample_index"]) for b in joined) == len(by_step) == 40
+    for batch in joined:
+        for row, step in enumerate(batch["sample_index"].tolist()):
+            for key, expected in by_step[step].items():
+                np.testing.assert_array_equal(as_numpy(batch[key])[row], expected, err_msg=key)
+
+
+@settings(
+    max_examples=examples(12),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    st.integers(0, 30),
+    st.integers(0, 30),
+    st.sampled_from([1, 4, 5, 24]),
+    st.sampled_from([1, 3, 7]),
+    st.integers(1, 3),
+)
+def test_any_offsets_and_chunkings_read_the_merged_values(
+    tmp_path_factory: pytest.TempPathFactory,
+    pressure_first: int,
+    surface_first: int,
+    pressure_chunk: int,
+    surface_chunk: int,
+    revisits: int,
+) -> None:
+    """Small stores starting anywhere, chunked anyhow, on any revisits a unit takes: an
+    epoch reads every joined step once, each equal to `xr.merge(join="inner")`."""
+    folder = tmp_path_factory.mktemp("join")
+    urls = era5_join(
+        folder,
+        pressure=(pressure_first, 40),
+        surface_steps=(surface_first, 36),
+        pressure_chunk=pressure_chunk,
+        surface_chunk=surface_chunk,
+    )
+    reference = merged(urls, "inner")
+    if reference.sizes["time"] == 0:
+        with pytest.raises(ValueError, match="share no date"):
+            loader(urls, join="inner")
+        return
+    try:
+        made = loader(urls, join="inner", batch_size=4, revisits=revisits)
+    except ValueError as refused:  # revisits must divide the grid's unit
+        assert "revisits=" in str(refused)
+        return
+    batches = list(made)
+    assert check_against(batches, reference, FIELDS) == reference.sizes["time"]
+
+
+def test_a_join_of_s3_and_local_stores_with_their_own_options(
+    tmp_path: Path, s3_server: S3Server
+) -> None:
+    """The pressure store on S3 with its credentials, the surface store on local disk with
+    none: each read with its own options; no secret in the loader's description."""
+    bucket_url = f"s3://{s3_server.new_bucket()}/pl.zarr"
+    local = era5_join(tmp_path, pressure=(0, 30), surface_steps=(0, 30))
+    pressure_levels(dates(0, 30)).to_zarr(
+        s3_server.writable_store(bucket_url),
+        mode="w",
+        encoding={"t": {"chunks": (24, 3, 5, 8)}, "z": {"chunks": (24, 3, 5, 8)}},
+        zarr_format=3,
+        consolidated=True,
+    )
+    urls = [bucket_url, local[1]]
+    options = [s3_server.options(), None]
+    made = loader(urls, storage_options=options, variables=FIELDS)
+    reference = merged(local[:2], "exact")
+    assert check_against(list(made), reference, FIELDS) == 30
+    with pytest.raises(TypeError):  # the local store takes no S3 options
+        loader(urls, storage_options=s3_server.options(), variables=FIELDS)
