@@ -438,13 +438,15 @@ def _check_stats_decoding(stats: StatsLike, opened: ZarrSource) -> None:
 
 
 def _warn_if_unversioned(spec: CacheSpec, opened: ZarrSource) -> None:
-    """Warn when the store gives no object versions: a chunk rewritten in place would then
-    be served old bytes from the cache."""
-    if object_versions(opened.store, opened.where, RetryPolicy(), lambda: None).versioned:
-        return
-    log.warning(
-        "chunk cache: %s gives no object versions; entries are keyed by its arrays' "
-        "metadata only, so clear %s after rewriting its chunks in place",
-        opened.where,
-        spec.folder,
-    )
+    """Warn when the store (each store of a join) gives no object versions: a chunk
+    rewritten in place would then be served old bytes from the cache."""
+    stores = [(p.store, p.where) for p in opened.parts] or [(opened.store, opened.where)]
+    for store, where in stores:
+        if object_versions(store, where, RetryPolicy(), lambda: None).versioned:
+            continue
+        log.warning(
+            "chunk cache: %s gives no object versions; entries are keyed by its arrays' "
+            "metadata only, so clear %s after rewriting its chunks in place",
+            where,
+            spec.folder,
+        )

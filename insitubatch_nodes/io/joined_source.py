@@ -80,9 +80,9 @@ def options_per_store(storage_options: Any, count: int) -> list[dict[str, Any] |
             o is None or isinstance(o, Mapping) for o in storage_options
         ):
             raise ValueError(
-                f"storage_options is a list of {len(storage_options)} entries for {count} "
-                f"stores: give one dict (or None) per store, in the order of source, or one "
-                f"dict for every store"
+                f"storage_options is a list of length {len(storage_options)}, and source "
+                f"joins {count} stores: give one dict (or None) per store, in the order of "
+                f"source, or one dict for every store"
             )
         return [None if o is None else dict(o) for o in storage_options]
     raise TypeError(

@@ -33,6 +33,7 @@ from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode
 from insitubatch_nodes.nodes.state_checks import with_digest
 from tests.helpers.area_stores import write_grid_store
 from tests.helpers.cf_stores import write_attributes
+from tests.helpers.joined_stores import LATITUDE, dates, pressure_levels, surface, write
 from tests.helpers.paths import REPO
 from tests.helpers.stores import write_store
 from tests.helpers.time_stores import calendar_times, hourly, write_calendar
@@ -675,6 +676,44 @@ def _area_on_a_curvilinear_grid(ctx: Context) -> None:
     build_loader(path, ["v"], area=(60, -30, 20, 40))
 
 
+def _joined_stores(ctx: Context, **surface_dates: Any) -> list[str]:
+    """A pressure-level and a surface store, 30 six-hourly steps each (the surface
+    store's as `dates` takes them)."""
+    pl = write(pressure_levels(dates(0, 30)), ctx.tmp_path / "pl.zarr", 24, 3)
+    surface_times = dates(surface_dates.get("first", 0), 30, surface_dates.get("drop", ()))
+    sfc = write(surface(surface_times), ctx.tmp_path / "sfc.zarr", 1, 3)
+    return [pl, sfc]
+
+
+def _a_name_in_two_joined_stores(ctx: Context) -> None:
+    pl, _ = _joined_stores(ctx)
+    again = write(pressure_levels(dates(0, 30), seed=9), ctx.tmp_path / "again.zarr", 24, 3)
+    build_loader([pl, again])
+
+
+def _joined_dates_that_differ(ctx: Context) -> None:
+    build_loader(_joined_stores(ctx, first=2))
+
+
+def _a_step_missing_inside_a_joined_store(ctx: Context) -> None:
+    build_loader(_joined_stores(ctx, drop=(7,)), join="inner")
+
+
+def _joined_grids_that_differ(ctx: Context) -> None:
+    pl, _ = _joined_stores(ctx)
+    shifted = LATITUDE + np.array([0, 0, 0.01, 0, 0])
+    other = write(surface(dates(0, 30), latitude=shifted), ctx.tmp_path / "other.zarr", 1, 3)
+    build_loader([pl, other])
+
+
+def _storage_options_not_one_per_store(ctx: Context) -> None:
+    build_loader(_joined_stores(ctx), storage_options=[{}])
+
+
+def _unknown_join(ctx: Context) -> None:
+    build_loader(_joined_stores(ctx), join="outer")
+
+
 CASES = {
     "a URL with a scheme we do not read": _unsupported_scheme,
     "a local path that does not exist": _missing_local_path,
@@ -743,6 +782,12 @@ CASES = {
     "patches larger than the area": _patches_larger_than_the_area,
     "an area on a store without latitude and longitude": _area_without_coordinates,
     "an area on a curvilinear grid": _area_on_a_curvilinear_grid,
+    "a variable in two joined stores": _a_name_in_two_joined_stores,
+    "joined stores whose dates differ": _joined_dates_that_differ,
+    "a step missing inside a joined store": _a_step_missing_inside_a_joined_store,
+    "joined stores on different grids": _joined_grids_that_differ,
+    "storage_options that are not one per joined store": _storage_options_not_one_per_store,
+    "a join the loader does not know": _unknown_join,
 }
 
 

@@ -17,7 +17,7 @@ import xarray as xr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from insitubatch_nodes import SampleSpec, build_loader
+from insitubatch_nodes import PatchSpec, SampleSpec, build_loader
 from insitubatch_nodes.core.sample_spec import leads, window
 from insitubatch_nodes.loader.rank_states import RANK_STATES_KEY
 from tests.helpers.batches import as_numpy, batch_key, torch_roundtrip
@@ -140,7 +140,7 @@ def test_mismatched_grids_duplicate_names_and_bad_options_are_refused(tmp_path: 
         loader([pl, again])
     assert "'t' is an array of" in str(refused.value)
     assert "pl.zarr and of" in str(refused.value) and "again.zarr" in str(refused.value)
-    with pytest.raises(ValueError, match="a list of 1 entries for 2 stores"):
+    with pytest.raises(ValueError, match="a list of length 1, and source joins 2 stores"):
         loader([pl, other], storage_options=[{}])
     with pytest.raises(ValueError, match="a join takes URLs, paths or zarr Stores"):
         loader([xr.open_zarr(pl), pl])
@@ -192,24 +192,34 @@ def test_elastic_resume_on_a_join_sees_every_sample_once(tmp_path: Path) -> None
     assert set(seen) == set(range(57)) and len(seen) == 57
 
 
-def test_forcings_area_and_statics_on_a_join_equal_one_merged_store(tmp_path: Path) -> None:
-    """Forcings (from the joined time and the grid), an area and a static field read on a
-    join equal the same loader's over the merged Dataset written as one store, sample by
-    sample."""
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(forcings=["cos_solar_zenith_angle", "day_progress_sin"], area=(45, 0, -45, 180)),
+        dict(stack=True, levels=[850, 500]),
+        dict(patches=PatchSpec((2, 4)), evaluation=True),
+    ],
+    ids=["forcings and area", "stacked levels", "patches in evaluation"],
+)
+def test_features_on_a_join_equal_one_merged_store(
+    tmp_path: Path, settings: dict[str, Any]
+) -> None:
+    """Forcings (from the joined time and the grid), an area, stacking, levels, patches,
+    evaluation and a static field read on a join equal the same loader's over the merged
+    Dataset written as one store, sample by sample."""
     urls = era5_join(tmp_path, pressure=(0, 48), surface_steps=(4, 40))
     one = write(merged(urls, "inner"), tmp_path / "merged.zarr", 24, 3)
-    settings: dict[str, Any] = dict(
-        variables=["t2m", "t", "lsm"],
-        forcings=["cos_solar_zenith_angle", "day_progress_sin"],
-        area=(45, 0, -45, 180),
-    )
+    settings = {"variables": ["t2m", "t", "lsm"], **settings}
     by_step: dict[int, dict[str, np.ndarray]] = {}
-    for batch in loader(one, **settings):
+    alone = loader(one, **settings)
+    for batch in alone:
         for row, step in enumerate(batch["sample_index"].tolist()):
             by_step[step] = {k: as_numpy(v)[row] for k, v in batch.items() if k != "sample_index"}
-    joined = list(loader(urls, join="inner", **settings))
-    assert sum(len(b["sample_index"]) for b in joined) == len(by_step) == 40
-    for batch in joined:
+    joined = loader(urls, join="inner", **settings)
+    assert getattr(joined, "channels", None) == getattr(alone, "channels", None)
+    batches = list(joined)
+    assert sum(len(b["sample_index"]) for b in batches) == len(by_step) == 40
+    for batch in batches:
         for row, step in enumerate(batch["sample_index"].tolist()):
             for key, expected in by_step[step].items():
                 np.testing.assert_array_equal(as_numpy(batch[key])[row], expected, err_msg=key)
