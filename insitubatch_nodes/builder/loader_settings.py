@@ -255,7 +255,7 @@ def check_settings(arguments: Mapping[str, Any]) -> LoaderSettings:
     join = check_join_policy(given["join"])
     stores = source_list(given["source"])
     if stores is not None and len(stores) > 1:
-        _check_join_settings(stores, decode_on)
+        check_join_sources(stores, decode_on)
     if fill_nan is not None and given["normalise"] is None:
         raise ValueError(
             f"fill_nan={fill_nan!r} replaces NaN after normalising, and normalise= is not "
@@ -309,9 +309,15 @@ def check_settings(arguments: Mapping[str, Any]) -> LoaderSettings:
     )
 
 
-def _check_join_settings(stores: Sequence[Any], decode_on: torch.device | None) -> None:
+def check_join_sources(stores: Sequence[Any], decode_on: torch.device | None) -> None:
     """Refuse what a join of several stores does not take yet: xarray Datasets (their
-    selections would each be settings of their own), and decoding on a device."""
+    selections would each be settings of their own), and decoding on a device (the
+    device reader reads one store).
+
+    Args:
+        stores: the stores of `source=`'s list (two or more).
+        decode_on: the device chunks would be decoded on, or None for the CPU.
+    """
     if any(is_dataset(store) for store in stores):
         raise ValueError(
             "source is a list holding xarray Datasets: a join takes URLs, paths or zarr "

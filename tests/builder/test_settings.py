@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 import zarr
 
 from insitubatch_nodes import (
@@ -27,6 +28,7 @@ from insitubatch_nodes import (
     memory_store,
     window,
 )
+from insitubatch_nodes.builder.loader_settings import check_join_sources
 from insitubatch_nodes.core.settings import int_from_environment
 from tests.helpers.graphs import build_stage
 from tests.helpers.paths import RECIPES
@@ -303,3 +305,11 @@ def test_complex_variables_load(memory_url: Any) -> None:
     for batch in build_loader(url, ["wave"], split="all", batch_size=8, device="cpu"):
         index = batch["sample_index"].numpy()
         np.testing.assert_array_equal(batch["wave"].numpy(), values[index])
+
+
+def test_a_join_is_refused_decoding_on_a_device() -> None:
+    """A join's blocks are read store by store on the CPU; decoding on the GPU is refused
+    by name (it needs no GPU to be refused: the device is only named)."""
+    check_join_sources(["a.zarr", "b.zarr"], None)
+    with pytest.raises(ValueError, match="decode='cuda' decodes chunks on the device"):
+        check_join_sources(["a.zarr", "b.zarr"], torch.device("cuda"))

@@ -226,7 +226,7 @@ def test_features_on_a_join_equal_one_merged_store(
 
 
 @settings(
-    max_examples=examples(12),
+    max_examples=examples(16),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
@@ -235,18 +235,21 @@ def test_features_on_a_join_equal_one_merged_store(
     st.integers(0, 30),
     st.sampled_from([1, 4, 5, 24]),
     st.sampled_from([1, 3, 7]),
+    st.lists(st.integers(0, 35), max_size=2, unique=True),
     st.integers(1, 3),
 )
-def test_any_offsets_and_chunkings_read_the_merged_values(
+def test_any_offsets_gaps_and_chunkings_read_the_merged_values(
     tmp_path_factory: pytest.TempPathFactory,
     pressure_first: int,
     surface_first: int,
     pressure_chunk: int,
     surface_chunk: int,
+    surface_gaps: list[int],
     revisits: int,
 ) -> None:
-    """Small stores starting anywhere, chunked anyhow, on any revisits a unit takes: an
-    epoch reads every joined step once, each equal to `xr.merge(join="inner")`."""
+    """Small stores starting anywhere, chunked anyhow, the surface store missing some
+    steps, on any revisits a unit takes: an epoch reads every joined step once, each equal
+    to `xr.merge(join="inner")`; a gap inside the shared period is refused by name."""
     folder = tmp_path_factory.mktemp("join")
     urls = era5_join(
         folder,
@@ -254,10 +257,18 @@ def test_any_offsets_and_chunkings_read_the_merged_values(
         surface_steps=(surface_first, 36),
         pressure_chunk=pressure_chunk,
         surface_chunk=surface_chunk,
+        surface_drop=tuple(surface_gaps),
     )
     reference = merged(urls, "inner")
-    if reference.sizes["time"] == 0:
+    kept = reference.time.values
+    if kept.size == 0:
         with pytest.raises(ValueError, match="share no date"):
+            loader(urls, join="inner")
+        return
+    pressure_times = dates(pressure_first, 40)
+    inside = (pressure_times >= kept[0]) & (pressure_times <= kept[-1])
+    if inside.sum() != kept.size:  # the pressure store holds a date the surface one lacks
+        with pytest.raises(ValueError, match="keeps one unbroken run"):
             loader(urls, join="inner")
         return
     try:
@@ -266,7 +277,7 @@ def test_any_offsets_and_chunkings_read_the_merged_values(
         assert "revisits=" in str(refused)
         return
     batches = list(made)
-    assert check_against(batches, reference, FIELDS) == reference.sizes["time"]
+    assert check_against(batches, reference, FIELDS) == kept.size
 
 
 def test_a_join_of_s3_and_local_stores_with_their_own_options(
