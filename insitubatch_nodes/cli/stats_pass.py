@@ -19,19 +19,20 @@ from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS, channel_names
 from insitubatch_nodes.core.manifest import units_to_ranges
 from insitubatch_nodes.core.moments import RunningMoments
 from insitubatch_nodes.core.settings import as_int
+from insitubatch_nodes.io.joined_source import open_source
 from insitubatch_nodes.io.metadata.levels import LevelsLike
-from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
+from insitubatch_nodes.io.zarr_source import ManifestLike
 from insitubatch_nodes.nodes.channel_stats import ChannelStats
 
 
 def compute_stats(
-    source: str | Path | Store,
+    source: str | Path | Store | Sequence[str | Path | Store],
     variables: Sequence[str] | None = None,
     *,
     split: str = "train",
     manifest: ManifestLike | None = None,
     spatial_dims: int = DEFAULT_SPATIAL_DIMS,
-    storage_options: dict[str, Any] | None = None,
+    storage_options: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
     batch_size: int = 8,
     block_chunks: int = 2,
     memory_budget: int = 1 << 30,
@@ -39,6 +40,7 @@ def compute_stats(
     decode_cf: bool = True,
     use_zarr_fill_value_as_mask: bool | None = None,
     area: Sequence[float] | None = None,
+    join: str = "exact",
 ) -> ChannelStats:
     """Mean and std per channel over every step of `split`, in one pass over its chunks,
     of the values the loader yields: decoded as `xr.open_zarr` decodes them, NaN skipped
@@ -53,7 +55,8 @@ def compute_stats(
     channels are the levels kept, one statistic per level (`temperature_500`).
 
     Args:
-        source: the Zarr group: a URL or path, or an open zarr `Store`.
+        source: the Zarr group: a URL or path, or an open zarr `Store`; or a list of
+            them, joined as `build_loader` joins them (statistics of the joined steps).
         variables: the arrays (default: every array of 2 or more dimensions).
         split: the split to compute over.
         manifest: the split manifest (`load_manifest`'s forms), or None for the default.
@@ -68,10 +71,11 @@ def compute_stats(
         use_zarr_fill_value_as_mask: as `build_loader` takes it.
         area: `(north, west, south, east)`, as `build_loader` takes it: statistics of the
             box's grid points only (a regional model's), or None for the whole grid.
+        join: how a list of stores is aligned on time, as `build_loader` takes it.
     """
     box = None if area is None else Area.parse(area)
     spatial_dims = as_int("spatial_dims", spatial_dims, minimum=0)
-    opened = ZarrSource.open(
+    opened = open_source(
         source,
         variables,
         manifest=manifest,
@@ -81,6 +85,7 @@ def compute_stats(
         decode_cf=decode_cf,
         use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
         area=box,
+        join=join,
     )
     channels = {v: channel_names(v, layout, spatial_dims) for v, layout in opened.layouts.items()}
     moments = {v: RunningMoments(len(names)) for v, names in channels.items()}
@@ -89,8 +94,9 @@ def compute_stats(
         moments[name] = RunningMoments(1)
         moments[name].add(values.reshape(1, 1, -1))
     fields = list(opened.layouts)
+    joined = bool(opened.parts)  # a join is opened again from its stores and options
     loader = build_loader(
-        opened.store,
+        source if joined else opened.store,
         fields,
         split,
         batch_size=batch_size,
@@ -105,6 +111,8 @@ def compute_stats(
         decode_cf=decode_cf,
         use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
         area=box,
+        storage_options=storage_options if joined else None,
+        join=join,
     )
     for batch in loader:
         for variable in fields:

@@ -17,7 +17,7 @@ import xarray as xr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from insitubatch_nodes import PatchSpec, SampleSpec, build_loader
+from insitubatch_nodes import PatchSpec, SampleSpec, build_loader, compute_stats
 from insitubatch_nodes.core.sample_spec import leads, window
 from insitubatch_nodes.loader.rank_states import RANK_STATES_KEY
 from tests.helpers.batches import as_numpy, batch_key, torch_roundtrip
@@ -278,6 +278,24 @@ def test_any_offsets_gaps_and_chunkings_read_the_merged_values(
         return
     batches = list(made)
     assert check_against(batches, reference, FIELDS) == kept.size
+
+
+def test_statistics_of_a_join_normalise_its_batches(tmp_path: Path) -> None:
+    """`compute_stats` over a join gives the merged Dataset's mean and std per channel (a
+    static field's of its grid), and a loader normalised with them yields `(x - mean) /
+    std` of the merged values."""
+    urls = era5_join(tmp_path, pressure=(0, 48), surface_steps=(4, 40))
+    reference = merged(urls, "inner")
+    stats = compute_stats(urls, ["t2m", "t", "lsm"], split="all", join="inner")
+    np.testing.assert_allclose(stats.mean["t2m"], [reference.t2m.mean()], rtol=1e-5)
+    levels = reference.t.mean(["time", "latitude", "longitude"]).values
+    np.testing.assert_allclose(stats.mean["t"], levels, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(stats.std["lsm"], [reference.lsm.std()], rtol=1e-5)
+    made = loader(urls, variables=["t2m"], join="inner", normalise=stats)
+    for batch in made:
+        steps = as_numpy(batch["sample_index"])
+        expected = (reference.t2m.values[steps] - stats.mean["t2m"][0]) / stats.std["t2m"][0]
+        np.testing.assert_allclose(as_numpy(batch["t2m"]), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_a_join_of_s3_and_local_stores_with_their_own_options(
