@@ -13,6 +13,7 @@ from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.sample_spec import SampleSpec, VariableGroup, leads, window
 from insitubatch_nodes.io.cache.chunk_cache import CacheSpec
 from insitubatch_nodes.io.host.fork_guard import ForkedProcessError
+from insitubatch_nodes.io.joined_source import open_source
 from insitubatch_nodes.io.reads.block_reader import ReadContext
 from insitubatch_nodes.io.reads.chunk_errors import ChunkReadError, CorruptChunkError
 from insitubatch_nodes.io.reads.retry import RetryPolicy
@@ -76,6 +77,7 @@ __all__ = [
     "make_manifest",
     "memory_store",
     "open_icechunk",
+    "open_source",
     "open_store",
     "stats_path",
     "window",

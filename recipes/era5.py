@@ -19,6 +19,19 @@ few hundred steps whose time coordinate spans 1979-2018 at a coarse step, then:
     python recipes/era5.py --resume             # continue from the last checkpoint
     python recipes/era5.py --train 1979:2010 --pressure-levels 500 850  # other years, 2 levels
     torchrun --nproc_per_node 2 recipes/era5.py # two ranks (nccl on GPUs, else gloo), own data each
+    python recipes/era5.py --join               # the look-alike as the CDS hands it out: two stores
+
+With `--join` the look-alike is written as two stores read as one (`build_loader(source=
+[...])`, each in place): `pressure_levels.zarr` (the level variables) and `surface.zarr`
+(the surface fields and the static fields), on the same dates and grid. The batches are
+those of the one store, step for step. The CDS's own downloads are joined the same way,
+e.g. (the pressure-level download on a bucket, the surface one on local disk):
+
+    ib.build_loader(
+        ["s3://bucket/era5-pressure-levels.zarr", "/data/era5-single-levels.zarr"],
+        storage_options=[{"region": "eu-west-1"}, None],
+        join="inner",  # the dates both hold, if they cover different periods
+    )
 
 Each step prints a hash of its batch: after a kill, `--resume` prints the same hashes and
 losses for the remaining steps as an uninterrupted run.
@@ -42,9 +55,11 @@ The real archives (anonymous reads; `--url` plus the options below):
 from __future__ import annotations
 
 import argparse
+import shutil
 from pathlib import Path
 
 import train_loop
+import xarray as xr
 
 import insitubatch_nodes as ib
 from insitubatch_nodes.cli.split_command import parsed_splits
@@ -81,7 +96,27 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--frequency", default=None, help="anchors every so often, e.g. 6h (hourly archives)"
     )
+    parser.add_argument(
+        "--join",
+        action="store_true",
+        help="write the look-alike as a pressure-level and a surface store, read as one",
+    )
     return parser.parse_args(argv)
+
+
+JOINED = ("pressure_levels.zarr", "surface.zarr")
+
+
+def write_joined(folder: Path, time_steps: int, grid: tuple[int, int]) -> None:
+    """The look-alike split as the CDS hands ERA5 out: the level variables in one store,
+    the surface and static fields in another (each variable chunked as in the one store)."""
+    whole = folder / "whole.zarr"
+    write_weatherbench2_like(whole, time_steps=time_steps, grid=grid)
+    ds = xr.open_zarr(whole)
+    levels = [name for name in ds.data_vars if "level" in ds[name].dims]
+    ds[levels].to_zarr(folder / JOINED[0], zarr_format=2)
+    ds.drop_vars(levels).to_zarr(folder / JOINED[1], zarr_format=2)
+    shutil.rmtree(whole)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -94,11 +129,18 @@ def main(argv: list[str] | None = None) -> None:
             where,
             [*variables, *args.statics],
             look_alike=(
-                f"wb2-like-{args.time_steps}x{rows}x{cols}.zarr",
-                lambda store: write_weatherbench2_like(
-                    store, time_steps=args.time_steps, grid=(rows, cols)
+                f"wb2-like-{args.time_steps}x{rows}x{cols}{'-joined' if args.join else ''}.zarr",
+                (
+                    lambda store: (
+                        write_joined(store, args.time_steps, (rows, cols))
+                        if args.join
+                        else write_weatherbench2_like(
+                            store, time_steps=args.time_steps, grid=(rows, cols)
+                        )
+                    )
                 ),
             ),
+            joined=JOINED if args.join else (),
             archive_options={"skip_signature": True},
             date_splits=parsed_splits({"train": args.train, "val": args.val, "test": args.test}),
             levels=args.pressure_levels,

@@ -144,7 +144,7 @@ class Data:
     """A recipe's store, ready to load: where it is, how to reach it, its manifest and
     the per-channel stats of its train split."""
 
-    url: str
+    url: str | list[str]  # a list: stores read as one (a join)
     options: Options
     manifest: Path
     stats: Path
@@ -185,6 +185,7 @@ def open_data(
     levels: list[int] | None = None,
     stats: Path | None = None,
     widen_unit: bool = False,
+    joined: Sequence[str] = (),
 ) -> Data:
     """The archive at --url (read anonymously with `archive_options`), or else the
     look-alike store (`look_alike`: its file name in --workdir and the function that
@@ -198,22 +199,28 @@ def open_data(
     keeps those pressure levels (by value) in the statistics and the loaders.
 
     `widen_unit` takes the arrays' own unit instead where it is longer than --unit-steps
-    (a time axis chunked by many steps); without it such a unit is refused."""
+    (a time axis chunked by many steps); without it such a unit is refused.
+
+    `joined` names the stores the look-alike's writer makes inside its folder, read as
+    one source (`build_loader(source=[...])`); empty for one store."""
+    url: str | list[str]
     if args.url is not None:
         url, options = args.url, archive_options
     else:
         name, write = look_alike
         store = args.workdir / name
-        if where.rank == 0 and not (store / ".zgroup").exists():
+        written = store / joined[-1] / ".zgroup" if joined else store / ".zgroup"
+        if where.rank == 0 and not written.exists():
             args.workdir.mkdir(parents=True, exist_ok=True)
             write(store)
             print(f"wrote {store}", flush=True)
-        url, options = str(store), None
+        url = [str(store / part) for part in joined] if joined else str(store)
+        options = None
     manifest_path = args.workdir / "manifest.json"
     stats_file = stats or ib.stats_path(manifest_path)
     if where.rank == 0 and not manifest_path.exists():
         args.workdir.mkdir(parents=True, exist_ok=True)
-        source = ib.ZarrSource.open(url, variables, storage_options=options)
+        source = ib.open_source(url, variables, storage_options=options)
         unit = args.unit_steps
         if widen_unit:
             unit = max(unit, source.geometry.unit_length)

@@ -157,3 +157,11 @@ def test_era5_splits_by_dates_and_keeps_levels_by_value(tmp_path: Path) -> None:
     )
     anchors = [int(a) for _, _, seen in _steps(output).values() for a in seen.split(", ")]
     assert len(anchors) == 12 and all(1 <= a <= 42 for a in anchors)
+
+
+def test_era5_on_a_join_trains_on_the_batches_of_one_store(tmp_path: Path) -> None:
+    """`--join` writes the look-alike as a pressure-level and a surface store read as one:
+    the same steps, losses and batches as the one store."""
+    one = _steps(_run("era5", tmp_path / "one", "--steps", "3"))
+    joined = _steps(_run("era5", tmp_path / "joined", "--steps", "3", "--join"))
+    assert len(one) == 3 and joined == one
