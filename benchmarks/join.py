@@ -4,7 +4,7 @@ each variable chunked as in the join.
 
     PYTHONPATH=. python -m benchmarks.join                  # local and behind 30 ms
     PYTHONPATH=. python -m benchmarks.join --quick          # smoke run: 240 steps, 1 repeat
-    PYTHONPATH=. python -m benchmarks.join --latency-ms 0 --repeats 5
+    PYTHONPATH=. python -m benchmarks.join --latency-ms 0 --repeats 5 --epochs 3
 
 Three sources, the same fields (`t`, `z` on 3 levels; `t2m`, `msl`), 6-hourly, on a 32 x 64
 grid: `one store` (every variable in one store), `join, exact` (the same dates in a
@@ -12,18 +12,17 @@ pressure-level and a surface store) and `join, inner +8` (the pressure-level sto
 8 steps, a third of a chunk, before the surface store: its chunks straddle the joined
 axis' units, so each is read once per unit it touches, `chunk_amplification` about 2 for
 its variables). Locally, or each store behind `benchmarks.latency_store`'s delay per get.
-Each repeat runs every source once, one after another: a fresh loader, one warm-up epoch,
-then `--epochs` timed epochs (batch 32, CPU batches, a consumer that does nothing); the
-median and range over repeats, and each join's ratio to the one store, are reported.
+Each repeat runs every source once, one after another (`benchmarks.setting_cost`): a fresh
+loader, one warm-up epoch, then `--epochs` timed epochs (batch 32, CPU batches, a consumer
+that does nothing); the median and range over repeats, and each join's ratio to the one
+store, are reported. `--steps-per-chunk` is not used: the chunkings are the join's.
 """
 
 from __future__ import annotations
 
-import argparse
+import functools
 import json
 import statistics
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from benchmarks import setting_cost
 from benchmarks.latency_store import open_latency_store
 from insitubatch_nodes import build_loader
 
@@ -84,60 +84,50 @@ def make_sources(folder: Path, steps: int) -> dict[str, list[str]]:
 def _run(paths: list[str], latency_s: float, epochs: int) -> dict[str, float]:
     stores: list[Any] = [open_latency_store(p, latency_s) if latency_s else p for p in paths]
     source = stores[0] if len(stores) == 1 else stores
-    loader = build_loader(
+    with build_loader(
         source, [*PRESSURE, *SURFACE], "all", batch_size=32, device="cpu", seed=0, join="inner"
-    )
-    for _ in loader:  # warm-up: opening, the first epoch's start
-        pass
-    samples = 0
-    start, cpu_start = time.perf_counter(), time.process_time()
-    for _ in range(epochs):
-        for batch in loader:
-            samples += len(batch["sample_index"])
-    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-    amplification = float(loader.stats().get("chunk_amplification", float("nan")))
-    loader.close()
+    ) as loader:
+        rates = setting_cost.timed_epochs(loader, epochs)
+        amplification = float(loader.stats().get("chunk_amplification", float("nan")))
     return {
-        "samples_s": samples / seconds,
-        "cpu_us_per_sample": 1e6 * cpu / samples,
+        "samples_s": rates.samples_s,
+        "cpu_us_per_sample": rates.cpu_us_per_sample,
         "chunk_amplification": amplification,
     }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=480)
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--latency-ms", type=float, nargs="+", default=[0.0, 30.0])
-    parser.add_argument("--quick", action="store_true", help="240 steps, 1 repeat, 1 epoch")
-    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON")
-    args = parser.parse_args()
+    flags = setting_cost.parser(__doc__, steps=480, steps_per_chunk=24, epochs=2, repeats=3)
+    flags.add_argument("--latency-ms", type=float, nargs="+", default=[0.0, 30.0])
+    flags.add_argument("--quick", action="store_true", help="240 steps, 1 repeat, 1 epoch")
+    flags.add_argument("--out", type=Path, default=None, help="write the results as JSON")
+    args = flags.parse_args()
     if args.quick:
         args.steps, args.repeats, args.epochs = 240, 1, 1
     results: dict[str, Any] = {"steps": args.steps, "epochs": args.epochs, "tables": {}}
-    with tempfile.TemporaryDirectory() as folder:
-        sources = make_sources(Path(folder), args.steps)
-        for latency_ms in args.latency_ms:
-            runs: dict[str, list[dict[str, float]]] = {name: [] for name in sources}
-            for _ in range(args.repeats):
-                for name, paths in sources.items():
-                    runs[name].append(_run(paths, latency_ms / 1000, args.epochs))
-            results["tables"][f"{latency_ms:g} ms"] = runs
-            base = statistics.median(r["samples_s"] for r in runs["one store"])
-            where = "local" if not latency_ms else f"behind {latency_ms:g} ms per get"
-            print(f"\n{where}, {args.steps} steps, medians of {args.repeats} (range)")
-            print("| source | samples/s | vs one store | CPU us/sample | chunk amplification |")
-            print("|---|---|---|---|---|")
-            for name, found in runs.items():
-                rates = [r["samples_s"] for r in found]
-                median = statistics.median(rates)
-                cpu = statistics.median(r["cpu_us_per_sample"] for r in found)
-                amp = statistics.median(r["chunk_amplification"] for r in found)
-                print(
-                    f"| {name} | {median:.0f} ({min(rates):.0f}-{max(rates):.0f}) | "
-                    f"{median / base:.2f} | {cpu:.0f} | {amp:.2f} |"
-                )
+    sources = make_sources(setting_cost.store_folder(args.folder, "join-"), args.steps)
+    for latency_ms in args.latency_ms:
+        runs = setting_cost.interleaved(
+            {
+                name: functools.partial(_run, paths, latency_ms / 1000, args.epochs)
+                for name, paths in sources.items()
+            },
+            args.repeats,
+        )
+        results["tables"][f"{latency_ms:g} ms"] = runs
+        base = statistics.median(r["samples_s"] for r in runs["one store"])
+        where = "local" if not latency_ms else f"behind {latency_ms:g} ms per get"
+        print(f"\n{where}, {args.steps} steps, medians of {args.repeats} (range)")
+        print("| source | samples/s | vs one store | CPU us/sample | chunk amplification |")
+        print("|---|---|---|---|---|")
+        for name, found in runs.items():
+            rates = [r["samples_s"] for r in found]
+            cpu = statistics.median(r["cpu_us_per_sample"] for r in found)
+            amplification = statistics.median(r["chunk_amplification"] for r in found)
+            print(
+                f"| {name} | {setting_cost.median_range(rates)} | "
+                f"{statistics.median(rates) / base:.2f} | {cpu:.0f} | {amplification:.2f} |"
+            )
     if args.out is not None:
         args.out.write_text(json.dumps(results, indent=1))
 
