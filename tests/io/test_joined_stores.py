@@ -34,6 +34,7 @@ from tests.helpers.profiles import examples
 from tests.helpers.s3_server import S3Server
 
 FIELDS = ["t", "z", "t2m", "msl"]
+pytestmark = pytest.mark.filterwarnings("ignore")  # xarray's and zarr's notes on Zarr v3
 
 
 def loader(urls: Any, **settings: Any) -> Any:
