@@ -98,6 +98,12 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         read_across_epochs: bool = False,
     ) -> None:
         super().__init__()
+        if decode_on is not None and context.stores:
+            raise ValueError(
+                f"decode_on={decode_on} decodes chunks on the device, which a join of several "
+                f"stores does not do yet (its blocks are read store by store on the CPU); "
+                f"pass decode_on=None"
+            )
         self.source = source
         self._read_source_state = state_reader(source)  # kept states: no copy per pull
         self.context = context

@@ -13,11 +13,21 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 import xarray as xr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from insitubatch_nodes import PatchSpec, SampleSpec, build_loader, compute_stats
+from insitubatch_nodes import (
+    AsyncFetchNode,
+    ChunkPermuteNode,
+    PatchSpec,
+    ReadPlanNode,
+    SampleSpec,
+    build_loader,
+    compute_stats,
+    open_source,
+)
 from insitubatch_nodes.core.sample_spec import leads, window
 from insitubatch_nodes.loader.rank_states import RANK_STATES_KEY
 from tests.helpers.batches import as_numpy, batch_key, torch_roundtrip
@@ -150,6 +160,34 @@ def test_mismatched_grids_duplicate_names_and_bad_options_are_refused(tmp_path: 
 def _take(made: Any, batches: int) -> tuple[list[Any], Any]:
     iterator = iter(made)
     return [batch_key(next(iterator)) for _ in range(batches)], iterator
+
+
+def test_a_join_by_hand_reads_each_store_and_refuses_decoding_on_a_device(
+    tmp_path: Path,
+) -> None:
+    """A graph built by hand over `open_source`'s join reads each variable from its own
+    store (a block equals the merged Dataset), and its fetch node refuses to decode on a
+    device (the device reader reads one store) before any read."""
+    urls = era5_join(tmp_path, pressure=(0, 48), surface_steps=(4, 40))
+    source = open_source(urls, FIELDS, join="inner")
+    assert [part.origin for part in source.parts] == [4, 0]
+    context = source.read_context()
+    assert [sorted(part.layouts) for part in context.stores] == [["t", "z"], ["msl", "t2m"]]
+    permute = ChunkPermuteNode(source.geometry, source.split_units("all"), seed=1)
+    plans = ReadPlanNode(permute, source.geometry, block_chunks=2)
+    fetch = AsyncFetchNode(plans, context)
+    block = next(iter(fetch))
+    reference = merged(urls, "inner")
+    for name in FIELDS:
+        rows = block.plan.rows[name][:, 0]
+        if block.memory is not None and block.memory.shifts is not None:  # leased slots
+            segment = np.searchsorted(block.plan.segment_starts[name], rows, side="right") - 1
+            rows = rows + block.memory.shifts[name][segment]
+        expected = reference[name].values[block.plan.sample_index]
+        np.testing.assert_array_equal(block.arrays[name][rows], expected)
+    fetch.close()
+    with pytest.raises(ValueError, match="a join of several stores does not do yet"):
+        AsyncFetchNode(plans, context, decode_on=torch.device("cuda"))
 
 
 def test_resume_mid_epoch_on_a_join_and_another_join_is_refused(tmp_path: Path) -> None:
