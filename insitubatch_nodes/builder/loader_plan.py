@@ -30,7 +30,7 @@ from insitubatch_nodes.builder.static_plan import StaticPlan, plan_statics
 from insitubatch_nodes.core.cf_decoding import CFDecoding, promoted_dtype, stored_values
 from insitubatch_nodes.core.channels import batch_channels, stacked_groups
 from insitubatch_nodes.core.fingerprint import CHANNELS_KEY, FORCINGS_KEY
-from insitubatch_nodes.core.forcings import ForcingPlan
+from insitubatch_nodes.core.forcings import IDLE_BATCHES, ForcingPlan
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.memory_bound import StaticCost
 from insitubatch_nodes.core.rank_shares import RankShares, check_full_batch, rank_shares
@@ -259,7 +259,14 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         world_size=placement.world_size,
         cache_writes=settings.cache is not None and not settings.cache.read_only,
         unit_cost=samples.units.memory_hint(),
-        statics=_with_forcings(statics.cost, forcings, opened, on_host, stacked=settings.stack),
+        statics=_with_forcings(
+            statics.cost,
+            forcings,
+            opened,
+            on_host,
+            stacked=settings.stack,
+            batch_size=settings.batch_size,
+        ),
     )
     pinned_by = None
     if placement.page_locked:  # by the stage that writes the batch last
@@ -357,16 +364,19 @@ def _with_forcings(
     on_host: bool,
     *,
     stacked: bool,
+    batch_size: int,
 ) -> StaticCost:
     """What the statics and the forcings hold of the budget, as the memory plan counts
     statics (`core.memory_bound.StaticCost`): the forcings' time and coordinates, kept,
     and, where batches are made on the host, each sample's forcings and their copies in
-    a stack (in the stack's widest dtype)."""
+    a stack (in the stack's widest dtype), and the memory of `IDLE_BATCHES` dropped
+    batches' forcings, kept for reuse."""
     if forcings is None:
         return cost
-    sample = 0
+    sample = idle = 0
     if on_host:
         sample = forcings.sample_nbytes()
+        idle = IDLE_BATCHES * batch_size * sample
         if stacked:
             widest = max(
                 [4, *(np.dtype(d.decoded_dtype).itemsize for d in opened.decodings.values())]
@@ -374,7 +384,7 @@ def _with_forcings(
             steps = sum(len(offsets) for _, offsets in forcings.groups)
             sample += widest * steps * math.prod(forcings.output_grid) * len(forcings.names)
     return StaticCost(
-        resident_bytes=cost.resident_bytes + forcings.resident_nbytes(),
+        resident_bytes=cost.resident_bytes + forcings.resident_nbytes() + idle,
         sample_bytes=cost.sample_bytes + sample,
     )
 

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from insitubatch_nodes.core import progress_features, solar_geometry
+from insitubatch_nodes.core.longitude_columns import LongitudeColumns, longitude_columns
 
 COS_SOLAR_ZENITH_ANGLE = "cos_solar_zenith_angle"
 TOA_INCIDENT_SOLAR_RADIATION = "toa_incident_solar_radiation"
@@ -38,6 +39,7 @@ DAY_PROGRESS_COS = "day_progress_cos"
 COS_LATITUDE = "cos_latitude"
 SIN_LONGITUDE = "sin_longitude"
 COS_LONGITUDE = "cos_longitude"
+IDLE_BATCHES = 2  # host batches whose forcings' memory `ForcingsNode` keeps for reuse
 
 
 @dataclass(frozen=True)
@@ -143,12 +145,19 @@ class GridTerms:
         latitude_cos: cosine of latitude (float32, >= 0).
         longitude_radians: longitude in radians (float32).
         longitude_degrees: longitude in degrees (float64, for the day progress).
+        longitude_columns: on a grid whose latitude varies along the axes before the
+            last and longitude along the last only, the same for every sample, its
+            columns (`core.longitude_columns`): the sun's forcings are then computed by
+            rows (`solar_geometry.cos_zenith_by_rows`, `hour_insolation_by_rows`). None
+            on any other grid (2-D coordinates, each sample's crop at patches), or where
+            too coarse to gain.
     """
 
     latitude_sin: Any
     latitude_cos: Any
     longitude_radians: Any
     longitude_degrees: Any
+    longitude_columns: LongitudeColumns | None = None
 
 
 def grid_terms(
@@ -164,11 +173,15 @@ def grid_terms(
     """
     lat = np.deg2rad(np.asarray(latitude, dtype=np.float64))
     lon = np.asarray(longitude, dtype=np.float64)
+    columns = None
+    if lat.shape[-1] == 1 and math.prod(lon.shape[:-1]) == 1:  # rows and columns
+        columns = longitude_columns(lon, solar_geometry.ACCUMULATION_RADIANS, to_array)
     return GridTerms(
         latitude_sin=to_array(np.sin(lat).astype(np.float32)),
         latitude_cos=to_array(np.clip(np.cos(lat), 0.0, None).astype(np.float32)),
         longitude_radians=to_array(np.deg2rad(lon).astype(np.float32)),
         longitude_degrees=to_array(lon),
+        longitude_columns=columns,
     )
 
 
@@ -180,6 +193,7 @@ def forcing_values(
     grid: GridTerms | None,
     to_array: Callable[[np.ndarray], Any],
     grid_rank: int,
+    empty: Callable[[tuple[int, ...]], np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """Each forcing of `names` for a batch, as a compact array of `xp` (float32) that
     broadcasts against `(batch, steps, *grid)`.
@@ -193,6 +207,9 @@ def forcing_values(
         grid: the grid's terms, or None when none of `names` needs the grid.
         to_array: a numpy array -> an array of `xp` where the grid terms are.
         grid_rank: the grid's axes (the per-instant terms get as many trailing axes).
+        empty: with numpy, a shape -> an uninitialised float32 array where a forcing that
+            varies over the whole grid is written (memory reused: fresh pages cost a
+            first touch as large as the arithmetic), or None for new arrays.
     """
     names = list(names)
     rank = grid_rank
@@ -202,16 +219,28 @@ def forcing_values(
     if COS_SOLAR_ZENITH_ANGLE in names:
         assert grid is not None
         sun = to_array(solar_geometry.sun_positions(shaped).stacked().astype(np.float32))
-        values[COS_SOLAR_ZENITH_ANGLE] = solar_geometry.cos_zenith(
-            xp, sun, grid.latitude_sin, grid.latitude_cos, grid.longitude_radians
-        )
+        latitude = (grid.latitude_sin, grid.latitude_cos)
+        if grid.longitude_columns is None:
+            cosine = solar_geometry.cos_zenith(xp, sun, *latitude, grid.longitude_radians)
+        else:
+            out = _whole_grid(empty, np.shape(seconds), grid)
+            cosine = solar_geometry.cos_zenith_by_rows(
+                xp, sun, *latitude, grid.longitude_columns, out=out
+            )
+        values[COS_SOLAR_ZENITH_ANGLE] = cosine
     if TOA_INCIDENT_SOLAR_RADIATION in names:
         assert grid is not None
         middle = shaped - solar_geometry.ACCUMULATION_SECONDS / 2
         sun = to_array(solar_geometry.sun_positions(middle).stacked().astype(np.float32))
-        values[TOA_INCIDENT_SOLAR_RADIATION] = solar_geometry.hour_insolation(
-            xp, sun, grid.latitude_sin, grid.latitude_cos, grid.longitude_radians
-        )
+        latitude = (grid.latitude_sin, grid.latitude_cos)
+        if grid.longitude_columns is None:
+            toa = solar_geometry.hour_insolation(xp, sun, *latitude, grid.longitude_radians)
+        else:
+            out = _whole_grid(empty, np.shape(seconds), grid)
+            toa = solar_geometry.hour_insolation_by_rows(
+                xp, sun, *latitude, grid.longitude_columns, out=out
+            )
+        values[TOA_INCIDENT_SOLAR_RADIATION] = toa
     if YEAR_PROGRESS_SIN in names or YEAR_PROGRESS_COS in names:
         progress = progress_features.year_progress(shaped, calendar)
         phase = to_array(progress_features.progress_phase(progress))
@@ -229,6 +258,18 @@ def forcing_values(
         assert grid is not None
         _sin_cos(xp, grid.longitude_radians, SIN_LONGITUDE, COS_LONGITUDE, names, values)
     return {name: values[name] for name in names}
+
+
+def _whole_grid(
+    empty: Callable[[tuple[int, ...]], np.ndarray] | None,
+    instants: tuple[int, ...],
+    grid: GridTerms,
+) -> np.ndarray | None:
+    """A (batch, steps, *grid) array from `empty`, or None without it."""
+    if empty is None:
+        return None
+    shape = np.broadcast_shapes(tuple(grid.latitude_sin.shape), tuple(grid.longitude_radians.shape))
+    return empty((*instants, *shape[2:]))
 
 
 def _sin_cos(
@@ -299,9 +340,10 @@ class ForcingPlan:
         """Host bytes the loader keeps for its forcings: the valid time of every stored
         step, the grid's coordinates and their terms (`GridTerms`, made once)."""
         kept = 0 if self.seconds is None else int(self.seconds.nbytes)
-        for coordinate, term_bytes in ((self.latitude, 8), (self.longitude, 12)):
+        # longitude: 12 bytes of terms, at most 48 of `LongitudeColumns` per column
+        for coordinate, term_bytes in ((self.latitude, 8), (self.longitude, 60)):
             if coordinate is not None:
-                kept += int(coordinate.nbytes) + coordinate.size * term_bytes
+                kept += int(coordinate.nbytes) + coordinate.size * term_bytes + 8
         return kept
 
     def sample_nbytes(self) -> int:

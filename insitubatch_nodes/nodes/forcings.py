@@ -27,9 +27,16 @@ import torch
 from torchdata.nodes import BaseNode
 
 from insitubatch_nodes.core.batch_fields import PATCH_ORIGIN_KEY, SAMPLE_INDEX_KEY
-from insitubatch_nodes.core.forcings import ForcingPlan, GridTerms, forcing_values, grid_terms
+from insitubatch_nodes.core.forcings import (
+    IDLE_BATCHES,
+    ForcingPlan,
+    GridTerms,
+    forcing_values,
+    grid_terms,
+)
 from insitubatch_nodes.nodes import state_names
 from insitubatch_nodes.nodes.items import Batch, as_batch
+from insitubatch_nodes.nodes.reused_buffers import ReusedBuffers
 from insitubatch_nodes.nodes.state_checks import named_state, source_part
 from insitubatch_nodes.nodes.state_views import state_reader
 
@@ -62,6 +69,7 @@ class ForcingsNode(BaseNode[dict[str, Any]]):
         self.device = None if device is None else torch.device(device)
         self._whole: dict[torch.device | None, GridTerms] = {}  # once per device
         self._offsets = [np.asarray(offsets, dtype=np.int64) for _, offsets in plan.groups]
+        self._buffers = ReusedBuffers(max_idle_bytes=0)  # host forcings of dropped batches
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
@@ -141,13 +149,24 @@ class ForcingsNode(BaseNode[dict[str, Any]]):
         plan = self.plan
         xp: Any = np if device is None else torch
         grid = self._grid(device, origins)
+        empty = None
+        if device is None:
+            self._buffers.max_idle_bytes = IDLE_BATCHES * len(index) * plan.sample_nbytes()
+            empty = partial(self._buffers.empty, dtype=np.dtype(np.float32))
         found = {}
         for (group, _), offsets in zip(plan.groups, self._offsets, strict=True):
             seconds = None
             if plan.seconds is not None:
                 seconds = plan.seconds[index[:, None] + offsets[None, :]]
             values = forcing_values(
-                xp, plan.names, seconds, plan.calendar, grid, _converter(device), len(plan.grid)
+                xp,
+                plan.names,
+                seconds,
+                plan.calendar,
+                grid,
+                _converter(device),
+                len(plan.grid),
+                empty,
             )
             shape = (len(index), len(offsets), *plan.output_grid)
             for key, value in zip(plan.keys(group), values.values(), strict=True):
