@@ -259,7 +259,7 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         world_size=placement.world_size,
         cache_writes=settings.cache is not None and not settings.cache.read_only,
         unit_cost=samples.units.memory_hint(),
-        statics=_with_forcings(
+        statics=with_forcings(
             statics.cost,
             forcings,
             opened,
@@ -357,7 +357,7 @@ def stacked_channels(
     return {key: order[key] for key in stacked_groups(opened.layouts, spec)}
 
 
-def _with_forcings(
+def with_forcings(
     cost: StaticCost,
     forcings: ForcingPlan | None,
     opened: ZarrSource,
@@ -366,11 +366,19 @@ def _with_forcings(
     stacked: bool,
     batch_size: int,
 ) -> StaticCost:
-    """What the statics and the forcings hold of the budget, as the memory plan counts
-    statics (`core.memory_bound.StaticCost`): the forcings' time and coordinates, kept,
-    and, where batches are made on the host, each sample's forcings and their copies in
-    a stack (in the stack's widest dtype), and the memory of `IDLE_BATCHES` dropped
-    batches' forcings, kept for reuse."""
+    """What the statics and the forcings hold of the budget (`core.memory_bound.StaticCost`):
+    the forcings' time and coordinates, kept, and, where batches are made on the host,
+    each sample's forcings and their copies in a stack (in the stack's widest dtype), and
+    the memory of `IDLE_BATCHES` dropped batches' forcings, kept for reuse.
+
+    Args:
+        cost: what the static fields hold (`builder.static_plan.StaticPlan.cost`).
+        forcings: the forcings' plan (`builder.forcing_plan.plan_forcings`), or None.
+        opened: the opened source.
+        on_host: whether batches are made on the host (the forcings computed there).
+        stacked: whether the forcings are stacked as channels there.
+        batch_size: samples per batch.
+    """
     if forcings is None:
         return cost
     sample = idle = 0
@@ -384,8 +392,9 @@ def _with_forcings(
             steps = sum(len(offsets) for _, offsets in forcings.groups)
             sample += widest * steps * math.prod(forcings.output_grid) * len(forcings.names)
     return StaticCost(
-        resident_bytes=cost.resident_bytes + forcings.resident_nbytes() + idle,
+        resident_bytes=cost.resident_bytes,
         sample_bytes=cost.sample_bytes + sample,
+        forcing_bytes=cost.forcing_bytes + forcings.resident_nbytes() + idle,
     )
 
 

@@ -19,9 +19,10 @@ from typing import Any
 import torch
 
 from insitubatch_nodes.builder.fitting_budget import budget_that_fits, defaults_fit
+from insitubatch_nodes.builder.forcing_plan import plan_forcings
 from insitubatch_nodes.builder.host_too_small import HostTooSmallError
 from insitubatch_nodes.builder.loader_choices import LoaderChoices, choose_loader_settings
-from insitubatch_nodes.builder.loader_plan import stacked_channels
+from insitubatch_nodes.builder.loader_plan import stacked_channels, with_forcings
 from insitubatch_nodes.builder.placement import default_device_type, prefetch_for
 from insitubatch_nodes.builder.split_anchors import plan_split
 from insitubatch_nodes.builder.static_plan import plan_statics
@@ -154,6 +155,7 @@ def loader_defaults(
     stride: int | None = None,
     frequency: Duration | None = None,
     stack: bool = False,
+    forcings: tuple[str, ...] = (),
 ) -> LoaderDefaults:
     """What `build_loader(url, variables, split, batch_size=..., memory_budget=...)`
     would plan: the same anchors, device default, staging slots and choices.
@@ -179,6 +181,9 @@ def loader_defaults(
         frequency: instead of `stride`, the anchors' spacing as a duration, or None.
         stack: plan for `build_loader(stack=True)`: the channel list, and the static
             fields' stacked copies counted in the batches.
+        forcings: plan for `build_loader(forcings=...)`: the checked names
+            (`core.forcings.check_forcing_names`), their memory on the plan and their
+            channels in the list.
     """
     if device is None:  # build_loader's default, without starting a CUDA context
         device = default_device_type()
@@ -190,6 +195,17 @@ def loader_defaults(
     planned = plan_split(opened, split, spec, revisits=revisits, **timing)
     grid, anchors = planned.grid, planned.anchors
     statics = plan_statics(opened, spec, cast=None, stacked_on_host=stack, host_patches=None)
+    forcing_plan = plan_forcings(
+        forcings, opened, planned.time.spec, spatial_dims=DEFAULT_SPATIAL_DIMS, patches=None
+    )
+    held_cost = with_forcings(
+        statics.cost,
+        forcing_plan,
+        opened,
+        stack or device == "cpu",  # where build_loader computes them (statics likewise)
+        stacked=stack,
+        batch_size=batch_size,
+    )
     samples = int(anchors.unit_sizes(anchors.units).sum())
     refused: str | None = None
     fitting: int | None = None
@@ -220,7 +236,7 @@ def loader_defaults(
             decode_threads=None,
             batches_held=held,
             unit_cost=planned.units.memory_hint(),
-            statics=statics.cost,
+            statics=held_cost,
         )
 
     try:
@@ -236,7 +252,7 @@ def loader_defaults(
             batch_size=batch_size,
             batches_held=held,
             above=budget,
-            statics=statics.cost,
+            statics=held_cost,
         )
     else:
         budget, memory_from, plan = chosen.memory_budget, chosen.memory_from, chosen.plan
@@ -272,7 +288,7 @@ def loader_defaults(
             opened.layouts,
             batch_size=batch_size,
             batches_held=held,
-            statics=statics.cost,
+            statics=held_cost,
         )
         if not fits:
             argument = str(fitting)
@@ -305,7 +321,9 @@ def loader_defaults(
         revisits=revisits,
         pool_without_revisits=pool_without_revisits,
         stride_units=planned.units.text() if planned.time.steps > 1 else None,
-        channels=stacked_channels(opened, planned.time.spec, statics, DEFAULT_SPATIAL_DIMS)
+        channels=stacked_channels(
+            opened, planned.time.spec, statics, DEFAULT_SPATIAL_DIMS, forcings=forcings
+        )
         if stack
         else None,
     )

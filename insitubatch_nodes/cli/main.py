@@ -105,6 +105,11 @@ def _number(text: str) -> int | float:
         return float(text)
 
 
+def _names(text: str) -> list[str]:
+    """Names typed comma-separated on the command line (`--forcings a,b`), blanks dropped."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
 def default_stats_file(url: str, suffix: str = ".stats.json") -> Path:
     """`NAME.stats.json` in the working directory, NAME from the store's last path part: a
     URL's query (a signature) and userinfo never make it into a file name that is printed.
@@ -221,7 +226,14 @@ def _add_inspect(commands: Any) -> None:
         "--stack",
         action="store_true",
         help="plan for build_loader(stack=True): print the stacked channels in order "
-        "(variables, levels, static fields), as loader.channels gives them",
+        "(variables, levels, forcings, static fields), as loader.channels gives them",
+    )
+    inspect.add_argument(
+        "--forcings",
+        default=None,
+        metavar="NAME,...",
+        help="plan for build_loader(forcings=[NAME, ...]): what they hold on the memory "
+        "plan's forcings line, and their channels with --stack",
     )
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -411,6 +423,7 @@ def _inspect(args: argparse.Namespace) -> int:
             frequency=args.frequency,
             stack=args.stack,
             area=None if args.area is None else Area.parse(args.area),
+            forcings=None if args.forcings is None else _names(args.forcings),
         )
     except Exception as err:
         return _refused("inspect", err, options, args.url)

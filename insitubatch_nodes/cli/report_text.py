@@ -71,6 +71,12 @@ def format_report(report: StoreReport) -> str:
             + ", ".join(f"{n} {_dimensions_text(s)}" for n, s in report.statics.items())
             + " (static fields: read once, in every sample)"
         )
+    if report.forcings:
+        lines.append(
+            "forcings "
+            + ", ".join(report.forcings)
+            + " (computed per batch from each sample's valid time and the grid)"
+        )
     lines += ["", f"arrays ({len(report.arrays)} selected)"]
     layout_rows = [
         [
@@ -211,6 +217,7 @@ def _loader_lines(loader: LoaderDefaults) -> list[str]:
         (batches, _plan_bytes(plan.batch_bytes)),
         ("  reads in flight", _plan_bytes(plan.inflight_bytes)),
         *([("  static fields", _plan_bytes(plan.static_bytes))] if plan.static_bytes else []),
+        *([("  forcings", _plan_bytes(plan.forcing_bytes))] if plan.forcing_bytes else []),
         ("  read-ahead", _plan_bytes(plan.read_ahead_bytes) + f": up to {blocks_ahead} blocks"),
         ("  total", _plan_bytes(loader.memory_budget)),
     ]

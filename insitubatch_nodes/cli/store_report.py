@@ -34,6 +34,7 @@ from insitubatch_nodes.cli.defaults_report import LoaderDefaults, loader_default
 from insitubatch_nodes.core.area import Area, AreaSelection
 from insitubatch_nodes.core.cf_decoding import describe_record
 from insitubatch_nodes.core.cf_time import dates_text, step_text
+from insitubatch_nodes.core.forcings import check_forcing_names
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.sample_spec import SampleSpec, leads, window
 from insitubatch_nodes.core.settings import as_int, as_optional_int
@@ -157,6 +158,7 @@ class StoreReport:
         statics: the selected static fields (no time dimension, read once), by name,
             with their shapes.
         area: the box `--area` asks for on the store's grid, or None.
+        forcings: the forcings `--forcings` asks for, computed per batch, in order.
     """
 
     store: str
@@ -169,6 +171,7 @@ class StoreReport:
     warnings: tuple[str, ...] = ()
     statics: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     area: AreaReport | None = None
+    forcings: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON data (tuples as lists, the memory plan as a dict)."""
@@ -202,6 +205,7 @@ def inspect_store(
     frequency: Duration | None = None,
     stack: bool = False,
     area: Area | None = None,
+    forcings: Sequence[str] | None = None,
 ) -> StoreReport:
     """Describe `source` and the settings `build_loader` would choose for it.
 
@@ -238,6 +242,9 @@ def inspect_store(
             levels, static fields), and count the statics' stacked copies.
         area: plan for `build_loader(area=...)`: the box's grid, the chunks it touches
             (the loader's defaults count only those), or None for the whole grid.
+        forcings: plan for `build_loader(forcings=...)`: what they keep on the memory
+            plan's "forcings" line, a batch's of them in the batches, and with `stack`
+            their channels; None for none. Refused as `build_loader` refuses them.
     """
     batch_size = as_int("batch_size", batch_size, minimum=1)
     window_steps = as_int("window_steps", window_steps, minimum=1)
@@ -245,6 +252,7 @@ def inspect_store(
     revisits = as_int("revisits", revisits, minimum=1)
     memory_budget = as_optional_int("memory_budget", memory_budget, minimum=1)
     sampled_chunks = as_int("sampled_chunks", sampled_chunks, minimum=1)
+    forcing_names = check_forcing_names(forcings)
     opened = ZarrSource.open(
         source, variables, manifest=manifest, storage_options=storage_options, area=area
     )
@@ -275,6 +283,7 @@ def inspect_store(
         stride=stride,
         frequency=frequency,
         stack=stack,
+        forcings=forcing_names,
     )
     decoding = {name: describe_record(r) for name, r in opened.decoding_records().items()}
     return StoreReport(
@@ -288,6 +297,7 @@ def inspect_store(
         opened.decoding_warnings,
         statics,
         None if opened.area is None else _area_report(opened.area, opened.layouts),
+        forcing_names,
     )
 
 

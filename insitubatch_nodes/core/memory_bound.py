@@ -115,18 +115,23 @@ def default_block_chunks(unit_samples: int, unit_bytes: int, memory_budget: int)
 
 @dataclass(frozen=True)
 class StaticCost:
-    """What the static fields hold: the decoded arrays, once, and per sample the copies
-    a host batch makes of them (stacked channels, crops at patches; 0 for broadcast
-    views).
+    """What the static fields and the forcings hold beside the fields: the decoded
+    statics, once; what the forcings keep (valid times, coordinates and their terms, the
+    memory of dropped batches' forcings kept for reuse); and per sample the copies a host
+    batch makes of them (stacked channels, crops at patches, the forcings computed on the
+    host; 0 for broadcast views).
 
     Args:
         resident_bytes: the decoded statics (`core.static_fields.static_nbytes`).
         sample_bytes: one sample's copies in a host batch
-            (`core.static_fields.static_copy_nbytes`).
+            (`core.static_fields.static_copy_nbytes`, `core.forcings.ForcingPlan`).
+        forcing_bytes: what the forcings keep for the loader's life
+            (`core.forcings.ForcingPlan.resident_nbytes`, and the reused memory).
     """
 
     resident_bytes: int = 0
     sample_bytes: int = 0
+    forcing_bytes: int = 0
 
 
 NO_STATICS = StaticCost()
@@ -146,6 +151,8 @@ class MemoryPlan:
             most (0 without a writable cache).
         static_bytes: the static fields, decoded, kept for the loader's life (their
             copies in batches are in `batch_bytes`).
+        forcing_bytes: what the forcings keep for the loader's life (the forcings of a
+            batch are in `batch_bytes`).
     """
 
     window_bytes: int
@@ -155,6 +162,7 @@ class MemoryPlan:
     read_ahead_bytes: int
     cache_queue_bytes: int = 0
     static_bytes: int = 0
+    forcing_bytes: int = 0
 
     @property
     def blocks_alive_bytes(self) -> int:
@@ -227,7 +235,7 @@ def plan_memory(
         window_samples = batch_size + 2 * block_samples
     window = window_samples * per_sample
     batch = batches_held * batch_size * (batch_sample_nbytes(layouts) + statics.sample_bytes)
-    kept = statics.resident_bytes
+    kept = statics.resident_bytes + statics.forcing_bytes
     # stored bytes are at most about decoded bytes
     if max_inflight is None:
         inflight = max(largest_chunk, min(memory_budget // INFLIGHT_SHARE, CEILING * largest_chunk))
@@ -238,7 +246,14 @@ def plan_memory(
     block = block_samples * per_sample
     read_ahead = memory_budget - window - batch - inflight - kept
     if read_ahead < block:
-        static_part = f", the static fields {kept}" if kept else ""
+        static_part = "".join(
+            f", the {what} {nbytes}"
+            for what, nbytes in (
+                ("static fields", statics.resident_bytes),
+                ("forcings", statics.forcing_bytes),
+            )
+            if nbytes
+        )
         raise ValueError(
             f"memory_budget={memory_budget} bytes is too small: the shuffle window needs "
             f"{window}, the batch {batch}, {reads} {inflight}{static_part}, and "
@@ -249,7 +264,16 @@ def plan_memory(
     queue = 0
     if cache_writes:
         queue = min(CACHE_QUEUE_BYTES, memory_budget // CACHE_QUEUE_SHARE, read_ahead - block)
-    return MemoryPlan(window, batch, inflight, block, read_ahead - queue, queue, kept)
+    return MemoryPlan(
+        window,
+        batch,
+        inflight,
+        block,
+        read_ahead - queue,
+        queue,
+        statics.resident_bytes,
+        statics.forcing_bytes,
+    )
 
 
 def block_sizing_budget(memory_budget: int | None) -> int:

@@ -10,6 +10,7 @@ import logging
 import re
 import subprocess
 import sys
+from inspect import signature as inspect_signature
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,13 @@ import zarr
 
 import insitubatch_nodes as ib
 from insitubatch_nodes import AsyncFetchNode, ReadPlanNode, ZarrSource, build_loader, make_manifest
+from insitubatch_nodes.builder.loader_plan import plan_loader
+from insitubatch_nodes.builder.loader_settings import check_settings
 from insitubatch_nodes.builder.split_anchors import split_anchors
 from insitubatch_nodes.cli.main import main
 from insitubatch_nodes.cli.report_text import format_report
 from insitubatch_nodes.cli.store_report import inspect_store
-from insitubatch_nodes.cli.synthetic import WB2_STATICS, write_era5_like
+from insitubatch_nodes.cli.synthetic import WB2_STATICS, write_era5_like, write_weatherbench2_like
 from insitubatch_nodes.core import pool_ramp
 from insitubatch_nodes.core.byte_sizes import nbytes_text, parse_nbytes, size_argument
 from insitubatch_nodes.core.cf_time import cf_reference, decode_cf_times
@@ -843,3 +846,38 @@ def test_an_area_shows_its_grid_and_the_chunks_it_touches(
     code, _, err = inspect(capsys, url, "--area", "60,1,20,9")
     assert code == 2
     assert "holds no grid point" in err
+
+
+def test_forcings_have_their_own_line_on_the_memory_plan_and_their_channels(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--forcings a,b` plans for `build_loader(forcings=[a, b])`: what they keep is on a
+    "forcings" line of its own (not among the static fields), the number `build_loader`
+    plans with; with `--stack` they are channels after the variables, before the statics;
+    an unknown name is refused on one line, naming the known ones."""
+    url = str(write_weatherbench2_like(tmp_path / "wb2.zarr", time_steps=16, grid=GRID))
+    names = ["cos_solar_zenith_angle", "toa_incident_solar_radiation", "year_progress_sin"]
+    variables = ["2m_temperature", *WB2_STATICS]
+    given = ("--device", "cpu", "--memory-budget", "64MiB", "--batch-size", "4")
+    common = (*given, "--variables", *variables, "--forcings", ",".join(names))
+    report = inspect_json(capsys, url, *common)
+    settings = {"split": "all", "batch_size": 4, "device": "cpu", "memory_budget": 64 << 20}
+    bound = inspect_signature(build_loader).bind(url, variables, forcings=names, **settings)
+    bound.apply_defaults()
+    arguments = dict(bound.arguments)
+    del arguments["host"]
+    plan = plan_loader(check_settings(arguments)).choices.plan
+    assert report["forcings"] == names
+    assert report["loader"]["plan"]["forcing_bytes"] == plan.forcing_bytes > 0
+    statics = 2 * GRID[0] * GRID[1] * 4  # two float32 grids: the statics alone
+    assert report["loader"]["plan"]["static_bytes"] == plan.static_bytes == statics
+    code, out, err = inspect(capsys, url, *common, "--stack")
+    assert code == 0 and err == ""
+    assert "forcings cos_solar_zenith_angle, toa_incident_solar_radiation, year_progress_sin" in out
+    assert re.search(rf"\n    static fields +{nbytes_text(statics)}  \({statics} bytes\)\n", out)
+    assert re.search(r"\n    forcings +[0-9.]+ [KM]iB  \([0-9]+ bytes\)\n", out)
+    stacked = build_loader(url, variables, split="all", device="cpu", stack=True, forcings=names)
+    expected = ", ".join(stacked.channels["fields"])
+    assert expected == ", ".join(["2m_temperature", *names, *WB2_STATICS])
+    assert f"channels of 'fields' (stack=True): {expected}" in out
+    assert "unknown forcing 'sun'" in refused(capsys, url, "--forcings", "sun")
