@@ -78,7 +78,7 @@ def build_loader(
     use_zarr_fill_value_as_mask: bool | None = None,
     dtype: torch.dtype | str | None = None,
     fill_nan: float | None = None,
-    forcings: Sequence[str] | None = None,
+    forcings: Sequence[str] | Mapping[str, Sequence[str]] | None = None,
     area: Sequence[float] | None = None,
     join: str = "exact",
     host: HostResources | None = None,
@@ -273,8 +273,11 @@ def build_loader(
             `group/name`) of shape `(batch, [steps,] *grid)` (the patch's grid with
             patches, the box's with `area`), float32, computed where batches go (docs:
             Model inputs); with `stack=True`, channels of every stacked tensor after its
-            variables. `normalise` leaves them as they are. The time coordinate and the
-            grid's coordinates are read once, when the loader is built. In the state.
+            variables. With a spec, every group takes a list's forcings; a mapping of
+            group names to lists (`{"inputs": [...]}`) gives them to those groups only
+            (a model predicts no forcing: keep them out of its targets). `normalise`
+            leaves them as they are. The time coordinate and the grid's coordinates are
+            read once, when the loader is built. In the state.
         area: `(north, west, south, east)` in degrees, as anemoi and the CDS write it:
             every variable keeps only the grid points with `south <= lat <= north` and
             `(lon - west) mod 360 <= (east - west) mod 360` (edges inclusive within 1e-6

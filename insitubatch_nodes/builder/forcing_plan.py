@@ -17,8 +17,10 @@ from insitubatch_nodes.core.batch_fields import HOST_KEYS
 from insitubatch_nodes.core.calendars import PROLEPTIC
 from insitubatch_nodes.core.forcings import (
     FORCINGS,
+    ForcingChoice,
     ForcingPlan,
     check_calendar,
+    chosen_names,
     instant_seconds,
     needs,
 )
@@ -28,7 +30,7 @@ from insitubatch_nodes.io.zarr_source import ZarrSource
 
 
 def plan_forcings(
-    names: tuple[str, ...],
+    choice: ForcingChoice,
     opened: ZarrSource,
     spec: SampleSpec | None,
     *,
@@ -38,12 +40,14 @@ def plan_forcings(
     """The plan of the forcings `names` over `opened`, or None for none.
 
     Args:
-        names: the checked forcing names (`core.forcings.check_forcing_names`).
+        choice: the checked forcings (`core.forcings.check_forcings`): names, or names
+            by group of `spec`.
         opened: the opened source.
         spec: the sample spec in stored steps (`SplitPlan.time.spec`), or None.
         spatial_dims: the trailing grid axes of each variable.
         patches: the patch spec, or None.
     """
+    names = chosen_names(choice)
     if not names:
         return None
     needs_time, needs_grid = needs(names)
@@ -89,6 +93,7 @@ def plan_forcings(
         groups=groups,
         grid=_grid(opened, spatial_dims),
         patch_size=None if patches is None else patches.size,
+        by_group=dict(choice) if isinstance(choice, dict) else None,
     )
     _check_keys(plan, opened, spec)
     return plan

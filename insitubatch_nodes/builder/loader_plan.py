@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -30,7 +30,7 @@ from insitubatch_nodes.builder.static_plan import StaticPlan, plan_statics
 from insitubatch_nodes.core.cf_decoding import CFDecoding, promoted_dtype, stored_values
 from insitubatch_nodes.core.channels import batch_channels, stacked_groups
 from insitubatch_nodes.core.fingerprint import CHANNELS_KEY, FORCINGS_KEY
-from insitubatch_nodes.core.forcings import IDLE_BATCHES, ForcingPlan
+from insitubatch_nodes.core.forcings import IDLE_BATCHES, ForcingChoice, ForcingPlan
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.memory_bound import StaticCost
 from insitubatch_nodes.core.rank_shares import RankShares, check_full_batch, rank_shares
@@ -214,9 +214,9 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         patches=settings.patches,
     )
     if forcings is not None:  # other forcings are other batches
-        fingerprint[FORCINGS_KEY] = list(forcings.names)
-    # stacked, the forcings are channels of every group, after its variables
-    stacked_forcings = forcings.names if forcings is not None and settings.stack else ()
+        fingerprint[FORCINGS_KEY] = forcings.fingerprint()
+    # stacked, the forcings are channels of their groups, after the variables
+    stacked_forcings = settings.forcings if forcings is not None and settings.stack else ()
     channels = None
     if settings.stack:
         channels = stacked_channels(
@@ -308,7 +308,7 @@ def batch_channel_order(
     *,
     stacked: bool,
     spatial_dims: int,
-    forcings: Sequence[str] = (),
+    forcings: ForcingChoice = (),
 ) -> dict[str, list[str]]:
     """Each batch array's channel names (`core.channels.batch_channels`), statics
     included: what `Loader.channels` gives when stacked, and `insitubatch inspect` prints.
@@ -319,7 +319,7 @@ def batch_channel_order(
         statics: its statics' plan (`builder.static_plan.plan_statics`).
         stacked: whether a group's arrays are stacked into one tensor.
         spatial_dims: the trailing grid axes.
-        forcings: the forcings stacked as channels (`build_loader(forcings=...)`).
+        forcings: the forcings stacked as channels (`core.forcings.check_forcings`).
     """
     return batch_channels(
         decoded_layouts(opened),
@@ -338,7 +338,7 @@ def stacked_channels(
     statics: StaticPlan,
     spatial_dims: int,
     *,
-    forcings: Sequence[str] = (),
+    forcings: ForcingChoice = (),
 ) -> dict[str, list[str]]:
     """Each stacked tensor's channel names in order: what `Loader.channels` gives and
     `insitubatch inspect --stack` prints (a static that no group of a spec names is a
@@ -349,7 +349,7 @@ def stacked_channels(
         spec: the spec of its time-varying variables (in stored steps), or None.
         statics: its statics' plan (`builder.static_plan.plan_statics`).
         spatial_dims: the trailing grid axes.
-        forcings: the forcings stacked as channels (`build_loader(forcings=...)`).
+        forcings: the forcings stacked as channels (`core.forcings.check_forcings`).
     """
     order = batch_channel_order(
         opened, spec, statics, stacked=True, spatial_dims=spatial_dims, forcings=forcings
@@ -389,8 +389,7 @@ def with_forcings(
             widest = max(
                 [4, *(np.dtype(d.decoded_dtype).itemsize for d in opened.decodings.values())]
             )
-            steps = sum(len(offsets) for _, offsets in forcings.groups)
-            sample += widest * steps * math.prod(forcings.output_grid) * len(forcings.names)
+            sample += widest * math.prod(forcings.output_grid) * forcings.stacked_steps()
     return StaticCost(
         resident_bytes=cost.resident_bytes,
         sample_bytes=cost.sample_bytes + sample,

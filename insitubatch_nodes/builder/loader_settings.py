@@ -33,7 +33,7 @@ from insitubatch_nodes.builder.time_selection import Duration
 from insitubatch_nodes.core.area import Area
 from insitubatch_nodes.core.cf_decoding import check_cast_dtype
 from insitubatch_nodes.core.date_ranges import RangeLike
-from insitubatch_nodes.core.forcings import check_forcing_names
+from insitubatch_nodes.core.forcings import ForcingChoice, check_forcings
 from insitubatch_nodes.core.partition import check_rank
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.rank_shares import EVALUATION_DROP_LAST
@@ -107,7 +107,8 @@ class LoaderSettings:
         use_zarr_fill_value_as_mask: as `xr.open_zarr` takes it, or None by format.
         dtype: the float dtype's name batches are cast to, or None.
         fill_nan: the value NaN becomes after normalising, or None.
-        forcings: the forcings' names, checked, in the order given (empty for none).
+        forcings: the forcings, checked (`core.forcings.check_forcings`): names in the
+            order given (empty for none), or, with a spec, names by group.
         area: the box of latitude and longitude every variable is cropped to, or None.
         join: how a list of stores is aligned on time (`core.time_join`).
     """
@@ -152,7 +153,7 @@ class LoaderSettings:
     use_zarr_fill_value_as_mask: bool | None = None
     dtype: str | None = None
     fill_nan: float | None = None
-    forcings: tuple[str, ...] = ()
+    forcings: ForcingChoice = ()
     area: Area | None = None
     join: str = "exact"
 
@@ -250,7 +251,7 @@ def check_settings(arguments: Mapping[str, Any]) -> LoaderSettings:
         fill_mask = as_bool("use_zarr_fill_value_as_mask", fill_mask)
     dtype = check_cast_dtype(_dtype_name(given["dtype"]))
     fill_nan = _optional_float("fill_nan", given["fill_nan"])
-    forcings = check_forcing_names(given["forcings"])
+    forcings = check_forcings(given["forcings"], None if spec is None else tuple(spec.groups))
     area = None if given["area"] is None else Area.parse(given["area"])
     join = check_join_policy(given["join"])
     stores = source_list(given["source"])

@@ -14,6 +14,7 @@ from torchdata.nodes import BaseNode
 
 from insitubatch_nodes.builder.loader_plan import PINNED_BY_GATHER, PINNED_BY_STACK, LoaderPlan
 from insitubatch_nodes.builder.split_anchors import split_mixing
+from insitubatch_nodes.core.forcings import chosen_names
 from insitubatch_nodes.core.static_fields import region_cut, sample_crop_size
 from insitubatch_nodes.loader.loader import Loader
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
@@ -140,7 +141,7 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
     stacked_statics = [p for p in placements if settings.stack and p.group is not None]
     if stacked_statics:
         node = StaticFieldsNode(node, static_values, stacked_statics, patch_size=patch_size)
-    stacked_forcings = () if plan.forcings is None or not settings.stack else plan.forcings.names
+    stacked_forcings = () if plan.forcings is None or not settings.stack else settings.forcings
     if stacked_forcings:  # channels of the stack: made where its batch is, before it
         assert plan.forcings is not None
         node = ForcingsNode(node, plan.forcings)
@@ -185,7 +186,7 @@ def wire_loader(plan: LoaderPlan) -> Loader[dict[str, torch.Tensor]]:
             plan.channel_order,
             spatial_dims=settings.spatial_dims,
             fill_nan=settings.fill_nan,
-            as_defined=stacked_forcings,
+            as_defined=chosen_names(stacked_forcings),
         )
     return Loader(
         node,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from insitubatch_nodes.core.forcings import ForcingChoice, group_forcings
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.sample_spec import SampleSpec, batch_key
 from insitubatch_nodes.core.static_fields import StaticPlacement, sample_layout
@@ -98,7 +99,7 @@ def stack_sources(
     spec: SampleSpec | None,
     spatial_dims: int = DEFAULT_SPATIAL_DIMS,
     statics: Sequence[StaticPlacement] = (),
-    forcings: Sequence[str] = (),
+    forcings: ForcingChoice = (),
 ) -> dict[str, list[ChannelSource]]:
     """Each stacked tensor's channel sources, in channel order (see the module).
 
@@ -109,8 +110,8 @@ def stack_sources(
         spatial_dims: the trailing grid axes.
         statics: where the static fields appear (`core.static_fields.static_placements`);
             those of a group join its tensor.
-        forcings: the forcings' names (`build_loader(forcings=...)`): every group's tensor
-            takes each, after its variables.
+        forcings: the forcings (`core.forcings.check_forcings`): names every group's
+            tensor takes, or names by group; after its variables.
     """
     sources = {
         key: [
@@ -126,7 +127,7 @@ def stack_sources(
     for key, group_sources in sources.items():
         group_sources.extend(
             ChannelSource(name if spec is None else batch_key(key, name), (name,), spec is not None)
-            for name in forcings
+            for name in group_forcings(forcings, None if spec is None else key)
         )
     for placement in statics:
         if placement.group is not None:
@@ -142,7 +143,7 @@ def batch_channels(
     spatial_dims: int = DEFAULT_SPATIAL_DIMS,
     statics: Sequence[StaticPlacement] = (),
     static_layouts: Mapping[str, VariableLayout] | None = None,
-    forcings: Sequence[str] = (),
+    forcings: ForcingChoice = (),
 ) -> dict[str, list[str]]:
     """Each batch array's channel names, in channel order (axis -(spatial_dims + 1)).
 
@@ -154,8 +155,9 @@ def batch_channels(
         statics: where the static fields appear (`core.static_fields.static_placements`).
         static_layouts: the static fields' layouts (checked for stacking beside the
             fields: their dtypes), or None.
-        forcings: the forcings' names: stacked, channels of every group (float32, on its
-            grid); unstacked, keys of their own that no statistics cover (not listed).
+        forcings: the forcings (`core.forcings.check_forcings`): stacked, channels of
+            their groups (float32, on its grid); unstacked, keys of their own that no
+            statistics cover (not listed).
     """
     if stacked:
         groups = stacked_groups(layouts, spec)
@@ -165,10 +167,11 @@ def batch_channels(
             if placement.group is not None and placement.name in every:
                 groups[placement.group] = [*groups[placement.group], placement.name]
         for key, variables in groups.items():  # float32 on the grid of the group's first
-            if forcings and variables and variables[0] in every:
+            names = group_forcings(forcings, None if spec is None else key)
+            if names and variables and variables[0] in every:
                 grid = every[variables[0]]
-                every.update((f"{key}/{name}", replace(grid, dtype="float32")) for name in forcings)
-                groups[key] = [*variables, *(f"{key}/{name}" for name in forcings)]
+                every.update((f"{key}/{name}", replace(grid, dtype="float32")) for name in names)
+                groups[key] = [*variables, *(f"{key}/{name}" for name in names)]
         check_stackable(every, groups, spatial_dims)
         found = {
             key: [name for source in sources for name in source.names]

@@ -21,7 +21,7 @@ the calendar's own year (`core.progress_features`), and the day progress, whose 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +96,61 @@ def check_forcing_names(names: Iterable[str] | None) -> tuple[str, ...]:
     if repeated:
         raise ValueError(f"forcings lists {repeated} more than once; name each once")
     return chosen
+
+
+ForcingChoice = tuple[str, ...] | dict[str, tuple[str, ...]]  # every group's, or by group
+
+
+def check_forcings(given: Any, groups: Sequence[str] | None) -> ForcingChoice:
+    """`build_loader(forcings=...)` checked: a list of names (every group of a spec takes
+    each, as every batch without one) as a tuple, or, with a spec, a mapping of some of
+    its groups to their names (`{"inputs": [...]}`: the other groups take none) as a dict
+    of tuples in the spec's order of groups, without the groups given none. Refused by
+    name: an unknown or repeated forcing, a mapping without a spec, a group the spec does
+    not have.
+
+    Args:
+        given: the names, a mapping of group names to names, or None for none.
+        groups: the spec's group names, or None without a spec.
+    """
+    if not isinstance(given, Mapping):
+        return check_forcing_names(given)
+    if groups is None:
+        raise ValueError(
+            f"forcings={dict(given)!r} names groups of a spec, and there is no spec=; pass "
+            f"a list of names (every batch takes each), or a spec whose groups those are"
+        )
+    unknown = sorted(str(group) for group in given if group not in groups)
+    if unknown:
+        raise ValueError(
+            f"forcings= names the groups {unknown}, which the spec does not have (its "
+            f"groups are {list(groups)}); key the forcings by the spec's group names"
+        )
+    chosen = {group: check_forcing_names(given[group]) for group in groups if group in given}
+    return {group: names for group, names in chosen.items() if names}
+
+
+def chosen_names(choice: ForcingChoice) -> tuple[str, ...]:
+    """Every forcing of `choice`, once each, in the order they first appear.
+
+    Args:
+        choice: checked forcings (`check_forcings`).
+    """
+    if not isinstance(choice, Mapping):
+        return tuple(choice)
+    return tuple(dict.fromkeys(name for names in choice.values() for name in names))
+
+
+def group_forcings(choice: ForcingChoice, group: str | None) -> tuple[str, ...]:
+    """The forcings `group` takes (None: the batch without a spec, which takes a list's).
+
+    Args:
+        choice: checked forcings (`check_forcings`).
+        group: a spec's group name, or None (or the stacked key) without a spec.
+    """
+    if not isinstance(choice, Mapping):
+        return tuple(choice)
+    return choice.get(group, ()) if group is not None else ()
 
 
 def check_calendar(names: Iterable[str], calendar: str) -> None:
@@ -309,6 +364,9 @@ class ForcingPlan:
             the anchor in stored steps (keys `group/name`, shaped `(batch, steps, *grid)`).
         grid: the grid's shape (the fields' trailing axes, before patches).
         patch_size: with patches, the crop's size along the grid's last axes, else None.
+        by_group: with a spec, the forcings of the groups that take some
+            (`forcings={"inputs": [...]}`), or None: every group takes every one of
+            `names`.
     """
 
     names: tuple[str, ...]
@@ -319,14 +377,34 @@ class ForcingPlan:
     groups: tuple[tuple[str | None, tuple[int, ...]], ...]
     grid: tuple[int, ...]
     patch_size: tuple[int, ...] | None = None
+    by_group: dict[str, tuple[str, ...]] | None = None
 
-    def keys(self, group: str | None) -> list[str]:
-        """The batch keys `group`'s forcings fill, in the order of `names`.
+    def group_names(self, group: str | None) -> tuple[str, ...]:
+        """The forcings `group` takes, in order.
 
         Args:
             group: a group's name, or None without a spec.
         """
-        return [name if group is None else f"{group}/{name}" for name in self.names]
+        return self.names if self.by_group is None else group_forcings(self.by_group, group)
+
+    def keys(self, group: str | None) -> list[str]:
+        """The batch keys `group`'s forcings fill, in the order of `group_names`.
+
+        Args:
+            group: a group's name, or None without a spec.
+        """
+        names = self.group_names(group)
+        return [name if group is None else f"{group}/{name}" for name in names]
+
+    def fingerprint(self) -> list[str] | dict[str, list[str]]:
+        """What a state records of the forcings: the names, or the names by group."""
+        if self.by_group is None:
+            return list(self.names)
+        return {group: list(names) for group, names in self.by_group.items()}
+
+    def stacked_steps(self) -> int:
+        """Forcing channels of one sample over every group's steps (a stack's copies)."""
+        return sum(len(offsets) * len(self.group_names(g)) for g, offsets in self.groups)
 
     @property
     def output_grid(self) -> tuple[int, ...]:
@@ -363,8 +441,10 @@ class ForcingPlan:
             SIN_LONGITUDE: longitude,
             COS_LONGITUDE: longitude,
         }
-        steps = sum(len(offsets) for _, offsets in self.groups)
-        return 4 * steps * sum(per_step[name] for name in self.names)
+        return 4 * sum(
+            len(offsets) * sum(per_step[name] for name in self.group_names(group))
+            for group, offsets in self.groups
+        )
 
 
 def _extent(coordinate: np.ndarray | None, grid: tuple[int, ...], output: tuple[int, ...]) -> int:

@@ -158,9 +158,12 @@ class ForcingsNode(BaseNode[dict[str, Any]]):
             seconds = None
             if plan.seconds is not None:
                 seconds = plan.seconds[index[:, None] + offsets[None, :]]
+            names = plan.group_names(group)
+            if not names:
+                continue
             values = forcing_values(
                 xp,
-                plan.names,
+                names,
                 seconds,
                 plan.calendar,
                 grid,

@@ -31,6 +31,7 @@ from insitubatch_nodes.core.channels import (
     batch_channels,
     stack_sources,
 )
+from insitubatch_nodes.core.forcings import ForcingChoice
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.core.settings import as_bool, as_int
@@ -59,8 +60,9 @@ class StackChannelsNode(BaseNode[Batch]):
             those of a group are its last channels, each `(batch, *grid)` in the batch
             (`StaticFieldsNode` puts them there), repeated along a spec's steps.
         static_layouts: the static fields' layouts, by name (their dtypes are checked).
-        forcings: the forcings' names (`ForcingsNode` puts them in the batch before this
-            node): each group's channels after its variables, float32, with its steps.
+        forcings: the forcings (`core.forcings.check_forcings`: names, or names by
+            group; `ForcingsNode` puts them in the batch before this node): their groups'
+            channels after the variables, float32, with the group's steps.
     """
 
     STATE_NAME = state_names.STACK_CHANNELS
@@ -77,7 +79,7 @@ class StackChannelsNode(BaseNode[Batch]):
         pinned_batches: int = staging_slots(CUDA_PREFETCH),
         statics: Sequence[StaticPlacement] = (),
         static_layouts: Mapping[str, VariableLayout] | None = None,
-        forcings: Sequence[str] = (),
+        forcings: ForcingChoice = (),
     ) -> None:
         super().__init__()
         self.source = source

@@ -33,8 +33,11 @@ from insitubatch_nodes.core.forcings import (
     FORCINGS,
     check_calendar,
     check_forcing_names,
+    check_forcings,
+    chosen_names,
     forcing_values,
     grid_terms,
+    group_forcings,
     instant_seconds,
 )
 from insitubatch_nodes.core.longitude_columns import longitude_columns
@@ -354,3 +357,26 @@ def test_only_a_grid_of_rows_and_columns_is_computed_by_rows() -> None:
     lat2d, lon2d = np.broadcast_arrays(LATITUDE, LONGITUDE)
     curved = grid_terms(lat2d[None, None], lon2d[None, None], np.asarray)
     assert curved.longitude_columns is None
+
+
+def test_forcings_by_group_are_checked_against_the_spec() -> None:
+    """A mapping keeps the spec's order of groups and drops groups given none; a list is
+    every group's; a mapping needs a spec and names only its groups."""
+    groups = ("inputs", "targets")
+    chosen = check_forcings(
+        {"targets": [], "inputs": ["cos_latitude", "year_progress_sin"]}, groups
+    )
+    assert chosen == {"inputs": ("cos_latitude", "year_progress_sin")}
+    assert group_forcings(chosen, "inputs") == ("cos_latitude", "year_progress_sin")
+    assert group_forcings(chosen, "targets") == ()
+    both = check_forcings({"targets": ["cos_latitude"], "inputs": ["year_progress_sin"]}, groups)
+    assert list(both) == ["inputs", "targets"]
+    assert chosen_names(both) == ("year_progress_sin", "cos_latitude")
+    assert check_forcings(["cos_latitude"], groups) == ("cos_latitude",)
+    assert group_forcings(("cos_latitude",), "targets") == ("cos_latitude",)
+    with pytest.raises(ValueError, match="there is no spec="):
+        check_forcings({"inputs": ["cos_latitude"]}, None)
+    with pytest.raises(ValueError, match=r"the groups \['input'\], which the spec does not"):
+        check_forcings({"input": ["cos_latitude"]}, groups)
+    with pytest.raises(ValueError, match="unknown forcing 'sun'"):
+        check_forcings({"inputs": ["sun"]}, groups)

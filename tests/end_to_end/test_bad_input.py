@@ -24,6 +24,7 @@ from insitubatch_nodes import (
     ZarrSource,
     build_loader,
     compute_stats,
+    leads,
     make_manifest,
     open_icechunk,
     window,
@@ -634,6 +635,17 @@ def _sun_on_a_models_calendar(ctx: Context) -> None:
     )
 
 
+def _forcings_by_group_without_a_spec(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    build_loader(url, forcings={"inputs": ["cos_latitude"]})
+
+
+def _forcings_of_a_group_the_spec_lacks(ctx: Context) -> None:
+    url, _ = ctx.memory_url()
+    spec = SampleSpec({"inputs": window(["t2m"], 2), "targets": leads(["t2m"], [1])})
+    build_loader(url, spec=spec, forcings={"input": ["year_progress_sin"]})
+
+
 def _grid_store(ctx: Context) -> str:
     """A 10-degree global grid, latitudes 90 .. -90, longitudes 0 .. 350."""
     return write_grid_store(
@@ -777,6 +789,8 @@ CASES = {
     "a forcing the loader does not compute": _unknown_forcing,
     "a forcing of the place on a grid without coordinates": _forcing_without_coordinates,
     "the sun on a model's calendar": _sun_on_a_models_calendar,
+    "forcings by group without a spec": _forcings_by_group_without_a_spec,
+    "forcings for a group the spec does not have": _forcings_of_a_group_the_spec_lacks,
     "an area whose north lies south of its south": _area_north_of_south,
     "an area that holds no grid point": _area_of_no_grid_point,
     "patches larger than the area": _patches_larger_than_the_area,

@@ -500,3 +500,34 @@ def test_an_elastic_resume_keeps_each_samples_forcings(tmp_path: Path) -> None:
             scale = 1361.0 * 3600 if name == "toa_incident_solar_radiation" else 1.0
             np.testing.assert_allclose(batch[name].numpy(), expected[name][:, 0], atol=1e-5 * scale)
     assert Counter(seen) == Counter(range(48))
+
+
+def test_forcings_by_group_go_to_those_groups_only(tmp_path: Path) -> None:
+    """`forcings={"inputs": [...]}`: the inputs take them at each of their steps, as the
+    list form gives them, and the targets none (a model predicts no forcing); stacked,
+    they are channels of the inputs only. A state records the choice: one saved with the
+    list form is refused by name by a loader with the mapping, and the other way round."""
+    url = _write(tmp_path)
+    spec = SampleSpec({"inputs": window(["t2m"], steps=2), "targets": leads(["t2m"], [1])})
+    settings = {"batch_size": 4, "spec": spec, "seed": 5}
+    by_group = cpu_loader(url, forcings={"inputs": FOUR}, **settings)
+    every = cpu_loader(url, forcings=FOUR, **settings)
+    for mine, theirs in zip(by_group, every, strict=True):
+        assert set(mine) == {"inputs/t2m", "targets/t2m", SAMPLE_INDEX_KEY} | {
+            f"inputs/{name}" for name in FOUR
+        }
+        for name in FOUR:
+            assert mine[f"inputs/{name}"].shape == (len(mine[SAMPLE_INDEX_KEY]), 2, 9, 12)
+            np.testing.assert_array_equal(mine[f"inputs/{name}"], theirs[f"inputs/{name}"])
+    stacked = cpu_loader(url, forcings={"inputs": FOUR, "targets": []}, stack=True, **settings)
+    assert stacked.channels == {"inputs": ["t2m", *FOUR], "targets": ["t2m"]}
+    batch = next(iter(stacked))
+    assert batch["inputs"].shape == (4, 2, 5, 9, 12) and batch["targets"].shape == (4, 1, 1, 9, 12)
+    state = torch_roundtrip(every.state_dict())
+    with pytest.raises(ValueError, match=r"rebuild the loader with forcings=\['cos_solar"):
+        by_group.load_state_dict(state)
+        next(iter(by_group))
+    state = torch_roundtrip(by_group.state_dict())
+    with pytest.raises(ValueError, match=r"rebuild the loader with forcings=\{'inputs': \["):
+        every.load_state_dict(state)
+        next(iter(every))
