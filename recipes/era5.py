@@ -10,9 +10,15 @@ few hundred steps whose time coordinate spans 1979-2018 at a coarse step, then:
    so a block's halo chunks are shared);
 2. computes per-channel mean/std over the train split in one pass, beside the manifest;
 3. builds the loader: window(2 steps) -> leads([1]), variables and levels stacked into
-   channels, then the static fields GraphCast takes at every step (`land_sea_mask`,
-   `geopotential_at_surface`: time-less (latitude, longitude) arrays, read once),
-   normalised after the device copy; `loader.channels` names the input channels;
+   channels, then GraphCast's forcings of each input step (`--forcings`: the TOA
+   incident solar radiation of the hour before, year and day progress; computed per
+   batch from the valid time and the grid, given to the inputs only as
+   `forcings={"inputs": [...]}`: the model predicts no forcing), then the static fields
+   GraphCast takes at every step (`land_sea_mask`, `geopotential_at_surface`: time-less
+   (latitude, longitude) arrays, read once), normalised after the device copy (the
+   forcings as they are defined: the model divides the radiation by an hour of full sun,
+   as GraphCast normalises it by its statistics); `loader.channels` names the input
+   channels;
 4. trains a small conv net for --steps steps, checkpointing model + optimiser + loader.
 
     python recipes/era5.py                      # write the store, train, checkpoint
@@ -42,7 +48,8 @@ The real archives (anonymous reads; `--url` plus the options below):
   6-hourly, so --lead-steps 1 = +6h):
   gs://weatherbench2/datasets/era5/1959-2023_01_10-6h-240x121_equiangular_with_poles_conservative.zarr
   Its variable names are the defaults below, its static fields too (`--statics` with no
-  name for none).
+  name for none); its latitude/longitude and time coordinates are what the forcings are
+  computed from (`--forcings` with no name for none).
 - ARCO-ERA5 (hourly, 0.25 degree, one step per chunk, 721 x 1440):
   `gs://gcp-public-data-arco-era5/ar/full_37-1h-0p25deg-chunk-1.zarr-v3` with
   `--frequency 6h --unit-steps 6` for t-6h, t -> t+6h (6-hourly anchors; windows and
@@ -58,6 +65,7 @@ import argparse
 import shutil
 from pathlib import Path
 
+import torch
 import train_loop
 import xarray as xr
 
@@ -69,6 +77,32 @@ from insitubatch_nodes.cli.synthetic import (
     WB2_SURFACE,
     write_weatherbench2_like,
 )
+from insitubatch_nodes.core.solar_geometry import ACCUMULATION_SECONDS, SOLAR_CONSTANT
+
+# GraphCast's forcings (its FORCING_VARS), computed here as it defines them
+GRAPHCAST_FORCINGS = (
+    "toa_incident_solar_radiation",
+    "year_progress_sin",
+    "year_progress_cos",
+    "day_progress_sin",
+    "day_progress_cos",
+)
+
+
+FULL_SUN_HOUR = SOLAR_CONSTANT * ACCUMULATION_SECONDS  # J m-2: about the radiation's most
+
+
+class ScaledInputs(torch.nn.Module):
+    """`model` fed its input channels divided by `scales` (the forcings leave the loader
+    as they are defined: the radiation in J m-2, millions, beside channels of order 1)."""
+
+    def __init__(self, model: torch.nn.Module, scales: list[float]) -> None:
+        super().__init__()
+        self.model = model
+        self.register_buffer("scales", torch.tensor(scales).reshape(1, 1, -1, 1, 1))
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:  # (B, steps, C, H, W)
+        return self.model(inputs / self.scales)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -84,6 +118,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--levels", nargs="*", default=list(WB2_LEVEL_VARIABLES))
     parser.add_argument(
         "--statics", nargs="*", default=list(WB2_STATICS), help="static fields, input only"
+    )
+    parser.add_argument(
+        "--forcings",
+        nargs="*",
+        default=list(GRAPHCAST_FORCINGS),
+        help="forcings of each input step, computed per batch (default: GraphCast's)",
     )
     parser.add_argument("--stride", type=int, default=1, help="steps between the two inputs")
     parser.add_argument("--lead-steps", type=int, default=1, help="target lead in steps")
@@ -159,20 +199,21 @@ def main(argv: list[str] | None = None) -> None:
             batch_size=args.batch_size,
             drop_last=True,
             frequency=args.frequency,
+            forcings={"inputs": args.forcings},
         )
         assert loader.channels is not None  # stacked
-        channels = loader.channels["inputs"]  # variables, levels, then the static fields
-        predicted = len(loader.channels["targets"])
+        channels = loader.channels["inputs"]  # variables, levels, forcings, static fields
+        predicted = len(loader.channels["targets"])  # the variables and levels
         if where.rank == 0:
-            shown = (
-                [*channels[:6], "...", *channels[-len(args.statics) :]]
-                if args.statics
-                else channels[:6]
-            )
+            extra = channels[predicted:]  # the forcings, then the static fields
+            shown = [*channels[:6], "...", *extra] if extra else channels[:6]
             print(f"channels ({len(channels)}): {', '.join(shown)}", flush=True)
+        scales = [FULL_SUN_HOUR if c == "toa_incident_solar_radiation" else 1.0 for c in channels]
         train_loop.train(
             loader,
-            lambda: train_loop.ResidualConvNet(2, len(channels), args.hidden, predicted),
+            lambda: ScaledInputs(
+                train_loop.ResidualConvNet(2, len(channels), args.hidden, predicted), scales
+            ),
             args,
             where,
         )

@@ -76,8 +76,14 @@ def _kill_after_checkpoint(
 @pytest.mark.parametrize("recipe", ["era5", "hrrr"])
 def test_recipe_killed_and_resumed_yields_the_same_batches(recipe: str, tmp_path: Path) -> None:
     steps = 8
-    uninterrupted = _steps(_run(recipe, tmp_path / "straight", "--steps", str(steps)))
+    straight = _run(recipe, tmp_path / "straight", "--steps", str(steps))
+    uninterrupted = _steps(straight)
     assert sorted(uninterrupted) == [(0, s) for s in range(1, steps + 1)]
+    if recipe == "era5":  # GraphCast's forcings of the inputs, before the static fields
+        assert (
+            "..., toa_incident_solar_radiation, year_progress_sin, year_progress_cos, "
+            "day_progress_sin, day_progress_cos, land_sea_mask, geopotential_at_surface\n"
+        ) in straight
     killed = tmp_path / "killed"
     _kill_after_checkpoint(recipe, killed, steps, kill_at=3)
     output = _run(recipe, killed, "--steps", str(steps), "--resume")
@@ -143,17 +149,17 @@ def test_recipe_on_the_gpu_sees_the_cpu_runs_samples_and_resumes_exactly(
 def test_era5_splits_by_dates_and_keeps_levels_by_value(tmp_path: Path) -> None:
     """The look-alike's time coordinate spans 1979-2018: the recipe's default splits are
     ClimaX's years, printed with the dates each split holds, and training anchors are all
-    train steps (48 steps: 1979-01-01 .. 2015-08-02 are steps 0..43). The static fields
-    are the input's last channels (`loader.channels`)."""
+    train steps (48 steps: 1979-01-01 .. 2015-08-02 are steps 0..43). GraphCast's
+    forcings, then the static fields, are the input's last channels (`loader.channels`)."""
     output = _run("era5", tmp_path, "--steps", "3", "--pressure-levels", "500", "850")
     assert "  train  1979 .. 2015  1979-01-01T00:00  2015-08-02T06:00     44     11" in output
     assert "  val    2016          2016-06-08T00:00  2016-06-08T00:00      1      1" in output
     assert "geopotential_500, geopotential_850" in output
-    assert "channels (8): " in output  # 4 surface + 2 levels + 2 statics
+    assert "channels (13): " in output  # 4 surface + 2 levels + 5 forcings + 2 statics
     assert (
-        output.split("channels (8): ")[1]
+        output.split("channels (13): ")[1]
         .splitlines()[0]
-        .endswith("..., land_sea_mask, geopotential_at_surface")
+        .endswith("day_progress_cos, land_sea_mask, geopotential_at_surface")
     )
     anchors = [int(a) for _, _, seen in _steps(output).values() for a in seen.split(", ")]
     assert len(anchors) == 12 and all(1 <= a <= 42 for a in anchors)
