@@ -5,19 +5,20 @@ CF time coordinate and named latitude/longitude coordinates, read on the CPU.
     PYTHONPATH=. python -m benchmarks.forcings --repeats 5
 
 Two figures. The forcings' cost per batch: `ForcingsNode` alone over one fixed batch of 32
-samples (no read, no gather), median over `--calls` calls, for the 4 forcings of the
-benchmark (cos_solar_zenith_angle, toa_incident_solar_radiation, year_progress_sin,
-day_progress_cos) and for all 9. And samples/s of `build_loader` without forcings and with
-those 4, one warm-up epoch then `--epochs` timed epochs of a fresh loader per run, the two
-interleaved `--repeats` times (a change in the machine's load falls on both alike);
-the median and the range are reported. `--torch-threads 1` keeps torch's arithmetic on one
-thread (on a shared, loaded host its default of one thread per core spins against the
-loader's own threads).
+samples (no read, no gather), median over `--calls` calls, for each of the 4 forcings of
+the benchmark (cos_solar_zenith_angle, toa_incident_solar_radiation, year_progress_sin,
+day_progress_cos) alone, the 4 together and all 9. And samples/s of `build_loader` without
+forcings and with those 4, one warm-up epoch then `--epochs` timed epochs of a fresh loader
+per run, the two interleaved `--repeats` times (a change in the machine's load falls on both
+alike); the median and the range are reported, and the load average before and after.
+`--torch-threads 1` keeps torch's arithmetic on one thread (on a shared, loaded host its
+default of one thread per core spins against the loader's own threads).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import statistics
 import time
 from pathlib import Path
@@ -120,7 +121,9 @@ def main() -> None:
     )
     print("| forcings | ForcingsNode per batch, wall (median) | CPU (median) |")
     print("|---|---|---|")
-    for label, names in (("4", FOUR), ("all 9", list(FORCINGS))):
+    print(f"load average: {_load()}", flush=True)
+    alone = [(name, [name]) for name in FOUR]
+    for label, names in (*alone, ("4", FOUR), ("all 9", list(FORCINGS))):
         wall, cpu = node_cost(path, names, args.calls)
         print(f"| {label} | {1e3 * wall:.1f} ms | {1e3 * cpu:.1f} ms |", flush=True)
     runs = setting_cost.interleaved(
@@ -142,6 +145,12 @@ def main() -> None:
             f"| {label} | {rate} | {setting_cost.change(statistics.median(rates), base)} "
             f"| {cpu:,.0f} | {setting_cost.change(cpu, base_cpu)} |"
         )
+    print(f"load average: {_load()}")
+
+
+def _load() -> str:
+    """The host's load averages (1, 5, 15 minutes): the machine may be shared."""
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 if __name__ == "__main__":
