@@ -180,6 +180,12 @@ class ForcingsNode(BaseNode[dict[str, Any]]):
                 found[key] = full if group is not None else full[:, 0]
         return found
 
+    @property
+    def reused_arrays(self) -> int:
+        """Host forcings made in the memory of dropped batches' so far (the rest page-fault
+        fresh memory in)."""
+        return self._buffers.reused
+
     def get_state(self) -> dict[str, Any]:
         return named_state(self, {self.SOURCE_KEY: self.source.state_dict()})
 

@@ -31,6 +31,7 @@ from insitubatch_nodes.cli.synthetic import WB2_STATICS, write_era5_like, write_
 from insitubatch_nodes.core import pool_ramp
 from insitubatch_nodes.core.byte_sizes import nbytes_text, parse_nbytes, size_argument
 from insitubatch_nodes.core.cf_time import cf_reference, decode_cf_times
+from insitubatch_nodes.core.forcings import IDLE_BATCHES
 from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.pool_order import POOL_RAMP
 from insitubatch_nodes.core.quality import uniform_distinct_units
@@ -866,7 +867,11 @@ def test_forcings_have_their_own_line_on_the_memory_plan_and_their_channels(
     bound.apply_defaults()
     arguments = dict(bound.arguments)
     del arguments["host"]
-    plan = plan_loader(check_settings(arguments)).choices.plan
+    planned = plan_loader(check_settings(arguments))
+    plan, forcings = planned.choices.plan, planned.forcings
+    assert forcings is not None  # kept: times, coordinates, 2 dropped batches' memory
+    idle = IDLE_BATCHES * 4 * forcings.sample_nbytes()
+    assert plan.forcing_bytes == forcings.resident_nbytes() + idle
     assert report["forcings"] == names
     assert report["loader"]["plan"]["forcing_bytes"] == plan.forcing_bytes > 0
     statics = 2 * GRID[0] * GRID[1] * 4  # two float32 grids: the statics alone

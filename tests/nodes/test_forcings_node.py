@@ -113,3 +113,23 @@ def _compact_nbytes(array: np.ndarray) -> int:
     """The bytes a view holds: its length along the axes it does not broadcast."""
     kept = [n for n, stride in zip(array.shape, array.strides, strict=True) if stride != 0]
     return int(np.prod(kept)) * array.itemsize
+
+
+def test_the_host_reuses_the_memory_of_dropped_batches_forcings(tmp_path: Path) -> None:
+    """A whole-grid forcing of a batch the consumer dropped lends its memory to the next
+    batch's (fresh pages cost a first touch as large as the arithmetic); one still held
+    never does, and the numbers are the same."""
+    opened = ZarrSource.open(_store(tmp_path), ["t2m"])
+    names = ("toa_incident_solar_radiation",)
+    plan = plan_forcings(names, opened, None, spatial_dims=2, patches=None)
+    assert plan is not None
+    node = ForcingsNode(IterableWrapper([]), plan)
+    index = np.array([1, 4, 13])
+    first = node.forcings_of(index, None, None, tensors=False)[names[0]]
+    second = node.forcings_of(index, None, None, tensors=False)[names[0]]
+    assert node.reused_arrays == 0 and not np.shares_memory(first, second)  # both held
+    expected = second.copy()
+    del first, second
+    third = node.forcings_of(index, None, None, tensors=False)[names[0]]
+    assert node.reused_arrays == 1
+    np.testing.assert_array_equal(third, expected)
