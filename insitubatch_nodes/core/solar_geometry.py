@@ -274,7 +274,7 @@ def _half_day(xp: Any, a: Any, b: Any) -> Any:
     """h0, the hour angle of sunset (radians in [0, pi]): cos h0 = -A / B; pi where the
     sun never sets, 0 where it never rises (B = 0 at a pole: all day or none)."""
     ratio = xp.where(b > 0, -a / xp.where(b > 0, b, 1.0), -xp.sign(a))
-    return xp.acos(xp.clip(ratio, -1.0, 1.0))
+    return xp.arccos(xp.clip(ratio, -1.0, 1.0))
 
 
 def _put_along_last(xp: Any, array: Any, index: Any, values: Any) -> None:
