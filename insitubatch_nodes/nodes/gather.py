@@ -112,12 +112,14 @@ class GatherNode(BaseNode[Batch]):
         self.copy_pool = copy_pool
         self._takes = HelpedTakes(None, 0)  # the pool's help, while this node holds it
         self._holding: weakref.finalize | None = None  # releases the pool once
+        self.copy_pieces = self.helped_pieces = 0  # this epoch's (`copy_shares`)
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         self.close()
         self.source.reset(source_part(self, initial_state, self.SOURCE_KEY))
         self._gather_s = 0.0
+        self.copy_pieces = self.helped_pieces = 0
         if self.mixing is not None:
             self.mixing.restart()
 
@@ -150,7 +152,7 @@ class GatherNode(BaseNode[Batch]):
         if self.copy_pool is not None and self._holding is None:
             executor = self.copy_pool.acquire()
             self._holding = weakref.finalize(self, self.copy_pool.release)
-            self._takes = HelpedTakes(executor, self.copy_pool.threads)
+            self._takes = HelpedTakes(executor, self.copy_pool.threads, board=self.copy_pool.board)
         if self.staging is None:
             return Batch(gather(draw, self._recycled(shapes), self._tables, self._takes))
         staged = self.staging.stage(shapes)
@@ -161,9 +163,21 @@ class GatherNode(BaseNode[Batch]):
         fetch loop is done with them too; the next batch takes it again. Safe to call at
         any time, any number of times."""
         holding, self._holding = self._holding, None
+        self._count_pieces()
         self._takes = HelpedTakes(None, 0)
         if holding is not None:
             holding()
+
+    def _count_pieces(self) -> None:
+        self.copy_pieces += self._takes.pieces
+        self.helped_pieces += self._takes.helped_pieces
+        self._takes.pieces = self._takes.helped_pieces = 0
+
+    def copy_shares(self) -> tuple[int, int]:
+        """This epoch's copies into batches so far: pieces copied, and how many of them
+        the decode threads copied (`nodes.helped_takes`; a benchmark's figure)."""
+        self._count_pieces()
+        return self.copy_pieces, self.helped_pieces
 
     def stage_counters(self) -> dict[str, Any]:
         """This epoch's gather time so far (what `Loader.stats()` reports as `gather_s`;
@@ -249,9 +263,9 @@ def gather(
         tables: each block's index table, kept between calls (a
             `weakref.WeakKeyDictionary`, so that a table goes with its block), or None to
             make them for this batch only.
-        takes: how a field's rows are copied when one run of the batch's rows holds them
-            (`nodes.helped_takes`: with the decode threads' help), or None for a plain
-            take in the calling thread.
+        takes: how the fields' rows are copied where one run of the batch's rows holds
+            them: all of the batch's such takes at once, with the decode threads' help
+            (`nodes.helped_takes`), or None for plain takes in the calling thread.
     """
     first_block = draw.parts[0][0]
     plan = first_block.plan
@@ -265,6 +279,7 @@ def gather(
     if draw.order is not None:
         index = index[draw.order]
     batch = {**out, SAMPLE_INDEX_KEY: np.empty(draw.size, dtype=np.int64)}
+    due: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # runs' takes, copied together
     groups: dict[str, list[tuple[Any, slice | np.ndarray]]] = {}
     for key, variable, columns, take_columns in layout.fields:
         if variable not in groups:
@@ -283,15 +298,16 @@ def gather(
             elif take is not None and isinstance(at, slice):  # in another order than the block's
                 rows = index[at, take_columns]
                 if take.columns is None:  # rows of the take's view, helped as any take
-                    takes.take(take.view(array), take.rows(rows), batch[key][at])
+                    due.append((take.view(array), take.rows(rows), batch[key][at]))
                 else:
                     take_picked(array, rows, take, out=batch[key][at])
             elif take is not None:
                 batch[key][at] = take_picked(array, index[at, take_columns], take)
             elif isinstance(at, slice):  # (n,), or (n, steps) with steps
-                takes.take(array, index[at, take_columns], batch[key][at])
+                due.append((array, index[at, take_columns], batch[key][at]))
             else:  # one array's rows, scattered over the batch by the draw's order
                 batch[key][at] = np.take(array, index[at, take_columns], axis=0, mode="clip")
+    takes.take_all(due)
     batch[SAMPLE_INDEX_KEY][...] = index[:, layout.sample_index]
     if layout.crop:
         batch[PATCH_ORIGIN_KEY][...] = index[:, layout.origins]

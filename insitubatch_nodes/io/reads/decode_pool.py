@@ -11,6 +11,10 @@ epoch's last block is read, while the gather goes on drawing the pool's last bat
 the pool counts its users: each `acquire` starts the threads if none run (lazily, as work
 arrives), and the last `release` stops them (queued work cancelled, running work joined),
 so that no thread outlives the epoch that needed it (`docs/design/threads.md`).
+
+A decode thread busy with a block's chunks would take a queued copy only once its task of
+many chunks is done; the pool's `board` (`io.reads.help_board`) is where copies are posted
+for busy threads to help with between two chunks.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import concurrent.futures
 import threading
 
 from insitubatch_nodes.io.host.threads import THREAD_PREFIX
+from insitubatch_nodes.io.reads.help_board import HelpBoard
 
 
 class _PoolExecutor(concurrent.futures.ThreadPoolExecutor):
@@ -70,6 +75,7 @@ class DecodePool:
         self._lock = threading.Lock()
         self._users = 0
         self._executor: _PoolExecutor | None = None
+        self.board = HelpBoard()  # copies the decode threads help with between chunks
 
     def acquire(self) -> concurrent.futures.ThreadPoolExecutor:
         """The pool's executor, started if no user holds it; hold it until `release`."""
