@@ -37,12 +37,23 @@ class BatchMixing:
         self.tally = MixingTally()
 
     def count(self, draw: BatchDraw) -> None:
-        """Tally one batch (O(batch) numpy work).
+        """Tally one batch (O(batch) numpy work, and one search per block).
 
         Args:
             draw: the batch's rows, by block.
         """
         self.tally.add(*draw_samples_and_units(draw))
+
+    def count_samples(self, samples: np.ndarray, units: np.ndarray) -> None:
+        """Tally one batch whose sample ids and units are known already: what the host
+        gather reads off its index tables with the batch's rows, instead of a search per
+        block the batch draws from (tens of them in a pool batch).
+
+        Args:
+            samples: the batch's sample ids, in batch order.
+            units: the unit each lies in (`draw_samples_and_units`'s second array).
+        """
+        self.tally.add(samples, units)
 
     def figures(self) -> dict[str, float]:
         """This epoch's mixing so far against a uniform global shuffle's

@@ -131,10 +131,7 @@ class GatherNode(BaseNode[Batch]):
             raise
         started = time.perf_counter()
         try:
-            batch = self._gathered(draw)
-            if self.mixing is not None:
-                self.mixing.count(draw)
-            return batch
+            return self._gathered(draw)
         finally:
             self._gather_s += time.perf_counter() - started
 
@@ -147,16 +144,22 @@ class GatherNode(BaseNode[Batch]):
     def _gathered(self, draw: BatchDraw) -> Batch:
         device = draw.parts[0][0].device
         if device is not None:
+            if self.mixing is not None:
+                self.mixing.count(draw)
             return Batch(gather_tensors(draw), device=device)
         shapes = batch_shapes(draw)
+        units = None if self.mixing is None else np.empty(draw.size, dtype=np.int64)
         if self.copy_pool is not None and self._holding is None:
             executor = self.copy_pool.acquire()
             self._holding = weakref.finalize(self, self.copy_pool.release)
             self._takes = HelpedTakes(executor, self.copy_pool.threads, board=self.copy_pool.board)
-        if self.staging is None:
-            return Batch(gather(draw, self._recycled(shapes), self._tables, self._takes))
-        staged = self.staging.stage(shapes)
-        return Batch(gather(draw, staged.arrays, self._tables, self._takes), staged=staged)
+        staged = None if self.staging is None else self.staging.stage(shapes)
+        out = self._recycled(shapes) if staged is None else staged.arrays
+        batch = gather(draw, out, self._tables, self._takes, units)
+        if self.mixing is not None:
+            assert units is not None
+            self.mixing.count_samples(batch[SAMPLE_INDEX_KEY], units)
+        return Batch(batch, staged=staged)
 
     def close(self) -> None:
         """Stop holding the decode pool (`copy_pool`), so that its threads stop once the
@@ -230,6 +233,7 @@ def gather(
     out: Mapping[str, np.ndarray],
     tables: MutableMapping[FetchedBlock, np.ndarray] | None = None,
     takes: HelpedTakes | None = None,
+    units: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """The draw's batch, written into `out` (arrays of `batch_shapes(draw)`), with its
     `sample_index`.
@@ -266,6 +270,9 @@ def gather(
         takes: how the fields' rows are copied where one run of the batch's rows holds
             them: all of the batch's such takes at once, with the decode threads' help
             (`nodes.helped_takes`), or None for plain takes in the calling thread.
+        units: an int64 array of the batch's size to write the unit each sample lies in
+            (what the mixing tally counts, `nodes.batch_mixing`; read off the index table
+            with the sample ids), or None.
     """
     first_block = draw.parts[0][0]
     plan = first_block.plan
@@ -309,6 +316,8 @@ def gather(
                 batch[key][at] = np.take(array, index[at, take_columns], axis=0, mode="clip")
     takes.take_all(due)
     batch[SAMPLE_INDEX_KEY][...] = index[:, layout.sample_index]
+    if units is not None:
+        units[...] = index[:, layout.unit]
     if layout.crop:
         batch[PATCH_ORIGIN_KEY][...] = index[:, layout.origins]
     return batch
@@ -317,7 +326,8 @@ def gather(
 class _TableLayout:
     """Which columns of a block's index table hold what (`_index_table`): each field's
     array rows (`fields`: key, variable, its columns, and them as a take indexes them:
-    one column without a steps axis), the sample id, the crop origin."""
+    one column without a steps axis), the sample id, the unit it lies in, the crop
+    origin."""
 
     def __init__(
         self, fields: list[tuple[str, str, np.ndarray | None]], crop: tuple[int, ...]
@@ -330,15 +340,17 @@ class _TableLayout:
             self.fields.append((key, variable, at, width if columns is None else at))
             width += steps
         self.sample_index = width
-        self.origins = slice(width + 1, width + 1 + len(crop))
+        self.unit = width + 1
+        self.origins = slice(width + 2, width + 2 + len(crop))
         self.crop = crop
-        self.width = width + 1 + len(crop)
+        self.width = width + 2 + len(crop)
 
 
 def _index_table(block: FetchedBlock) -> np.ndarray:
     """(samples, columns) int64, a row per sample of the block: the rows of the block's
     arrays holding each field's steps (`batch_fields` order, one column per step, one for a
-    field without steps), then the sample id, then with patches the crop origin.
+    field without steps), then the sample id and the unit it lies in (the plan's unit, or
+    the block's index for a plan without units), then with patches the crop origin.
 
     Made once per block, in a few vectorised passes over its plan: a batch then takes its
     samples' rows of it with one fancy index, however many fields and slots they span.
@@ -358,6 +370,10 @@ def _index_table(block: FetchedBlock) -> np.ndarray:
         rows = mapped[variable]
         table[:, at] = rows[:, :1] if columns is None else rows[:, columns]
     table[:, layout.sample_index] = plan.sample_index
+    if plan.unit_starts is None:
+        table[:, layout.unit] = plan.block_index
+    else:
+        table[:, layout.unit] = np.repeat(plan.units, np.diff(plan.unit_starts))
     if crop:
         assert plan.origins is not None
         table[:, layout.origins] = plan.origins

@@ -192,13 +192,16 @@ def _reference(
 
 
 def _gathered(
-    draw: BatchDraw, tables: Any, takes: HelpedTakes | None = None
+    draw: BatchDraw,
+    tables: Any,
+    takes: HelpedTakes | None = None,
+    units: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     out = {}
     for key, (shape, dtype) in batch_shapes(draw).items():
         out[key] = np.empty(shape, dtype=dtype)
         out[key].view(np.uint8)[...] = 0xA5  # any byte the gather leaves is seen
-    return gather(draw, out, tables, takes)
+    return gather(draw, out, tables, takes, units)
 
 
 _HELPERS = concurrent.futures.ThreadPoolExecutor(3, thread_name_prefix="test-gather-helpers")
@@ -257,7 +260,11 @@ def test_the_gather_is_the_batch_a_sample_at_a_time(
         _assert_same(_gathered(draw, None), want)
         helped = HelpedTakes(_HELPERS, 3, min_piece_bytes=1)  # every take in pieces
         _assert_same(_gathered(draw, tables, helped), want)
-        assert np.array_equal(draw_samples_and_units(draw)[0], want[SAMPLE_INDEX_KEY])
+        samples, units = draw_samples_and_units(draw)
+        assert np.array_equal(samples, want[SAMPLE_INDEX_KEY])
+        read_off = np.full(draw.size, -1, dtype=np.int64)
+        _gathered(draw, tables, units=read_off)
+        assert np.array_equal(read_off, units), "the units the mixing tally counts"
 
 
 def _counted_takes(monkeypatch: pytest.MonkeyPatch, draw: BatchDraw) -> tuple[Any, list[int]]:
