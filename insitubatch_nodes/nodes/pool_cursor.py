@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from insitubatch_nodes.core.drained_units import DrainedUnits
 from insitubatch_nodes.core.pool_order import (
     POOL_ORDER,
@@ -45,6 +47,43 @@ INTERLEAVE_KEY = "pool_interleave"
 _KEYS = (SHUFFLE_SOURCE_KEY, NEXT_KEY, RESIDENT_KEY, YIELDED_KEY, SHUFFLE_TARGET_KEY)
 
 
+class ResidentPairs:
+    """A state's resident units as `[position, given]` pairs, kept as the pool's two arrays
+    until the state is copied out.
+
+    The device node keeps its source's state after every batch (`nodes.state_views`), and
+    written out there the pairs were O(P) Python objects per batch, hundreds of them at
+    one step per chunk, for a state asked for once in many batches. A view holds this
+    instead: two array copies, never changed; the copy that hands a state out
+    (`state_views.snapshot`, a `copy.deepcopy`) makes it the plain list of pairs, in the
+    order the pool holds its units, then the restored units not read yet, by position.
+
+    Args:
+        positions: each pool unit's position in the rank's unit order, in pool order.
+        given: the samples each gave.
+        restored: (position, given) of a restored state's units not back in the pool yet.
+    """
+
+    __slots__ = ("_given", "_positions", "_restored")
+
+    def __init__(
+        self, positions: np.ndarray, given: np.ndarray, restored: list[tuple[int, int]]
+    ) -> None:
+        self._positions = positions
+        self._given = given
+        self._restored = restored
+
+    def pairs(self) -> list[list[int]]:
+        """The state's plain list of `[position, given]` pairs."""
+        pairs = [
+            list(pair) for pair in zip(self._positions.tolist(), self._given.tolist(), strict=True)
+        ]
+        return pairs + [[position, given] for position, given in self._restored]
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> list[list[int]]:
+        return self.pairs()
+
+
 @dataclass(frozen=True)
 class SavedPoolCursor:
     """Where a pool shuffle stands in a rank's epoch, as its state saves it.
@@ -52,19 +91,21 @@ class SavedPoolCursor:
     Args:
         next_unit: the position (in the rank's unit order) of the next unit to enter the
             pool.
-        resident: the units in the pool, position -> samples it gave, in the order saved.
+        resident: the units in the pool, position -> samples it gave, in the order saved
+            (a restored cursor's), or a node's `ResidentPairs` (a state it gives out).
         samples_yielded: the samples the epoch has yielded.
         samples_target: the samples the rank's epoch yields; None before its first block.
     """
 
     next_unit: int
-    resident: dict[int, int]
+    resident: dict[int, int] | ResidentPairs
     samples_yielded: int
     samples_target: int | None
 
     def drained_units(self) -> DrainedUnits | None:
         """The units of the epoch drained before the cut (None: none, or a state saved
         before the epoch's first block)."""
+        assert isinstance(self.resident, dict), "a restored cursor's"
         if self.samples_target is None or self.next_unit <= len(self.resident):
             return None
         return DrainedUnits.of(self.next_unit, self.resident, self.samples_target)
@@ -78,7 +119,8 @@ class SavedPoolCursor:
             node: the pool shuffle node whose state this is.
             source_state: the source's state from just before the oldest block still
                 needed, put in as it is (the node copies its state where it hands it
-                out, `nodes.state_views`).
+                out, `nodes.state_views`; so are `ResidentPairs`, made plain by that
+                copy).
             config: the node's settings, as it saves them.
         """
         return named_state(
@@ -86,7 +128,9 @@ class SavedPoolCursor:
             {
                 SHUFFLE_SOURCE_KEY: source_state,
                 NEXT_KEY: self.next_unit,
-                RESIDENT_KEY: [[p, g] for p, g in self.resident.items()],
+                RESIDENT_KEY: self.resident
+                if isinstance(self.resident, ResidentPairs)
+                else [[p, g] for p, g in self.resident.items()],
                 YIELDED_KEY: self.samples_yielded,
                 SHUFFLE_TARGET_KEY: self.samples_target,
                 CONFIG_KEY: dict(config),

@@ -50,7 +50,7 @@ from insitubatch_nodes.core.settings import as_bool, as_int
 from insitubatch_nodes.nodes import pool_cursor, state_names
 from insitubatch_nodes.nodes.items import BatchDraw, FetchedBlock
 from insitubatch_nodes.nodes.links import BlockPlanner, EpochKeeper, checked_link
-from insitubatch_nodes.nodes.pool_cursor import SavedPoolCursor, restore_cursor
+from insitubatch_nodes.nodes.pool_cursor import ResidentPairs, SavedPoolCursor, restore_cursor
 from insitubatch_nodes.nodes.pool_units import PoolUnits
 from insitubatch_nodes.nodes.shuffle_block import count_batches
 from insitubatch_nodes.nodes.state_checks import (
@@ -247,7 +247,7 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
                 if unit.given > size:
                     allowed = f"0 .. {size} (the samples of the unit it counts)"
                     raise cursor_out_of_range(self, self.RESIDENT_KEY, unit.given, allowed)
-                self._pool.append(unit, position, unit.remaining)
+                self._pool.append(unit, position, unit.remaining, unit.given)
             elif position >= self._next:
                 self._waiting.append(unit)
             elif unit is not self._last:  # drained before the cut, read without a planner
@@ -301,7 +301,7 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
             return False
         unit = self._waiting.popleft()
         assert unit.position == self._next
-        self._pool.append(unit, unit.position, unit.remaining)
+        self._pool.append(unit, unit.position, unit.remaining, unit.given)
         self._next += 1
         return True
 
@@ -424,11 +424,7 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
         return count_batches(self, self._epoch_keeper, self.batch_size, self.drop_last)
 
     def get_state(self) -> dict[str, Any]:
-        state = self.state_view()
-        # only the source's state is shared: the cursor's lists are made afresh per call,
-        # and deep-copying their O(P) pairs cost more than making them
-        state[self.SOURCE_KEY] = snapshot(state[self.SOURCE_KEY])
-        return state
+        return snapshot(self.state_view())  # the resident pairs made plain by the copy
 
     def state_view(self) -> dict[str, Any]:
         """The state without a copy, for a node downstream to keep unchanged
@@ -439,7 +435,7 @@ class PoolShuffleNode(BaseNode[BatchDraw]):
             source_state = self._source_state  # nothing pulled since the reset
         else:
             source_state = self._read_source_state()
-        resident = {u.position: u.given for u in self._pool}
-        resident.update(sorted(self._restore_given.items()))
+        positions, given = self._pool.resident()
+        resident = ResidentPairs(positions, given, sorted(self._restore_given.items()))
         cursor = SavedPoolCursor(self._next, resident, self._yielded, self._target)
         return cursor.saved(self, source_state, self._config())

@@ -1,14 +1,15 @@
 """The units resident in the pool shuffle's pool, in pool order, with the samples each has
-left kept in one int64 array.
+left and has given kept in int64 arrays.
 
-A batch's draw (`core.pool_order.pool_take`) needs every resident unit's count, and after
-it every unit that gave its last sample leaves the pool. Kept per unit object, that is a
-walk over the whole pool in Python on every batch (three walks, in fact: the total, the
-counts, the survivors), and at one step per chunk a pool holds hundreds to thousands of
-units of one sample each (issue 33). Kept here, the counts go to the draw as they are,
-are updated by one array subtraction, and only the units a batch draws from (at most a
-batch's samples) are visited in Python. The counts are the same integers in the same
-order as before, so every draw is unchanged.
+A batch's draw (`core.pool_order.pool_take`) needs every resident unit's count, after it
+every unit that gave its last sample leaves the pool, and the state the device node keeps
+after every batch names every resident unit with what it gave. Kept per unit object, each
+is a walk over the whole pool in Python on every batch, and at one step per chunk a pool
+holds hundreds to thousands of units of one sample each (issue 33). Kept here, the counts
+go to the draw as they are, are updated by one array subtraction, a state takes two array
+copies (`resident`), and only the units a batch draws from (at most a batch's samples)
+are visited in Python. The counts are the same integers in the same order as before, so
+every draw is unchanged.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ class PoolUnits(Generic[U]):
         self._units: np.ndarray = np.empty(0, dtype=object)
         self._left = np.empty(0, dtype=np.int64)
         self._positions = np.empty(0, dtype=np.int64)
-        self._new: list[tuple[U, int, int]] = []
+        self._given = np.empty(0, dtype=np.int64)
+        self._new: list[tuple[U, int, int, int]] = []
         self._samples = 0
 
     def __len__(self) -> int:
@@ -45,15 +47,16 @@ class PoolUnits(Generic[U]):
         """Samples the resident units have left, in all."""
         return self._samples
 
-    def append(self, unit: U, position: int, left: int) -> None:
+    def append(self, unit: U, position: int, left: int, given: int = 0) -> None:
         """Add a unit at the end of the pool.
 
         Args:
             unit: the unit.
             position: where it stands in the rank's unit order.
             left: samples it has left to give (>= 0).
+            given: samples it gave already (a restored state's count; >= 0).
         """
-        self._new.append((unit, position, left))
+        self._new.append((unit, position, left, given))
         self._samples += left
 
     def left(self) -> np.ndarray:
@@ -61,6 +64,13 @@ class PoolUnits(Generic[U]):
         written to)."""
         self._settle()
         return self._left
+
+    def resident(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each resident unit's position in the rank's unit order and the samples it gave,
+        in pool order: copies, two array copies whatever the pool's size (a walk over the
+        units made one Python object per unit, per batch)."""
+        self._settle()
+        return self._positions.copy(), self._given.copy()
 
     def oldest_position(self) -> int | None:
         """The smallest position in the rank's unit order of a resident unit (None: the
@@ -81,6 +91,7 @@ class PoolUnits(Generic[U]):
         counts = np.asarray(counts, dtype=np.int64)
         drawn = np.flatnonzero(counts)
         self._left -= counts
+        self._given += counts
         self._samples -= int(counts.sum())
         gave = list(
             zip(
@@ -93,7 +104,7 @@ class PoolUnits(Generic[U]):
         keep = self._left > 0
         if not keep.all():
             self._units, self._left = self._units[keep], self._left[keep]
-            self._positions = self._positions[keep]
+            self._positions, self._given = self._positions[keep], self._given[keep]
         return gave
 
     def _settle(self) -> None:
@@ -101,12 +112,10 @@ class PoolUnits(Generic[U]):
         if not self._new:
             return
         units = np.empty(len(self._new), dtype=object)
-        units[:] = [unit for unit, _, _ in self._new]
+        units[:] = [unit for unit, _, _, _ in self._new]
         self._units = np.concatenate([self._units, units])
-        self._positions = np.concatenate(
-            [self._positions, np.array([p for _, p, _ in self._new], dtype=np.int64)]
-        )
-        self._left = np.concatenate(
-            [self._left, np.array([n for _, _, n in self._new], dtype=np.int64)]
-        )
+        _, positions, left, given = zip(*self._new, strict=True)
+        self._positions = np.concatenate([self._positions, np.array(positions, dtype=np.int64)])
+        self._left = np.concatenate([self._left, np.array(left, dtype=np.int64)])
+        self._given = np.concatenate([self._given, np.array(given, dtype=np.int64)])
         self._new = []
