@@ -17,7 +17,7 @@ from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.read_plan import ReadPlan, plan_block
 from insitubatch_nodes.core.sample_spec import SampleSpec, window
-from insitubatch_nodes.io.reads.block_slots import BlockMemory, BlockSlots
+from insitubatch_nodes.io.reads.block_slots import BlockMemory, BlockSlots, unit_segment_pairs
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 from insitubatch_nodes.nodes.graph import graph_nodes
 from tests.helpers.batches import batch_key
@@ -244,3 +244,34 @@ def test_a_block_collected_as_garbage_while_another_leases_gives_its_slots_back(
             gc.enable()
     gc.collect()
     assert slots.leased_bytes == 0
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(
+    geometry=geometries(max_samples=60, picks=True),
+    block_units=st.integers(1, 4),
+    steps=st.integers(1, 3),
+)
+def test_each_units_segments_are_the_distinct_pairs_of_its_rows(
+    geometry: SampleGeometry, block_units: int, steps: int
+) -> None:
+    """`unit_segment_pairs` against the distinct (unit, segment) pairs of every row the
+    plan reads, a window's halo included (`np.unique` of them, row by row)."""
+    name = next(iter(geometry.variables))
+    spec = SampleSpec({"x": window([name], steps=steps)})
+    anchors = AnchorSet.for_split(geometry, np.arange(geometry.num_units), spec)
+    if anchors.anchors.size == 0:
+        return
+    assignment = assign_epoch(anchors, anchors.units, seed=0, epoch=0, rank=0, world_size=1)
+    units = assignment.units[:block_units]
+    plan = plan_block(anchors, units, assignment=assignment, block_index=0)
+    assert plan.unit_starts is not None
+    want = set()
+    for unit in range(units.size):
+        rows = plan.rows[name][plan.unit_starts[unit] : plan.unit_starts[unit + 1]]
+        for row in rows.reshape(-1).tolist():
+            segment = int(np.searchsorted(plan.segment_starts[name], row, side="right")) - 1
+            want.add((unit, segment))
+    got_units, got_segments = unit_segment_pairs(plan, name)
+    got = list(zip(got_units.tolist(), got_segments.tolist(), strict=True))
+    assert got == sorted(want)
