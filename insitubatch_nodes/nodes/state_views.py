@@ -9,7 +9,9 @@ thread. A node that offers `SharesState` hands out its state without that copy: 
 keeps it must never change it, and the node never changes it either (it builds a new
 dict per call, and replaces, never edits, the states it keeps). Its `get_state` is a
 deep copy of that view, so what `state_dict()` returns is still a snapshot: neither later
-pulls nor an edit of the returned dict reach the node or another state.
+pulls nor an edit of the returned dict reach the node or another state. A view may hold a
+part that only that copy makes plain (the pool's resident units,
+`nodes.pool_cursor.ResidentPairs`, whose `__deepcopy__` writes its pairs out).
 """
 
 from __future__ import annotations
