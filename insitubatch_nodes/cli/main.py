@@ -18,7 +18,11 @@ from insitubatch_nodes.cli.demo import DemoConfig, default_cache, run_demo
 from insitubatch_nodes.cli.report_text import format_report
 from insitubatch_nodes.cli.split_command import parsed_splits, split_manifest, split_text
 from insitubatch_nodes.cli.stats_pass import compute_stats
-from insitubatch_nodes.cli.store_options import add_store_options, storage_options_from
+from insitubatch_nodes.cli.store_options import (
+    add_store_options,
+    joined_storage_options,
+    storage_options_from,
+)
 from insitubatch_nodes.cli.store_report import inspect_store
 from insitubatch_nodes.core.area import Area
 from insitubatch_nodes.core.byte_sizes import parse_nbytes
@@ -42,7 +46,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     stats = commands.add_parser(
         "stats", help="per-channel mean/std of a split, in one pass, saved beside the manifest"
     )
-    stats.add_argument("url", help="the Zarr group (path or URL)")
+    stats.add_argument(
+        "url",
+        nargs="+",
+        help="the Zarr group (path or URL), or several, joined on time as one source",
+    )
     stats.add_argument("--variables", nargs="+", default=None)
     stats.add_argument("--split", default="train")
     stats.add_argument("--manifest", type=Path, default=None, help="split manifest JSON")
@@ -67,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="N,W,S,E",
         help="statistics of the box's grid points only, as build_loader(area=...) crops",
     )
-    stats.add_argument("--anonymous", action="store_true", help="unsigned object-store reads")
+    add_store_options(stats, joins=True)
     _add_inspect(commands)
     _add_bench(commands)
     _add_split(commands)
@@ -124,22 +132,30 @@ def default_stats_file(url: str, suffix: str = ".stats.json") -> Path:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    computed = compute_stats(
-        args.url,
-        args.variables,
-        split=args.split,
-        manifest=args.manifest,
-        spatial_dims=args.spatial_dims,
-        storage_options={"skip_signature": True} if args.anonymous else None,
-        levels=args.levels,
-        area=None if args.area is None else Area.parse(args.area),
-    )
+    """Compute, save and print the statistics; a failure is one line on stderr
+    (credentials redacted) and exit status 2, as for `inspect`."""
+    options: Any = None
+    try:
+        options = joined_storage_options(args.storage_options, args.anonymous, args.url)
+        computed = compute_stats(
+            _one_or_several(args.url),
+            args.variables,
+            split=args.split,
+            manifest=args.manifest,
+            spatial_dims=args.spatial_dims,
+            storage_options=options,
+            levels=args.levels,
+            area=None if args.area is None else Area.parse(args.area),
+            join=args.join,
+        )
+    except Exception as err:
+        return _refused("stats", err, options, args.url)
     if args.out is not None:
         out = args.out
     elif args.manifest is not None:
         out = stats_path(args.manifest)
     else:
-        out = default_stats_file(args.url)
+        out = default_stats_file(args.url[0], _joined_suffix(args.url, ".stats.json"))
     computed.save(out)
     width = max(len(c) for names in computed.channels.values() for c in names)
     for variable, names in computed.channels.items():
@@ -152,13 +168,28 @@ def _stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_or_several(urls: list[str]) -> str | list[str]:
+    """One URL as itself, several as the list `build_loader` joins."""
+    return urls[0] if len(urls) == 1 else list(urls)
+
+
+def _joined_suffix(urls: list[str], suffix: str) -> str:
+    """A file's suffix that says it belongs to a join (`pl.joined.stats.json`), so that a
+    join's statistics never overwrite those of its first store alone."""
+    return suffix if len(urls) == 1 else ".joined" + suffix
+
+
 def _add_inspect(commands: Any) -> None:
     inspect = commands.add_parser(
         "inspect",
         help="a store's arrays, chunks, codecs, bytes per chunk and time range, and the "
         "settings build_loader would choose for it on this host",
     )
-    inspect.add_argument("url", help="the Zarr group (path or URL)")
+    inspect.add_argument(
+        "url",
+        nargs="+",
+        help="the Zarr group (path or URL), or several, joined on time as one source",
+    )
     inspect.add_argument("--variables", nargs="+", default=None, help="default: the loader's")
     inspect.add_argument("--split", default="all", help="the split to plan for")
     inspect.add_argument("--batch-size", type=int, default=32)
@@ -168,7 +199,7 @@ def _add_inspect(commands: Any) -> None:
         help="bytes, or with a unit (512MiB, 8GiB, 2GB); default build_loader's: half of "
         "this rank's share of the memory available on this host",
     )
-    add_store_options(inspect)
+    add_store_options(inspect, joins=True)
     inspect.add_argument("--manifest", type=Path, default=None, help="split manifest JSON")
     inspect.add_argument(
         "--device", choices=("cpu", "cuda"), default=None, help="plan for (default: this host's)"
@@ -364,10 +395,14 @@ def _split(args: argparse.Namespace) -> int:
     return 0
 
 
-def _refused(command: str, err: Exception, options: dict[str, Any] | None, url: str) -> int:
-    """One line on stderr for a failed command (credentials redacted), exit status 2."""
+def _refused(command: str, err: Exception, options: Any, url: str | list[str]) -> int:
+    """One line on stderr for a failed command (credentials redacted: of every store of a
+    join), exit status 2."""
     text = " ".join(str(err).split()) or type(err).__name__
-    print(f"insitubatch {command}: {redact(text, secrets_in(options, url))}", file=sys.stderr)
+    urls = [url] if isinstance(url, str) else url
+    per_store = options if isinstance(options, list) else [options] * len(urls)
+    secrets = frozenset().union(*(secrets_in(o, u) for o, u in zip(per_store, urls, strict=True)))
+    print(f"insitubatch {command}: {redact(text, secrets)}", file=sys.stderr)
     return 2
 
 
@@ -402,12 +437,12 @@ def _bench(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     """Print the report; any failure is one line on stderr (credentials redacted) and exit
     status 2, never a traceback: the user has a URL or an option to fix, not a bug."""
-    options: dict[str, Any] | None = None
+    options: Any = None
     try:
-        options = storage_options_from(args.storage_options, args.anonymous, args.url)
+        options = joined_storage_options(args.storage_options, args.anonymous, args.url)
         budget = None if args.memory_budget is None else parse_nbytes(args.memory_budget)
         report = inspect_store(
-            args.url,
+            _one_or_several(args.url),
             args.variables,
             split=args.split,
             batch_size=args.batch_size,
@@ -424,6 +459,7 @@ def _inspect(args: argparse.Namespace) -> int:
             stack=args.stack,
             area=None if args.area is None else Area.parse(args.area),
             forcings=None if args.forcings is None else _names(args.forcings),
+            join=args.join,
         )
     except Exception as err:
         return _refused("inspect", err, options, args.url)

@@ -1,9 +1,12 @@
 """The store options every `insitubatch` command that reads a store takes.
 
-`inspect`, `bench`, `split` and `cache` reach the same stores the same way: obstore client
-options given as JSON text or a JSON file (`--storage-options`), and `--anonymous` for
-public buckets. They live here, declared once and read once, so that the commands cannot
-drift apart in what they accept or in how they refuse a typo; `cli.main` only wires them in.
+`inspect`, `bench`, `split`, `cache` and `stats` reach the same stores the same way: obstore
+client options given as JSON text or a JSON file (`--storage-options`), and `--anonymous`
+for public buckets. They live here, declared once and read once, so that the commands
+cannot drift apart in what they accept or in how they refuse a typo; `cli.main` only wires
+them in. A command that joins several stores (`inspect`, `stats`: several URLs) takes
+`--storage-options` once for every store or once per store, in the URLs' order, and
+`--join`, as `build_loader(source=[...], storage_options=..., join=...)` takes them.
 """
 
 from __future__ import annotations
@@ -29,18 +32,37 @@ _JSON_KINDS = {
 }
 
 
-def add_store_options(command: argparse.ArgumentParser) -> None:
-    """Declare `--storage-options` and `--anonymous` on a command's parser.
+def add_store_options(command: argparse.ArgumentParser, *, joins: bool = False) -> None:
+    """Declare `--storage-options` and `--anonymous` on a command's parser, and `--join`
+    on one that takes several stores.
 
     Args:
         command: the parser of a command that reads a store.
+        joins: whether the command takes several URLs, joined as one source: then
+            `--storage-options` may be given once per store.
     """
-    command.add_argument(
-        "--storage-options",
-        default=None,
-        help="obstore client options (credentials, endpoint, region): JSON text or the path "
-        "of a JSON file",
-    )
+    if joins:
+        command.add_argument(
+            "--storage-options",
+            action="append",
+            default=None,
+            help="obstore client options (credentials, endpoint, region): JSON text or the "
+            "path of a JSON file; once for every store, or once per store in the URLs' order",
+        )
+        command.add_argument(
+            "--join",
+            choices=("exact", "inner"),
+            default="exact",
+            help="how several stores are aligned on time: exact (the default) refuses "
+            "differing dates, inner keeps the dates every store holds",
+        )
+    else:
+        command.add_argument(
+            "--storage-options",
+            default=None,
+            help="obstore client options (credentials, endpoint, region): JSON text or the "
+            "path of a JSON file",
+        )
     command.add_argument(
         "--anonymous", action="store_true", help="unsigned requests (public s3/gs/az buckets)"
     )
@@ -84,3 +106,30 @@ def storage_options_from(text: str | None, anonymous: bool, url: str) -> dict[st
     if anonymous and urlsplit(url).scheme.lower() in _SIGNED_SCHEMES:
         options = {**(options or {}), "skip_signature": True}
     return options
+
+
+def joined_storage_options(
+    texts: list[str] | None, anonymous: bool, urls: list[str]
+) -> dict[str, Any] | list[dict[str, Any] | None] | None:
+    """The `storage_options` of a command given one URL or several: for one, its options
+    (`storage_options_from`); for several, one dict (or None) per store, in order, each
+    with `skip_signature` under `--anonymous` where that store's requests are signed.
+
+    Args:
+        texts: the `--storage-options` values (given once for every store, or once per
+            store), or None.
+        anonymous: whether `--anonymous` was given.
+        urls: the stores' URLs, as given.
+    """
+    texts = texts or []
+    if len(texts) not in (0, 1, len(urls)):
+        raise ValueError(
+            f"--storage-options is given {len(texts)} times for {len(urls)} stores: give it "
+            f"once for every store, or once per store in the order of the URLs"
+        )
+    per_store = texts if len(texts) == len(urls) else [texts[0] if texts else None] * len(urls)
+    options = [
+        storage_options_from(text, anonymous, url)
+        for text, url in zip(per_store, urls, strict=True)
+    ]
+    return options[0] if len(urls) == 1 else options

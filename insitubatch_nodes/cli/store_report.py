@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import zarr
+from zarr.abc.store import Store
 
 from insitubatch_nodes.builder.time_selection import Duration
 from insitubatch_nodes.cli.defaults_report import LoaderDefaults, loader_defaults
@@ -39,6 +40,7 @@ from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.sample_spec import SampleSpec, leads, window
 from insitubatch_nodes.core.settings import as_int, as_optional_int
 from insitubatch_nodes.io.host.host_resources import HostResources
+from insitubatch_nodes.io.joined_source import open_source
 from insitubatch_nodes.io.metadata.dimensions import dimension_names
 from insitubatch_nodes.io.metadata.time_axis import cf_attributes, decode_dates, find_time_array
 from insitubatch_nodes.io.metadata.zarr_compat import run_on_zarr_loop
@@ -141,6 +143,32 @@ class AreaReport:
 
 
 @dataclass(frozen=True)
+class JoinedStoreReport:
+    """One store of a join, and what it gives the joined source.
+
+    Args:
+        store: the store, as messages name it (credentials redacted).
+        zarr_format: 2 or 3.
+        variables: the selected time-varying arrays it holds.
+        statics: the selected static fields it holds.
+        steps: its steps along time, or None for a store of static fields only.
+        origin: its step at which the joined time axis starts, or None.
+        lost: its steps outside the joined axis (what `join="inner"` leaves out), or None.
+        steps_per_chunk: the distinct steps per chunk of its variables: what one of its
+            reads brings.
+    """
+
+    store: str
+    zarr_format: int
+    variables: tuple[str, ...]
+    statics: tuple[str, ...]
+    steps: int | None
+    origin: int | None
+    lost: int | None
+    steps_per_chunk: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class StoreReport:
     """Everything `insitubatch inspect` prints.
 
@@ -159,6 +187,8 @@ class StoreReport:
             with their shapes.
         area: the box `--area` asks for on the store's grid, or None.
         forcings: the forcings `--forcings` asks for, computed per batch, in order.
+        join: the join policy when several stores are joined, else None.
+        stores: each store of a join, in the order given (empty for one store).
     """
 
     store: str
@@ -172,6 +202,8 @@ class StoreReport:
     statics: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     area: AreaReport | None = None
     forcings: tuple[str, ...] = ()
+    join: str | None = None
+    stores: tuple[JoinedStoreReport, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON data (tuples as lists, the memory plan as a dict)."""
@@ -187,7 +219,7 @@ def _plain(value: Any) -> Any:
 
 
 def inspect_store(
-    source: str | Path,
+    source: str | Path | Sequence[str | Path],
     variables: Sequence[str] | None = None,
     *,
     split: str = "all",
@@ -206,22 +238,27 @@ def inspect_store(
     stack: bool = False,
     area: Area | None = None,
     forcings: Sequence[str] | None = None,
+    join: str = "exact",
 ) -> StoreReport:
     """Describe `source` and the settings `build_loader` would choose for it.
 
-    Opened as `build_loader` opens it (`ZarrSource.open`), so an unknown variable, a
-    missing store or a bad option fails with the loader's own message; a budget too small
-    for the defaults is not an error here but part of the report, with the least budget
-    that fits.
+    Opened as `build_loader` opens it (`open_source`), so an unknown variable, a missing
+    store, a bad option or stores that do not join fail with the loader's own message; a
+    budget too small for the defaults is not an error here but part of the report, with
+    the least budget that fits. A join is reported as one source (its arrays, the joined
+    time axis, the loader's defaults over every store) and store by store (what each
+    gives, the steps `join="inner"` leaves out of each, how many steps one read brings).
 
     Args:
-        source: the Zarr group: a URL or a local path, as `build_loader` takes.
+        source: the Zarr group: a URL or a local path, as `build_loader` takes; or a list
+            of them, joined as `build_loader` joins them.
         variables: the arrays to describe (default: those the loader would load).
         split: the split to plan for (`"all"`, `"train"`, ... or a manifest's own).
         batch_size: samples per batch to plan for.
         memory_budget: bytes the loader may hold, to plan for, or None for
             `build_loader`'s default (the host's share).
-        storage_options: obstore client options, as `build_loader` takes them.
+        storage_options: obstore client options, as `build_loader` takes them (for a
+            join: one dict for every store, or a list with one per store).
         manifest: the split manifest, as `build_loader` takes it (default: 0.8/0.1/0.1).
         device: "cpu" or "cuda" to plan for (default: this host's, as `build_loader`).
         sampled_chunks: stored objects (chunks, or shards) measured per array.
@@ -245,6 +282,7 @@ def inspect_store(
         forcings: plan for `build_loader(forcings=...)`: what they keep on the memory
             plan's "forcings" line, a batch's of them in the batches, and with `stack`
             their channels; None for none. Refused as `build_loader` refuses them.
+        join: how a list of stores is aligned on time, as `build_loader` takes it.
     """
     batch_size = as_int("batch_size", batch_size, minimum=1)
     window_steps = as_int("window_steps", window_steps, minimum=1)
@@ -253,14 +291,21 @@ def inspect_store(
     memory_budget = as_optional_int("memory_budget", memory_budget, minimum=1)
     sampled_chunks = as_int("sampled_chunks", sampled_chunks, minimum=1)
     forcing_names = check_forcing_names(forcings)
-    opened = ZarrSource.open(
-        source, variables, manifest=manifest, storage_options=storage_options, area=area
+    opened = open_source(
+        source,
+        variables,
+        manifest=manifest,
+        storage_options=storage_options,
+        area=area,
+        join=join,
     )
-    secrets = secrets_in(storage_options, source if isinstance(source, str) else None)
-    group = open_root_group(opened.store, opened.where, secrets)
-    arrays = arrays_of(group, opened.where, secrets)
+    stores = _opened_stores(opened, source, storage_options)
+    arrays = {n: a for opened_store in reversed(stores) for n, a in opened_store.arrays.items()}
     selected = {name: arrays[name] for name in opened.layouts}
-    sizes = run_on_zarr_loop(measure_stored_sizes(opened.store, selected, sampled_chunks))
+    sizes: dict[str, tuple[StoredSizes, StoredSizes | None]] = {}
+    for opened_store in stores:
+        mine = {n: a for n, a in opened_store.arrays.items() if n in opened_store.fields}
+        sizes |= run_on_zarr_loop(measure_stored_sizes(opened_store.store, mine, sampled_chunks))
     reports = tuple(_array_report(name, selected[name], *sizes[name]) for name in selected)
     statics = opened.static_shapes()
     others = {
@@ -268,7 +313,11 @@ def inspect_store(
         for name, a in sorted(arrays.items())
         if name not in selected and name not in statics
     }
-    time = _time_report(arrays, reports, opened.geometry.num_samples)
+    secrets = frozenset().union(*(s.secrets for s in stores))
+    if opened.parts:
+        time = _joined_time_report(opened, stores)
+    else:
+        time = _time_report(arrays, reports, opened.geometry.num_samples)
     loader = loader_defaults(
         opened,
         split,
@@ -288,7 +337,7 @@ def inspect_store(
     decoding = {name: describe_record(r) for name, r in opened.decoding_records().items()}
     return StoreReport(
         opened.where,
-        group.metadata.zarr_format,
+        stores[0].zarr_format,
         reports,
         others,
         time,
@@ -298,6 +347,82 @@ def inspect_store(
         statics,
         None if opened.area is None else _area_report(opened.area, opened.layouts),
         forcing_names,
+        opened.join,
+        _joined_reports(opened, stores),
+    )
+
+
+@dataclass(frozen=True)
+class _OpenedStore:
+    """A store `inspect` reads metadata and chunk sizes from: the one store, or one of a
+    join's, with the arrays of the loader's it holds."""
+
+    store: Store = field(repr=False)
+    where: str
+    secrets: frozenset[str]
+    arrays: Mapping[str, zarr.Array]
+    zarr_format: int
+    fields: tuple[str, ...]
+    statics: tuple[str, ...]
+    origin: int | None = None
+    steps: int | None = None
+
+
+def _opened_stores(opened: ZarrSource, source: Any, storage_options: Any) -> list[_OpenedStore]:
+    """Each store of `opened` with its arrays: the store itself, or each part of a join."""
+    if opened.parts:
+        found = []
+        for part in opened.parts:
+            secrets = frozenset(part.secrets)
+            group = open_root_group(part.store, part.where, secrets)
+            found.append(
+                _OpenedStore(
+                    part.store,
+                    part.where,
+                    secrets,
+                    arrays_of(group, part.where, secrets),
+                    group.metadata.zarr_format,
+                    part.fields,
+                    part.statics,
+                    part.origin,
+                    part.steps,
+                )
+            )
+        return found
+    secrets = secrets_in(storage_options, source if isinstance(source, str) else None)
+    group = open_root_group(opened.store, opened.where, secrets)
+    return [
+        _OpenedStore(
+            opened.store,
+            opened.where,
+            secrets,
+            arrays_of(group, opened.where, secrets),
+            group.metadata.zarr_format,
+            tuple(opened.layouts),
+            tuple(opened.statics),
+        )
+    ]
+
+
+def _joined_reports(
+    opened: ZarrSource, stores: Sequence[_OpenedStore]
+) -> tuple[JoinedStoreReport, ...]:
+    """What each store of a join gives (nothing for one store)."""
+    if not opened.parts:
+        return ()
+    length = opened.geometry.num_samples
+    return tuple(
+        JoinedStoreReport(
+            store=s.where,
+            zarr_format=s.zarr_format,
+            variables=s.fields,
+            statics=s.statics,
+            steps=s.steps,
+            origin=s.origin,
+            lost=None if s.steps is None else s.steps - length,
+            steps_per_chunk=tuple(sorted({int(s.arrays[n].chunks[0]) for n in s.fields})),
+        )
+        for s in stores
     )
 
 
@@ -414,6 +539,17 @@ def _time_report(
         if length > 1 and raw.dtype.kind in "iuf":
             step = str((raw[1] - raw[0]).item())
     return TimeReport(name, length, units, calendar, decoded is not None, first, last, step)
+
+
+def _joined_time_report(opened: ZarrSource, stores: Sequence[_OpenedStore]) -> TimeReport:
+    """The joined time axis: the dates every store's variables are read at, named and
+    attributed as the first store that has it keeps its time coordinate."""
+    axis = opened.time_axis()
+    found = next(s.arrays[axis.name] for s in stores if axis.name in s.arrays)
+    units, calendar = cf_attributes(found)
+    first, last = axis.text(axis.dates[[0, -1]])
+    step = step_text(axis.dates[1] - axis.dates[0]) if axis.dates.size > 1 else None
+    return TimeReport(axis.name, int(axis.dates.size), units, calendar, True, first, last, step)
 
 
 def _dates(

@@ -1,0 +1,196 @@
+"""`insitubatch inspect` and `insitubatch stats` on several stores joined as one (issue 37):
+the reports name each store and what it gives, the steps an inner join leaves out of each
+and how many steps one of its reads brings; the statistics are those of
+`xr.merge([xr.open_zarr(u) ...], join=...)`; per-store options and refusals as for one
+store (one line, exit status 2, no secret)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from insitubatch_nodes import ChannelStats
+from insitubatch_nodes.cli.main import main
+from tests.helpers.joined_stores import dates, era5_join, merged, pressure_levels
+from tests.helpers.s3_server import S3Server
+
+pytestmark = pytest.mark.filterwarnings("ignore")  # xarray's and zarr's notes on Zarr v3
+SECRET = "join-Secret-7Gq2w"  # a value no report could contain by chance
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def refused(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    """The one line a failed command prints (exit status 2, nothing on stdout)."""
+    code, out, err = run(capsys, *args)
+    assert code == 2, out + err
+    assert out == "" and err.count("\n") == 1 and "Traceback" not in err
+    return err
+
+
+@pytest.fixture(scope="module")
+def inner(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The pressure store starts 10 steps before the surface store and ends 5 after it."""
+    folder = tmp_path_factory.mktemp("joined")
+    return era5_join(folder, pressure=(0, 72), surface_steps=(10, 57))
+
+
+def test_inspect_names_each_store_and_what_it_gives(
+    inner: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    pl, sfc, static = inner
+    code, out, err = run(capsys, "inspect", *inner, "--join", "inner")
+    assert code == 0, err
+    lines = out.splitlines()
+    # the default choice leaves a store of static fields only out, as build_loader does
+    assert lines[0] == f"store   the join of {pl} and {sfc}  (join='inner')"
+    assert lines[1] == (
+        f"  {pl} (Zarr v3): t, z; 72 steps, 15 left out (the joined axis starts at its "
+        f"step 10); 24 steps per chunk"
+    )
+    assert lines[2] == f"  {sfc} (Zarr v3): msl, t2m; 57 steps; 1 step per chunk"
+    assert static not in out
+    reference = merged(inner, "inner")
+    first, last = (str(d)[:16] for d in reference.time.values[[0, -1]])
+    assert f"time    time: {first} .. {last}, 57 steps, every 6 h" in out
+
+
+def test_inspect_json_of_a_join(inner: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    pl, sfc, static = inner
+    code, out, err = run(
+        capsys, "inspect", *inner, "--join", "inner", "--variables", "t", "msl", "lsm", "--json"
+    )
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["join"] == "inner"
+    assert report["store"] == f"the join of {pl} and {sfc} and {static}"
+    assert [a["name"] for a in report["arrays"]] == ["t", "msl"]
+    assert report["statics"] == {"lsm": [5, 8]}
+    assert report["time"]["count"] == merged(inner, "inner").sizes["time"] == 57
+    assert report["stores"] == [
+        {
+            "store": pl,
+            "zarr_format": 3,
+            "variables": ["t"],
+            "statics": [],
+            "steps": 72,
+            "origin": 10,
+            "lost": 15,
+            "steps_per_chunk": [24],
+        },
+        {
+            "store": sfc,
+            "zarr_format": 3,
+            "variables": ["msl"],
+            "statics": [],
+            "steps": 57,
+            "origin": 0,
+            "lost": 0,
+            "steps_per_chunk": [1],
+        },
+        {
+            "store": static,
+            "zarr_format": 3,
+            "variables": [],
+            "statics": ["lsm"],
+            "steps": None,
+            "origin": None,
+            "lost": None,
+            "steps_per_chunk": [],
+        },
+    ]
+    assert report["loader"]["split_samples"] == 57
+
+
+def test_inspect_of_one_store_has_no_store_lines(
+    inner: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "inspect", inner[1], "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["join"] is None and report["stores"] == []
+
+
+def test_an_exact_join_of_other_dates_is_refused_naming_both_stores(
+    inner: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    for command in ("inspect", "stats"):
+        line = refused(capsys, command, inner[0], inner[1])
+        assert line.startswith(f"insitubatch {command}: ")
+        assert inner[0] in line and inner[1] in line and "join" in line
+
+
+def test_stats_of_a_join_are_those_of_xarray_merge(
+    inner: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "joined.stats.json"
+    args = ["stats", inner[0], inner[1], "--join", "inner", "--split", "all"]
+    code, printed, err = run(capsys, *args, "--variables", "t2m", "z", "--out", str(out))
+    assert code == 0, err
+    stats = ChannelStats.load(out)
+    reference = merged(inner, "inner")
+    assert stats.channels["z"] == ["z[0]", "z[1]", "z[2]"]
+    np.testing.assert_allclose(stats.mean["t2m"], [float(reference.t2m.mean())], rtol=1e-5)
+    np.testing.assert_allclose(stats.std["t2m"], [float(reference.t2m.std())], rtol=1e-5)
+    z = reference.z.values.astype(np.float64)
+    np.testing.assert_allclose(stats.mean["z"], z.mean(axis=(0, 2, 3)), rtol=1e-5)
+    np.testing.assert_allclose(stats.std["z"], z.std(axis=(0, 2, 3)), rtol=1e-5)
+    assert f"-> {out}" in printed
+
+
+def test_stats_of_a_join_default_to_a_file_of_their_own(
+    inner: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Beside the first store's name, never over the first store's own statistics."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, "stats", *inner[:2], "--join", "inner", "--variables", "msl")
+    assert code == 0, err
+    assert (tmp_path / "pl.joined.stats.json").is_file()
+    assert not (tmp_path / "pl.stats.json").exists()
+
+
+def _s3_join(tmp_path: Path, s3_server: S3Server) -> list[str]:
+    """The pressure store on S3, the surface store on local disk (30 steps each)."""
+    bucket_url = f"s3://{s3_server.new_bucket()}/pl.zarr"
+    local = era5_join(tmp_path, pressure=(0, 30), surface_steps=(0, 30))
+    pressure_levels(dates(0, 30)).to_zarr(
+        s3_server.writable_store(bucket_url),
+        mode="w",
+        encoding={"t": {"chunks": (24, 3, 5, 8)}, "z": {"chunks": (24, 3, 5, 8)}},
+        zarr_format=3,
+        consolidated=True,
+    )
+    return [bucket_url, local[1]]
+
+
+def test_storage_options_once_per_store(
+    tmp_path: Path, s3_server: S3Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Per-store options in the URLs' order; given once, they go to every store (the local
+    store refuses S3's); given a third time for two stores, refused by count. No secret
+    in any of it."""
+    urls = _s3_join(tmp_path, s3_server)
+    options: dict[str, Any] = s3_server.json_options(secret_access_key=SECRET)
+    s3 = json.dumps(options)
+    code, out, err = run(
+        capsys, "inspect", *urls, "--storage-options", s3, "--storage-options", "{}"
+    )
+    assert code == 0, err
+    assert f"  {urls[0]} (Zarr v3): t, z; 30 steps; 24 steps per chunk" in out
+    assert SECRET not in out + err
+    line = refused(capsys, "inspect", *urls, "--storage-options", s3)
+    assert SECRET not in line
+    three = ["--storage-options", s3] * 3
+    line = refused(capsys, "stats", *urls, *three)
+    assert "--storage-options is given 3 times for 2 stores" in line and SECRET not in line
