@@ -28,9 +28,8 @@ from zarr.abc.store import Store
 
 from insitubatch_nodes.builder.build_loader import build_loader
 from insitubatch_nodes.core.settings import as_int
+from insitubatch_nodes.io.joined_source import source_where
 from insitubatch_nodes.io.reads.fetch_stats import FetchStats
-from insitubatch_nodes.io.stores.open_store import describe
-from insitubatch_nodes.io.stores.redact import secrets_in
 from insitubatch_nodes.loader.loader import Loader
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode
 from insitubatch_nodes.nodes.graph import graph_nodes
@@ -187,21 +186,23 @@ def _latency(start: FetchStats, end: FetchStats, q: float) -> float | None:
 
 
 def run_bench(
-    source: str | Path | Store,
+    source: str | Path | Store | Sequence[str | Path | Store],
     variables: Sequence[str] | None = None,
     *,
     seconds: float = DEFAULT_SECONDS,
     split: str = "all",
     batch_size: int = 32,
     device: str | None = None,
-    storage_options: dict[str, Any] | None = None,
+    storage_options: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
     progress: bool = True,
+    join: str = "exact",
 ) -> BenchResult:
     """Draw batches from `build_loader`'s default graph for `seconds`, epoch after epoch,
     and say how fast they came and what limited them.
 
     Args:
-        source: the Zarr group, as `build_loader` takes it (URL, path or open store).
+        source: the Zarr group, as `build_loader` takes it (URL, path or open store), or
+            a list of them, joined as `build_loader` joins them.
         variables: the arrays to load (default: the loader's).
         seconds: how long to draw batches (> 0); the run stops after the first batch
             handed out past it.
@@ -210,6 +211,7 @@ def run_bench(
         device: where batches go (default `build_loader`'s: CUDA when there is one).
         storage_options: obstore client options, as `build_loader` takes them.
         progress: show a live progress bar on stderr (tqdm).
+        join: how a list of stores is aligned on time, as `build_loader` takes it.
     """
     if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not seconds > 0:
         raise ValueError(f"seconds must be a number above 0, got {seconds!r}")
@@ -221,10 +223,11 @@ def run_bench(
         batch_size=batch_size,
         device=device,
         storage_options=storage_options,
+        join=join,
     )
     fetch: AsyncFetchNode = _only(loader, AsyncFetchNode)
     plans: ReadPlanNode = _only(loader, ReadPlanNode)
-    secrets = secrets_in(storage_options, source if isinstance(source, str) else None)
+    where = source_where(source, storage_options)
     run = _Run(interval_s=max(0.25, seconds / POINTS))
     first = fetch.stats.snapshot()
     started = time.perf_counter()
@@ -260,15 +263,14 @@ def run_bench(
                 run.end_epoch(loader.stats())
             if handed == 0:
                 raise ValueError(
-                    f"split {split!r} of {describe(source, secrets)} yields no batch: pick a "
-                    f"split with samples"
+                    f"split {split!r} of {where} yields no batch: pick a split with samples"
                 )
             if timed_out:
                 break
     last = fetch.stats.snapshot()
     longest = max(run.epochs, key=lambda epoch: epoch[0])
     return BenchResult(
-        store=describe(source, secrets),
+        store=where,
         split=split,
         batch_size=batch_size,
         device=str(resolve_device(device)),

@@ -22,25 +22,28 @@ PREPARE_BATCH = 64  # samples per batch while preparing: fewer, larger gathers
 
 
 def prepare_cache(
-    url: str,
+    url: str | list[str],
     folder: str | Path,
     max_bytes: int,
     *,
     split: str = "train",
     variables: Sequence[str] | None = None,
     manifest: str | Path | None = None,
-    storage_options: dict[str, Any] | None = None,
+    storage_options: dict[str, Any] | list[dict[str, Any] | None] | None = None,
+    join: str = "exact",
 ) -> dict[str, Any]:
     """Read `split` of `url` once through a cache in `folder`; what it did, as plain data.
 
     Args:
-        url: the Zarr group (path or URL).
+        url: the Zarr group (path or URL), or a list of them joined as one source.
         folder: the cache folder (made if missing; may hold entries already).
         max_bytes: the cache's budget, shared with every run that uses the folder.
         split: the split to prepare (a training run of that split then hits).
         variables: the arrays a training run selects (default: the loader's).
         manifest: the split manifest training uses, or None for the default.
-        storage_options: obstore client options for an object-store URL.
+        storage_options: obstore client options for an object-store URL (for a join: one
+            dict for every store, or one per store).
+        join: how a list of stores is aligned on time, as `build_loader` takes it.
     """
     spec = CacheSpec(folder, max_bytes)
     loader = build_loader(
@@ -55,6 +58,7 @@ def prepare_cache(
         manifest=manifest,
         storage_options=storage_options,
         cache=spec,
+        join=join,
     )
     with loader:
         for _ in loader:

@@ -18,11 +18,7 @@ from insitubatch_nodes.cli.demo import DemoConfig, default_cache, run_demo
 from insitubatch_nodes.cli.report_text import format_report
 from insitubatch_nodes.cli.split_command import parsed_splits, split_manifest, split_text
 from insitubatch_nodes.cli.stats_pass import compute_stats
-from insitubatch_nodes.cli.store_options import (
-    add_store_options,
-    joined_storage_options,
-    storage_options_from,
-)
+from insitubatch_nodes.cli.store_options import add_store_options, joined_storage_options
 from insitubatch_nodes.cli.store_report import inspect_store
 from insitubatch_nodes.core.area import Area
 from insitubatch_nodes.core.byte_sizes import parse_nbytes
@@ -30,6 +26,8 @@ from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
 from insitubatch_nodes.io.reads.stored_sizes import DEFAULT_SAMPLED_CHUNKS
 from insitubatch_nodes.io.stores.redact import redact, secrets_in
 from insitubatch_nodes.nodes.channel_stats import stats_path
+
+_URLS_HELP = "the Zarr group (path or URL), or several, joined on time as one source"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -49,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stats.add_argument(
         "url",
         nargs="+",
-        help="the Zarr group (path or URL), or several, joined on time as one source",
+        help=_URLS_HELP,
     )
     stats.add_argument("--variables", nargs="+", default=None)
     stats.add_argument("--split", default="train")
@@ -75,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="N,W,S,E",
         help="statistics of the box's grid points only, as build_loader(area=...) crops",
     )
-    add_store_options(stats, joins=True)
+    add_store_options(stats)
     _add_inspect(commands)
     _add_bench(commands)
     _add_split(commands)
@@ -188,7 +186,7 @@ def _add_inspect(commands: Any) -> None:
     inspect.add_argument(
         "url",
         nargs="+",
-        help="the Zarr group (path or URL), or several, joined on time as one source",
+        help=_URLS_HELP,
     )
     inspect.add_argument("--variables", nargs="+", default=None, help="default: the loader's")
     inspect.add_argument("--split", default="all", help="the split to plan for")
@@ -199,7 +197,7 @@ def _add_inspect(commands: Any) -> None:
         help="bytes, or with a unit (512MiB, 8GiB, 2GB); default build_loader's: half of "
         "this rank's share of the memory available on this host",
     )
-    add_store_options(inspect, joins=True)
+    add_store_options(inspect)
     inspect.add_argument("--manifest", type=Path, default=None, help="split manifest JSON")
     inspect.add_argument(
         "--device", choices=("cpu", "cuda"), default=None, help="plan for (default: this host's)"
@@ -275,7 +273,7 @@ def _add_bench(commands: Any) -> None:
         help="build_loader's default graph on a store for some seconds: samples/s, MB/s, "
         "reads, reads in flight, read latency and the limiting stage",
     )
-    bench.add_argument("url", help="the Zarr group (path or URL)")
+    bench.add_argument("url", nargs="+", help=_URLS_HELP)
     bench.add_argument("--variables", nargs="+", default=None, help="default: the loader's")
     bench.add_argument("--split", default="all", help="the split to read")
     bench.add_argument("--batch-size", type=int, default=32)
@@ -302,7 +300,7 @@ def _add_cache(commands: Any) -> None:
         help="fill a local chunk cache folder with a split's stored chunks, for "
         "build_loader(cache=CacheSpec(folder, max_bytes[, read_only=True]))",
     )
-    cache.add_argument("url", help="the Zarr group (path or URL)")
+    cache.add_argument("url", nargs="+", help=_URLS_HELP)
     cache.add_argument("--split", default="train", help="the split training reads")
     cache.add_argument("--folder", type=Path, required=True, help="the cache folder")
     cache.add_argument("--max-bytes", required=True, help="the cache's budget, e.g. 200G")
@@ -314,17 +312,18 @@ def _add_cache(commands: Any) -> None:
 def _cache(args: argparse.Namespace) -> int:
     """Prepare the cache and say what it holds; a failure is one line on stderr
     (credentials redacted) and exit status 2."""
-    options: dict[str, Any] | None = None
+    options: Any = None
     try:
-        options = storage_options_from(args.storage_options, args.anonymous, args.url)
+        options = joined_storage_options(args.storage_options, args.anonymous, args.url)
         result = prepare_cache(
-            args.url,
+            _one_or_several(args.url),
             args.folder,
             parse_nbytes(args.max_bytes, "--max-bytes"),
             split=args.split,
             variables=args.variables,
             manifest=args.manifest,
             storage_options=options,
+            join=args.join,
         )
     except Exception as err:
         return _refused("cache", err, options, args.url)
@@ -341,7 +340,7 @@ def _add_split(commands: Any) -> None:
         "1979:2015 is 1979-01-01T00 through 2015-12-31T23:59; --val 2016 is all of 2016. "
         "Write FIRST:LAST or FIRST..LAST, dates as YYYY[-MM[-DD[THH[:MM]]]] (UTC).",
     )
-    split.add_argument("url", help="the Zarr group (path or URL)")
+    split.add_argument("url", nargs="+", help=_URLS_HELP)
     for name in ("train", "val", "test"):
         split.add_argument(f"--{name}", default=None, metavar="FIRST:LAST")
     split.add_argument(
@@ -364,9 +363,9 @@ def _add_split(commands: Any) -> None:
 def _split(args: argparse.Namespace) -> int:
     """Write the manifest and print what it holds; any failure is one line on stderr
     (credentials redacted) and exit status 2, as for inspect."""
-    options: dict[str, Any] | None = None
+    options: Any = None
     try:
-        options = storage_options_from(args.storage_options, args.anonymous, args.url)
+        options = joined_storage_options(args.storage_options, args.anonymous, args.url)
         ranges = {n: getattr(args, n) for n in ("train", "val", "test") if getattr(args, n)}
         for item in args.split:
             name, sep, text = item.partition("=")
@@ -378,18 +377,20 @@ def _split(args: argparse.Namespace) -> int:
         if not ranges:
             raise ValueError("give at least one split, e.g. --train 1979:2015 --val 2016")
         manifest = split_manifest(
-            args.url,
+            _one_or_several(args.url),
             parsed_splits(ranges),
             args.variables,
             unit_steps=args.unit_steps,
             storage_options=options,
+            join=args.join,
         )
-        out = args.out if args.out is not None else default_stats_file(args.url, ".splits.json")
+        out = args.out
+        if out is None:
+            suffix = _joined_suffix(args.url, ".splits.json")
+            out = default_stats_file(args.url[0], suffix)
         out.write_text(manifest.dumps())
     except Exception as err:
-        text = " ".join(str(err).split()) or type(err).__name__
-        print(f"insitubatch split: {redact(text, secrets_in(options, args.url))}", file=sys.stderr)
-        return 2
+        return _refused("split", err, options, args.url)
     print(split_text(manifest))
     print(f"-> {out}")
     return 0
@@ -409,13 +410,13 @@ def _refused(command: str, err: Exception, options: Any, url: str | list[str]) -
 def _bench(args: argparse.Namespace) -> int:
     """Run the bench and print its table (or JSON); a failure is one line on stderr
     (credentials redacted) and exit status 2, as for `inspect`."""
-    options: dict[str, Any] | None = None
+    options: Any = None
     try:
-        options = storage_options_from(args.storage_options, args.anonymous, args.url)
+        options = joined_storage_options(args.storage_options, args.anonymous, args.url)
         if args.png is not None:
             require_matplotlib()  # before the run, not after it
         result = run_bench(
-            args.url,
+            _one_or_several(args.url),
             args.variables,
             seconds=args.seconds,
             split=args.split,
@@ -423,6 +424,7 @@ def _bench(args: argparse.Namespace) -> int:
             device=args.device,
             storage_options=options,
             progress=not args.no_progress,
+            join=args.join,
         )
         if args.png is not None:
             save_png(result, args.png)

@@ -20,29 +20,33 @@ from insitubatch_nodes.core.date_ranges import RangeLike, range_from_text
 from insitubatch_nodes.core.geometry import SampleGeometry
 from insitubatch_nodes.core.manifest import SplitManifest
 from insitubatch_nodes.core.unit_grid import grid_manifest
-from insitubatch_nodes.io.zarr_source import ZarrSource
+from insitubatch_nodes.io.joined_source import open_source
 
 
 def split_manifest(
-    source: str | Path | Store,
+    source: str | Path | Store | Sequence[str | Path | Store],
     splits: Mapping[str, RangeLike],
     variables: Sequence[str] | None = None,
     *,
     unit_steps: int | None = None,
-    storage_options: dict[str, Any] | None = None,
+    storage_options: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
+    join: str = "exact",
 ) -> SplitManifest:
     """The manifest of `splits` (dates) on `source`'s time coordinate.
 
     Args:
-        source: the Zarr group: a URL or path, or an open zarr `Store`.
+        source: the Zarr group: a URL or path, or an open zarr `Store`; or a list of them,
+            joined as `build_loader` joins them (the manifest is cut on the joined axis).
         splits: split name -> an inclusive range of dates (`make_date_manifest`).
         variables: the arrays the manifest is for (default: the loader's default).
         unit_steps: steps per unit (a multiple of every variable's time chunk); default
             the arrays' own unit, or the fine grid when that leaves a split no unit of its
             own (`core.unit_grid.grid_manifest`, as `build_loader(splits=)` cuts).
-        storage_options: object-store client options (obstore's).
+        storage_options: object-store client options (obstore's): for a join, one dict
+            for every store or one per store.
+        join: how a list of stores is aligned on time, as `build_loader` takes it.
     """
-    opened = ZarrSource.open(source, variables, storage_options=storage_options)
+    opened = open_source(source, variables, storage_options=storage_options, join=join)
     axis = opened.time_axis()
     if unit_steps is None:  # the grid build_loader(splits=) cuts on
         return grid_manifest(opened.layouts, lambda grid: make_date_manifest(grid, axis, splits))

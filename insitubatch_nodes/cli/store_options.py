@@ -4,9 +4,9 @@
 client options given as JSON text or a JSON file (`--storage-options`), and `--anonymous`
 for public buckets. They live here, declared once and read once, so that the commands
 cannot drift apart in what they accept or in how they refuse a typo; `cli.main` only wires
-them in. A command that joins several stores (`inspect`, `stats`: several URLs) takes
-`--storage-options` once for every store or once per store, in the URLs' order, and
-`--join`, as `build_loader(source=[...], storage_options=..., join=...)` takes them.
+them in. Each takes one URL or several, joined as one source: `--storage-options` once for
+every store or once per store in the URLs' order, and `--join`, as
+`build_loader(source=[...], storage_options=..., join=...)` takes them.
 """
 
 from __future__ import annotations
@@ -32,39 +32,30 @@ _JSON_KINDS = {
 }
 
 
-def add_store_options(command: argparse.ArgumentParser, *, joins: bool = False) -> None:
-    """Declare `--storage-options` and `--anonymous` on a command's parser, and `--join`
-    on one that takes several stores.
+def add_store_options(command: argparse.ArgumentParser) -> None:
+    """Declare `--storage-options`, `--anonymous` and `--join` on a command's parser (every
+    command that reads stores takes one URL or several, joined as one source).
 
     Args:
         command: the parser of a command that reads a store.
-        joins: whether the command takes several URLs, joined as one source: then
-            `--storage-options` may be given once per store.
     """
-    if joins:
-        command.add_argument(
-            "--storage-options",
-            action="append",
-            default=None,
-            help="obstore client options (credentials, endpoint, region): JSON text or the "
-            "path of a JSON file; once for every store, or once per store in the URLs' order",
-        )
-        command.add_argument(
-            "--join",
-            choices=("exact", "inner"),
-            default="exact",
-            help="how several stores are aligned on time: exact (the default) refuses "
-            "differing dates, inner keeps the dates every store holds",
-        )
-    else:
-        command.add_argument(
-            "--storage-options",
-            default=None,
-            help="obstore client options (credentials, endpoint, region): JSON text or the "
-            "path of a JSON file",
-        )
+    command.add_argument(
+        "--storage-options",
+        action="append",
+        default=None,
+        help="obstore client options (credentials, endpoint, region): JSON text or the path "
+        "of a JSON file; for several stores, once for every store or once per store in the "
+        "URLs' order",
+    )
     command.add_argument(
         "--anonymous", action="store_true", help="unsigned requests (public s3/gs/az buckets)"
+    )
+    command.add_argument(
+        "--join",
+        choices=("exact", "inner"),
+        default="exact",
+        help="how several stores are aligned on time: exact (the default) refuses differing "
+        "dates, inner keeps the dates every store holds",
     )
 
 

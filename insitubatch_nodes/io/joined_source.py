@@ -91,6 +91,27 @@ def options_per_store(storage_options: Any, count: int) -> list[dict[str, Any] |
     )
 
 
+def source_where(source: Any, storage_options: Any = None) -> str:
+    """How messages name `source`, credentials redacted: one store as `describe` names it,
+    several as "the join of A and B" (as a joined `ZarrSource.where` reads).
+
+    Args:
+        source: a URL, path or zarr `Store`, or a list of them.
+        storage_options: as `open_source` takes them (their secrets are redacted).
+    """
+    sources = source_list(source)
+    if sources is None:
+        options = storage_options if isinstance(storage_options, Mapping) else None
+        return describe(source, secrets_in(options, source if isinstance(source, str) else None))
+    wheres = [
+        describe(one, secrets_in(options, one if isinstance(one, str) else None))
+        for one, options in zip(
+            sources, options_per_store(storage_options, len(sources)), strict=True
+        )
+    ]
+    return wheres[0] if len(wheres) == 1 else "the join of " + " and ".join(wheres)
+
+
 def open_source(
     source: Any,
     variables: Sequence[str] | None = None,

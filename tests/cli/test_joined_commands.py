@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from insitubatch_nodes import ChannelStats
+from insitubatch_nodes import ChannelStats, build_loader
 from insitubatch_nodes.cli.main import main
 from tests.helpers.joined_stores import dates, era5_join, merged, pressure_levels
 from tests.helpers.s3_server import S3Server
@@ -194,3 +194,57 @@ def test_storage_options_once_per_store(
     three = ["--storage-options", s3] * 3
     line = refused(capsys, "stats", *urls, *three)
     assert "--storage-options is given 3 times for 2 stores" in line and SECRET not in line
+
+
+def test_split_of_a_join_is_cut_on_the_joined_axis(
+    inner: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The manifest `split` writes for a join is the one `build_loader(splits=)` cuts: a
+    loader given the file yields the samples of a loader given the dates."""
+    monkeypatch.chdir(tmp_path)
+    urls = inner[:2]
+    ranges = {"train": "2020-01-03T12:2020-01-10", "val": "2020-01-11:2020-01-17"}
+    args = [f"--{name}={text}" for name, text in ranges.items()]
+    code, out, err = run(capsys, "split", *urls, "--join", "inner", *args)
+    assert code == 0, err
+    written = tmp_path / "pl.joined.splits.json"
+    assert out.endswith("-> pl.joined.splits.json\n") and written.is_file()
+    assert not (tmp_path / "pl.splits.json").exists()
+    settings: dict[str, Any] = dict(join="inner", batch_size=5, seed=3, device="cpu")
+    cut = dict(splits={n: tuple(t.split(":", 1)) for n, t in ranges.items()})
+    for split in ("train", "val"):
+        by_file = joined_samples(urls, split=split, manifest=written, **settings)
+        by_dates = joined_samples(urls, split=split, **cut, **settings)
+        assert by_file == by_dates and by_file
+
+
+def joined_samples(urls: list[str], **settings: Any) -> list[int]:
+    """The sample indices of an epoch of a loader over `urls`, in order."""
+    return [i for b in build_loader(urls, **settings) for i in b["sample_index"].tolist()]
+
+
+def test_bench_and_cache_on_a_join(
+    inner: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    urls = inner[:2]
+    code, out, err = run(
+        capsys, "bench", *urls, "--join", "inner", "--seconds", "0.2", "--no-progress", "--json"
+    )
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["store"] == f"the join of {urls[0]} and {urls[1]}"
+    assert result["samples"] > 0
+    folder = tmp_path / "cache"
+    cache = ["cache", *urls, "--join", "inner", "--split", "all", "--folder", str(folder)]
+    code, first, err = run(capsys, *cache, "--max-bytes", "64M")
+    assert code == 0, err
+    # every unit reads the pressure store's 3 chunks it straddles (of t and z) and the
+    # surface store's 57 (of t2m and msl): all new the first time, all cached the second
+    assert "split 'all': " in first and ", 0 already cached" in first
+    code, again, err = run(capsys, *cache, "--max-bytes", "64M")
+    assert code == 0, err
+    chunks = int(again.split(": ", 1)[1].split(" chunks")[0])
+    assert f"{chunks} chunks, {chunks} already cached" in again
