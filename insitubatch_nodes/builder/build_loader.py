@@ -103,7 +103,9 @@ def build_loader(
             variables are looked up by name across them (a name in two stores is
             refused), each store is read in place with its own chunking, codecs and
             `storage_options`, and batches equal `xr.merge([xr.open_zarr(u) for u in
-            urls], join=join)` at each `sample_index` of the joined time axis.
+            urls], join=join)` at each `sample_index` of the joined time axis. Or a list
+            of such Datasets (`io/xarray_join.py`): each selection applies to its own
+            store, and batches equal `xr.merge(datasets, join=join)`.
         variables: the arrays to load (default: every array of 2 or more dimensions with
             the time dimension, or the spec's variables); they must share axis 0, the
             sample axis. One without the store's time dimension (by dimension names) is a

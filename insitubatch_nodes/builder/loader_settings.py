@@ -46,6 +46,7 @@ from insitubatch_nodes.io.joined_source import source_list
 from insitubatch_nodes.io.metadata.levels import LevelsLike
 from insitubatch_nodes.io.metadata.zarr_compat import resolve_pipeline
 from insitubatch_nodes.io.reads.retry import RetryPolicy
+from insitubatch_nodes.io.xarray_join import holds_datasets, joined_dataset_request
 from insitubatch_nodes.io.xarray_source import dataset_request, is_dataset
 from insitubatch_nodes.io.zarr_source import ManifestLike
 from insitubatch_nodes.nodes.channel_stats import StatsLike
@@ -195,21 +196,9 @@ def check_settings(arguments: Mapping[str, Any]) -> LoaderSettings:
     # cannot start (resolving the device asks it), so name the fork before either does
     check_object_stores_usable()
     given = dict(arguments)
-    if is_dataset(given["source"]):
-        request = dataset_request(
-            given["source"],
-            storage_options=given["storage_options"],
-            spatial_dims=given["spatial_dims"],
-        )
-        selected = ("variables", "splits", "manifest", "levels", "stride", "frequency", "patches")
-        chosen = request.settings(given["split"], {k: given[k] for k in selected})
-        if given["area"] is not None and chosen.get("patches") is not None:
-            raise ValueError(
-                "the Dataset selects part of the grid and area= is given too: select the "
-                "region either on the Dataset (.isel/.sel) or with area=, not both"
-            )
-        given.update(chosen, source=request.url)  # the Dataset's selection, as settings
-        given.update(request.decoding_settings(given["decode_cf"]))
+    listed = source_list(given["source"])
+    if is_dataset(given["source"]) or (listed is not None and holds_datasets(listed)):
+        given.update(_dataset_settings(given, listed))
     check_shuffle(given["shuffle"])
     device = batch_device(given["device"])
     decode_on = decode_device(given["decode"], device)
@@ -310,21 +299,44 @@ def check_settings(arguments: Mapping[str, Any]) -> LoaderSettings:
     )
 
 
+def _dataset_settings(given: Mapping[str, Any], listed: list[Any] | None) -> dict[str, Any]:
+    """The settings a Dataset (or a list of them, joined) selects, in place of `source`:
+    the store (or the stores and the join they are read under), the variables, the time
+    selection as a split, levels, the crop and the decoding; a setting given both ways is
+    refused (`DatasetRequest.settings`)."""
+    if listed is None:
+        request = dataset_request(
+            given["source"],
+            storage_options=given["storage_options"],
+            spatial_dims=given["spatial_dims"],
+        )
+        where: dict[str, Any] = {"source": request.url}
+    else:
+        request, urls, join = joined_dataset_request(
+            listed,
+            storage_options=given["storage_options"],
+            spatial_dims=given["spatial_dims"],
+            join=given["join"],
+        )
+        where = {"source": urls, "join": join}
+    selected = ("variables", "splits", "manifest", "levels", "stride", "frequency", "patches")
+    chosen = request.settings(given["split"], {k: given[k] for k in selected})
+    if given["area"] is not None and chosen.get("patches") is not None:
+        raise ValueError(
+            "the Dataset selects part of the grid and area= is given too: select the "
+            "region either on the Dataset (.isel/.sel) or with area=, not both"
+        )
+    return chosen | where | request.decoding_settings(given["decode_cf"])
+
+
 def check_join_sources(stores: Sequence[Any], decode_on: torch.device | None) -> None:
-    """Refuse what a join of several stores does not take yet: xarray Datasets (their
-    selections would each be settings of their own), and decoding on a device (the
+    """Refuse what a join of several stores does not take yet: decoding on a device (the
     device reader reads one store).
 
     Args:
         stores: the stores of `source=`'s list (two or more).
         decode_on: the device chunks would be decoded on, or None for the CPU.
     """
-    if any(is_dataset(store) for store in stores):
-        raise ValueError(
-            "source is a list holding xarray Datasets: a join takes URLs, paths or zarr "
-            "Stores; pass the stores the Datasets were opened from, and select variables, "
-            "dates and levels with variables=, splits= and levels="
-        )
     if decode_on is not None:
         raise ValueError(
             f"decode={decode_on.type!r} decodes chunks on the device, which a join of several "

@@ -40,6 +40,7 @@ import numpy as np
 import zarr
 
 from insitubatch_nodes.core.cf_time import date_unit
+from insitubatch_nodes.core.date_ranges import TimeAxis
 from insitubatch_nodes.core.patches import REGION, PatchSpec
 from insitubatch_nodes.io.metadata.calendar_times import cftime_dates
 from insitubatch_nodes.io.metadata.cf_attributes import CF_ATTRIBUTES, read_cf_decoding
@@ -47,6 +48,7 @@ from insitubatch_nodes.io.metadata.dimensions import coordinate, coordinate_valu
 from insitubatch_nodes.io.metadata.time_axis import read_time_axis
 from insitubatch_nodes.io.metadata.time_dimension import (
     check_static_grid,
+    named_time,
     static_variables,
     time_dimension,
 )
@@ -89,6 +91,10 @@ class DatasetRequest:
             None when the grid is whole.
         decode_cf: whether it shows decoded values (False: opened with
             `mask_and_scale=False`).
+        span: the first and last selected date as `TimeAxis.dates` counts them (to
+            compare selections of several Datasets), or None when time is whole.
+        times: the Dataset's time coordinate, or None when it has none (a Dataset of
+            static fields, or time without a coordinate).
     """
 
     url: str
@@ -98,6 +104,8 @@ class DatasetRequest:
     levels: dict[str, list[Any]] = field(default_factory=dict)
     region: PatchSpec | None = None
     decode_cf: bool = True
+    span: tuple[np.datetime64, np.datetime64] | None = None
+    times: TimeAxis | None = field(default=None, repr=False, compare=False)
 
     def decoding_settings(self, decode_cf: bool) -> dict[str, Any]:
         """`build_loader`'s `decode_cf` for this Dataset: its own, refusing a decoded
@@ -167,7 +175,11 @@ class DatasetRequest:
 
 
 def dataset_request(
-    ds: Any, *, storage_options: dict[str, Any] | None = None, spatial_dims: int = 2
+    ds: Any,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    spatial_dims: int = 2,
+    joined: bool = False,
 ) -> DatasetRequest:
     """What `ds` selects of the store it was opened from, or an error saying what cannot
     be read from stored chunks and what to do.
@@ -177,6 +189,9 @@ def dataset_request(
             possibly after `.sel`/`.isel` and a variable subset.
         storage_options: object-store client options to open its store with.
         spatial_dims: the trailing grid axes (a level axis lies before them).
+        joined: whether `ds` is one of several joined (`io.xarray_join`): then a store that
+            names no time dimension for the selected variables holds static fields only,
+            joined by grid alone, as `io.joined_source` takes such a store.
     """
     url = ds.encoding.get("source")
     if not isinstance(url, str):
@@ -198,12 +213,19 @@ def dataset_request(
     for name in names:
         _check_stored(ds[name], name, arrays, where, decode_cf)
     statics = static_variables(arrays, names)  # read whole, beside the fields
+    if joined and named_time(arrays, names) is None:
+        statics = list(names)  # a store of static fields only
     fields = [n for n in names if n not in statics]
-    check_static_grid(arrays, statics, fields, spatial_dims)
+    if fields or not joined:  # a join checks its grids across stores (`joined_source`)
+        check_static_grid(arrays, statics, fields, spatial_dims)
     time_dimension(arrays, fields)  # time first in each, by name, as by URL (else refused)
-    time_dim = ds[fields[0]].dims[0]
-    length = arrays[fields[0]].shape[0]
-    dates, stride = _time_selection(ds, time_dim, arrays, fields, length, where, secrets)
+    dates, stride, span, times = None, 1, None, None
+    if fields:  # else static fields only: a store of a join that joins by grid alone
+        time_dim = ds[fields[0]].dims[0]
+        length = arrays[fields[0]].shape[0]
+        dates, stride, span = _time_selection(ds, time_dim, arrays, fields, length, where, secrets)
+        if time_dim in ds.coords:
+            times = _selected_axis(np.asarray(ds[time_dim].values), str(time_dim))
     levels = {}
     crops: dict[str, tuple[int, int]] = {}  # spatial dim -> (start, length) when cropped
     read = _Coordinates(arrays, where, secrets)
@@ -221,7 +243,7 @@ def dataset_request(
                 if crop is not None:
                     crops[str(dim)] = crop
     region = _region(ds, names, arrays, crops, spatial_dims)
-    return DatasetRequest(url, names, dates, stride, levels, region, decode_cf)
+    return DatasetRequest(url, names, dates, stride, levels, region, decode_cf, span, times)
 
 
 def _region(
@@ -311,9 +333,9 @@ def _time_selection(
     length: int,
     where: str,
     secrets: Sequence[str],
-) -> tuple[tuple[str, str] | None, int]:
+) -> tuple[tuple[str, str] | None, int, tuple[np.datetime64, np.datetime64] | None]:
     if ds.sizes[dim] == length and dim not in ds.coords:
-        return None, 1
+        return None, 1, None
     if dim not in ds.coords:
         raise ValueError(
             f"the Dataset selects {ds.sizes[dim]} of {length} steps along {dim!r}, which has "
@@ -322,7 +344,7 @@ def _time_selection(
     axis = read_time_axis(arrays, names, length, where, secrets)
     selected = _selected_dates(np.asarray(ds[dim].values), dim)
     if selected.size == length and np.array_equal(selected, axis.dates.astype(selected.dtype)):
-        return None, 1
+        return None, 1, None
     at = _positions(selected, axis.dates.astype(selected.dtype))
     if at is None or at.size == 0:
         raise ValueError(
@@ -343,8 +365,17 @@ def _time_selection(
             f"from the store's first step, so start at a multiple of {stride} (or use "
             f"frequency= with the whole time axis)"
         )
-    first, last = axis.text(axis.dates[at[[0, -1]]], date_unit(axis.dates))  # its calendar's
-    return (first, last), stride
+    ends = axis.dates[at[[0, -1]]]
+    first, last = axis.text(ends, date_unit(axis.dates))  # its calendar's
+    return (first, last), stride, (ends[0], ends[1])
+
+
+def _selected_axis(values: np.ndarray, dim: str) -> TimeAxis:
+    """The Dataset's time coordinate as a `TimeAxis` (its dates and their calendar)."""
+    if values.dtype.kind == "O" and values.size:
+        dates, calendar = cftime_dates(values, dim)
+        return TimeAxis(dim, dates, calendar)
+    return TimeAxis(dim, _selected_dates(values, dim))
 
 
 def _selected_dates(values: np.ndarray, dim: str) -> np.ndarray:

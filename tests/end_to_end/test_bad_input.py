@@ -726,6 +726,32 @@ def _unknown_join(ctx: Context) -> None:
     build_loader(_joined_stores(ctx), join="outer")
 
 
+def _datasets_beside_urls(ctx: Context) -> None:
+    pl, sfc = _joined_stores(ctx)
+    build_loader([xr.open_zarr(pl)[["t"]], sfc])
+
+
+def _joined_datasets_whose_dates_differ(ctx: Context) -> None:
+    pl, sfc = _joined_stores(ctx)
+    times = dates(0, 30)
+    build_loader([xr.open_zarr(pl).sel(time=slice(times[4], None))[["t"]], xr.open_zarr(sfc)])
+
+
+def _joined_datasets_cropped_differently(ctx: Context) -> None:
+    pl, sfc = _joined_stores(ctx)
+    build_loader(
+        [
+            xr.open_zarr(pl).isel(latitude=slice(0, 3))[["t"]],
+            xr.open_zarr(sfc).isel(latitude=slice(1, 4))[["msl"]],
+        ]
+    )
+
+
+def _a_strided_dataset_in_a_join(ctx: Context) -> None:
+    pl, sfc = _joined_stores(ctx)
+    build_loader([xr.open_zarr(pl).isel(time=slice(0, 30, 2))[["t"]], xr.open_zarr(sfc)])
+
+
 CASES = {
     "a URL with a scheme we do not read": _unsupported_scheme,
     "a local path that does not exist": _missing_local_path,
@@ -802,6 +828,10 @@ CASES = {
     "joined stores on different grids": _joined_grids_that_differ,
     "storage_options that are not one per joined store": _storage_options_not_one_per_store,
     "a join the loader does not know": _unknown_join,
+    "xarray Datasets beside URLs in a join": _datasets_beside_urls,
+    "joined Datasets whose dates differ": _joined_datasets_whose_dates_differ,
+    "joined Datasets cropped differently": _joined_datasets_cropped_differently,
+    "a strided Dataset in a join": _a_strided_dataset_in_a_join,
 }
 
 

@@ -1,0 +1,144 @@
+"""A list of xarray Datasets as the source (issue 37): each Dataset's selection (variables,
+levels, a run of dates, a crop) applies to its own store, then the stores are joined as
+`xr.merge(datasets, join=...)` joins the Datasets. Every sample equals that merge at its
+date; what the merge would refuse, or what stored chunks cannot give, is refused by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from insitubatch_nodes import build_loader
+from tests.helpers.batches import as_numpy
+from tests.helpers.joined_stores import dates, era5_join
+
+pytestmark = pytest.mark.filterwarnings("ignore")  # xarray's and zarr's notes on Zarr v3
+
+
+def opened(url: str) -> xr.Dataset:
+    return xr.open_zarr(url)
+
+
+def epoch(datasets: list[xr.Dataset], **settings: Any) -> list[dict[str, Any]]:
+    settings = {"batch_size": 6, "seed": 4, "device": "cpu", **settings}
+    return list(build_loader(datasets, **settings))
+
+
+def check_against_merge(
+    batches: list[dict[str, Any]], urls: list[str], reference: xr.Dataset, names: list[str]
+) -> list[np.datetime64]:
+    """Each batch's variables equal `reference` at their samples' dates (`sample_index`
+    counts steps of the stores' joined axis, the inner merge of the whole stores); the
+    dates seen, in order."""
+    axis = xr.merge([opened(u) for u in urls], join="inner").time.values
+    seen: list[np.datetime64] = []
+    for batch in batches:
+        when = axis[as_numpy(batch["sample_index"])]
+        for name in names:
+            expected = reference[name].sel(time=when).values
+            np.testing.assert_array_equal(as_numpy(batch[name]), expected, err_msg=name)
+        seen += list(when)
+    return seen
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_datasets_with_their_own_selections_yield_their_inner_merge(
+    tmp_path: Path, zarr_format: int
+) -> None:
+    """The pressure store starts 10 steps early, its Dataset keeps two levels of `t` over
+    a run of dates; the surface and static Datasets are whole: every date the merge holds
+    is a sample, once, with its values, and the static field in every batch."""
+    urls = era5_join(tmp_path, zarr_format=zarr_format, pressure=(0, 72), surface_steps=(10, 57))
+    run = dates(0, 72)[[20, 50]]
+    pl = opened(urls[0]).sel(level=[500, 850], time=slice(*run))[["t"]]
+    sfc = opened(urls[1])[["t2m", "msl"]]
+    static = opened(urls[2])[["lsm"]]
+    reference = xr.merge([pl, sfc, static], join="inner")
+    assert reference.sizes["time"] == 31 and list(reference.level.values) == [500, 850]
+    batches = epoch([pl, sfc, static], join="inner", split="train")
+    seen = check_against_merge(batches, urls, reference, ["t", "t2m", "msl"])
+    assert sorted(seen) == list(reference.time.values)
+    for batch in batches:
+        np.testing.assert_array_equal(as_numpy(batch["lsm"])[0], reference.lsm.values)
+
+
+def test_the_inner_merge_of_two_runs_is_the_period_both_select(tmp_path: Path) -> None:
+    urls = era5_join(tmp_path, pressure=(0, 60), surface_steps=(0, 60))
+    days = dates(0, 60)
+    pl = opened(urls[0]).sel(time=slice(days[5], days[40]))[["z"]]
+    sfc = opened(urls[1]).sel(time=slice(days[30], days[55]))[["t2m"]]
+    reference = xr.merge([pl, sfc], join="inner")
+    batches = epoch([pl, sfc], join="inner", split="x")
+    seen = check_against_merge(batches, urls, reference, ["z", "t2m"])
+    assert sorted(seen) == list(reference.time.values) == list(days[30:41])
+
+
+def test_an_exact_merge_takes_equal_selections_and_refuses_others(tmp_path: Path) -> None:
+    urls = era5_join(tmp_path, pressure=(0, 60), surface_steps=(0, 60))
+    days = dates(0, 60)
+    chosen = slice(days[12], days[47])
+    pl = opened(urls[0]).sel(time=chosen)[["t"]]
+    sfc = opened(urls[1]).sel(time=chosen)[["msl"]]
+    reference = xr.merge([pl, sfc], join="exact")
+    seen = check_against_merge(epoch([pl, sfc], split="train"), urls, reference, ["t", "msl"])
+    assert sorted(seen) == list(days[12:48])
+    whole = opened(urls[1])[["msl"]]
+    with pytest.raises(ValueError):
+        xr.merge([pl, whole], join="exact")
+    with pytest.raises(ValueError, match=r"time coordinates of Dataset 0 .* and Dataset 1"):
+        epoch([pl, whole], split="train")
+
+
+def test_what_a_list_of_datasets_cannot_be_read_as_is_refused(tmp_path: Path) -> None:
+    urls = era5_join(tmp_path, pressure=(0, 60), surface_steps=(0, 60))
+    days = dates(0, 60)
+    pl, sfc = opened(urls[0]), opened(urls[1])
+    undecoded = xr.open_zarr(urls[1], mask_and_scale=False)
+    cases: list[tuple[list[Any], dict[str, Any], str]] = [
+        ([pl[["t"]], urls[1]], {}, r"either xarray Datasets or stores"),
+        ([pl.isel(time=slice(0, 40, 2))[["t"]], sfc[["msl"]]], {}, r"one step in every 2"),
+        (
+            [pl.isel(latitude=slice(0, 3))[["t"]], sfc.isel(latitude=slice(1, 4))[["msl"]]],
+            {"join": "inner"},
+            r"crop the grid differently",
+        ),
+        ([pl.isel(latitude=slice(0, 3))[["t"]], sfc[["msl"]]], {}, r"crop the grid differently"),
+        ([pl[["t"]], undecoded[["msl"]]], {}, r"decoded values and some stored ones"),
+        (
+            [pl.sel(time=slice(days[0], days[9]))[["t"]], sfc.sel(time=slice(days[20], None))],
+            {"join": "inner"},
+            r"share no date",
+        ),
+        ([pl[["t"]], sfc[["msl"]]], {"variables": ["t"]}, r"variables=\['t'\] and the Dataset"),
+    ]
+    for datasets, settings, message in cases:
+        with pytest.raises(ValueError, match=message):
+            epoch(datasets, **{"split": "train", **settings})
+
+
+def test_a_crop_on_every_dataset_is_the_loaders_region(tmp_path: Path) -> None:
+    urls = era5_join(tmp_path, pressure=(0, 30), surface_steps=(0, 30))
+    crop = {"latitude": slice(1, 4), "longitude": slice(2, 6)}
+    pl = opened(urls[0]).isel(crop)[["z"]]
+    sfc = opened(urls[1]).isel(crop)[["t2m"]]
+    reference = xr.merge([pl, sfc], join="exact")
+    seen = check_against_merge(epoch([pl, sfc], split="all"), urls, reference, ["z", "t2m"])
+    assert len(seen) == 30
+
+
+def test_a_selection_reaching_past_another_stores_dates_keeps_the_shared_ones(
+    tmp_path: Path,
+) -> None:
+    """The pressure Dataset selects its first 31 steps, the surface store starts at its
+    step 10: the merge holds steps 10 to 30, and so does the loader."""
+    urls = era5_join(tmp_path, pressure=(0, 72), surface_steps=(10, 57))
+    days = dates(0, 72)
+    pl = opened(urls[0]).sel(time=slice(days[0], days[30]))[["t"]]
+    sfc = opened(urls[1])[["t2m"]]
+    reference = xr.merge([pl, sfc], join="inner")
+    seen = check_against_merge(epoch([pl, sfc], join="inner", split="t"), urls, reference, ["t"])
+    assert sorted(seen) == list(reference.time.values) == list(days[10:31])
