@@ -31,12 +31,9 @@ from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
 from insitubatch_nodes.core.date_ranges import RangeLike, TimeAxis
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.time_join import check_join_policy, join_times
-from insitubatch_nodes.io.metadata.grid_coordinates import (
-    GridCoordinates,
-    area_selection,
-    read_grid_coordinates,
-)
-from insitubatch_nodes.io.metadata.levels import LevelsLike, level_axis, level_picks
+from insitubatch_nodes.io.joined_picks import joined_area_picks, joined_level_picks
+from insitubatch_nodes.io.metadata.grid_coordinates import GridCoordinates, read_grid_coordinates
+from insitubatch_nodes.io.metadata.levels import LevelsLike
 from insitubatch_nodes.io.metadata.time_axis import read_time_axis
 from insitubatch_nodes.io.metadata.time_dimension import named_time
 from insitubatch_nodes.io.metadata.zarr_layout import arrays_of, open_root_group, select_variables
@@ -259,8 +256,9 @@ def open_joined(
     split_manifest, geometry = fit_manifest(
         layouts, manifest, splits, lambda _: joined.axis, "these stores"
     )
-    layouts, static_crops, area_axes, boxed = _picked(
-        stores, owner, layouts, statics, levels, area, spatial_dims
+    layouts = joined_level_picks(stores, owner, layouts, levels, spatial_dims)
+    layouts, static_crops, area_axes, boxed = joined_area_picks(
+        stores, owner, layouts, statics, area
     )
     geometry = replace(geometry, variables=dict(layouts))
     codecs: dict[str, str] = {}
@@ -398,70 +396,3 @@ def _check_grids(
                     f"{GRID_TOLERANCE} degrees, in the same order); regrid one, or join stores "
                     f"on one grid"
                 )
-
-
-def _picked(
-    stores: Sequence[_Store],
-    owner: Mapping[str, int],
-    layouts: dict[str, VariableLayout],
-    statics: Mapping[str, VariableLayout],
-    levels: LevelsLike | None,
-    area: Area | None,
-    spatial_dims: int,
-) -> tuple[dict[str, VariableLayout], dict[str, tuple[int, int]], dict[str, tuple[int, int]], Any]:
-    """The layouts with each store's level and area picks, the static fields' and the
-    variables' latitude and longitude axes under an area, and the area's selection."""
-    if levels is not None:
-        if isinstance(levels, Mapping):
-            unknown = [name for name in levels if name not in layouts]
-            if unknown:
-                raise ValueError(
-                    f"levels= names variable(s) {unknown} that are not selected; the loader "
-                    f"has {sorted(layouts)}"
-                )
-        picks: dict[str, Any] = {}
-        for i in sorted({owner[n] for n in layouts}):
-            store = stores[i]
-            mine = {n: lay for n, lay in layouts.items() if owner[n] == i}
-            if isinstance(levels, Mapping):
-                wanted: LevelsLike = {n: v for n, v in levels.items() if n in mine}
-            else:  # a list: the store's variables with a level axis (a surface store has none)
-                wanted = levels
-                mine = {
-                    n: lay
-                    for n, lay in mine.items()
-                    if level_axis(store.arrays, n, spatial_dims) is not None
-                }
-            if wanted and mine:
-                picks |= level_picks(
-                    store.arrays, mine, wanted, spatial_dims, store.where, store.secrets
-                )
-        if not picks:
-            raise ValueError(
-                f"levels= is given, but none of {sorted(layouts)} has a level axis between "
-                f"time and the grid (spatial_dims={spatial_dims})"
-            )
-        layouts = {
-            n: lay.with_picks([picks[n]]) if n in picks else lay for n, lay in layouts.items()
-        }
-    if area is None:
-        return layouts, {}, {}, None
-    boxed = None
-    axes: dict[str, Any] = {}
-    for i in sorted({owner[n] for n in [*layouts, *statics]}):
-        store = stores[i]
-        mine = {n: lay for n, lay in layouts.items() if owner[n] == i}
-        mine_statics = [n for n in statics if owner[n] == i]
-        selected, found = area_selection(
-            store.arrays, mine, area, store.where, store.secrets, mine_statics
-        )
-        boxed = boxed or selected
-        axes |= found
-    assert boxed is not None
-    layouts = {
-        n: lay.with_picks(boxed.picks(axes[n].latitude_axis, axes[n].longitude_axis))
-        for n, lay in layouts.items()
-    }
-    static_crops = {n: (axes[n].latitude_axis, axes[n].longitude_axis) for n in statics}
-    area_axes = {n: (axes[n].latitude_axis, axes[n].longitude_axis) for n in layouts}
-    return layouts, static_crops, area_axes, boxed

@@ -153,7 +153,7 @@ def test_mismatched_grids_duplicate_names_and_bad_options_are_refused(tmp_path: 
     assert "pl.zarr and of" in str(refused.value) and "again.zarr" in str(refused.value)
     with pytest.raises(ValueError, match="a list of length 1, and source joins 2 stores"):
         loader([pl, other], storage_options=[{}])
-    with pytest.raises(ValueError, match="either xarray Datasets or stores .*, not both"):
+    with pytest.raises(ValueError, match=r"either xarray Datasets or stores .*, not both"):
         loader([xr.open_zarr(pl), pl])
 
 
