@@ -1,8 +1,12 @@
-"""Deadlines: reads of one loop time out behind one timer, as under `asyncio.timeout`."""
+"""Deadlines: reads of one loop time out behind one timer, as under `asyncio.timeout`:
+a read past its deadline raises TimeoutError, one cancelled from outside stays cancelled
+(also when its deadline passes while the cancellation is on its way), and the task's
+cancellation count is left as it was."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -13,13 +17,14 @@ from insitubatch_nodes.io.reads.read_slots import ReadSlots
 
 
 async def _watched(deadlines: Deadlines, seconds: float, takes: float) -> str:
-    timeout = asyncio.Timeout(None)
-    async with timeout:
-        deadlines.watch(timeout, seconds)
-        try:
-            await asyncio.sleep(takes)
-        finally:
-            deadlines.drop(timeout)
+    watch = deadlines.watch(seconds)
+    try:
+        await asyncio.sleep(takes)
+    except BaseException as err:
+        if deadlines.drop(watch) and isinstance(err, asyncio.CancelledError):
+            raise TimeoutError from err
+        raise
+    deadlines.drop(watch)
     return "done"
 
 
@@ -84,5 +89,35 @@ def test_read_slots_time_a_read_from_when_it_holds_its_slot() -> None:
             await slots.run(hangs, timeout_s=0.05)
         assert slots.in_flight == 0
         assert await slots.run(read, timeout_s=0.06) == b"x"
+
+    asyncio.run(main())
+
+
+def test_an_outside_cancel_that_meets_the_deadline_stays_a_cancellation() -> None:
+    """Cancelled from outside and past its deadline in the same loop iteration, a read
+    ends cancelled (as under `asyncio.timeout`), and a read that times out leaves its
+    task's cancellation count where it was, so an enclosing timeout still works."""
+
+    async def main() -> None:
+        deadlines = Deadlines()
+        loop = asyncio.get_running_loop()
+        task = asyncio.create_task(_watched(deadlines, 0.02, 1.0))
+        await asyncio.sleep(0)  # watched from now: its deadline is in 20 ms
+        loop.call_later(0.03, task.cancel)
+        loop.call_later(0.005, time.sleep, 0.05)  # holds the loop past both: one iteration
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+        async def times_out_then_sleeps() -> str:
+            with pytest.raises(TimeoutError):
+                await _watched(deadlines, 0.01, 1.0)
+            current = asyncio.current_task()
+            assert current is not None and current.cancelling() == 0
+            await asyncio.sleep(1.0)
+            return "not cut short"
+
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.1):  # the outer deadline still fires
+                await times_out_then_sleeps()
 
     asyncio.run(main())

@@ -68,13 +68,14 @@ class ReadSlots:
             if timeout_s is None:
                 found = await read()
             else:
-                timeout = asyncio.Timeout(None)
-                async with timeout:
-                    self._deadlines.watch(timeout, timeout_s)
-                    try:
-                        found = await read()
-                    finally:
-                        self._deadlines.drop(timeout)
+                watch = self._deadlines.watch(timeout_s)
+                try:
+                    found = await read()
+                except BaseException as err:
+                    if self._deadlines.drop(watch) and isinstance(err, asyncio.CancelledError):
+                        raise TimeoutError from err
+                    raise
+                self._deadlines.drop(watch)
             finished = time.monotonic()
             nbytes = read_nbytes(found)
             self.target.observe(started, finished, nbytes)
