@@ -198,34 +198,60 @@ class ChunkFetcher:
     async def _get_all(
         self, array: StoredArray, reads: tuple[ChunkRead, ...], sink: ChunkSink
     ) -> None:
+        """One task per get and nothing else per chunk: no task group (its wrapper and its
+        done callback, a loop iteration each, per get), the gets counting themselves
+        down to the one future this coroutine waits on. The first failure sets it, and
+        every get still running is cancelled and waited for before it is raised, so none
+        outlives the block."""
+        if not reads:
+            return
         loop = asyncio.get_running_loop()
         per_hop = max(1, len(reads) // (2 * self._context.decode_threads))
         fetched: Loaded = []
         take = self._checked(array, sink)
         store, prototype, retry = self._context.store, self._prototype, self._retry
+        on_retry, slots = self._stats.count_retry, self._inflight
+        done: asyncio.Future[None] = loop.create_future()
+        got = running = len(reads)
+
+        def fail(err: BaseException) -> None:
+            if not done.done():
+                done.set_exception(err)
 
         async def get(read: ChunkRead) -> None:
+            nonlocal got, running
             key = array.key(read.coords)
             try:
                 found = await retry.call(
-                    lambda: store.get(key, prototype=prototype),
-                    key,
-                    self._stats.count_retry,
-                    limit=self._inflight,
+                    lambda: store.get(key, prototype=prototype), key, on_retry, limit=slots
                 )
             except Exception as err:
-                raise self.error(array.name, read.coords, key, err) from scrubbed(err)
+                failure = self.error(array.name, read.coords, key, err)
+                failure.__cause__ = scrubbed(err)
+                fail(failure)
+                return
             fetched.append((read, None if found is None else found.as_numpy_array()))
-            if len(fetched) >= per_hop:
+            got -= 1
+            if len(fetched) >= per_hop or not got:
                 batch = fetched[:]
                 fetched.clear()
-                await loop.run_in_executor(None, take, batch)
+                try:
+                    await loop.run_in_executor(None, take, batch)
+                except Exception as err:
+                    fail(err)
+                    return
+            running -= 1
+            if not running and not done.done():
+                done.set_result(None)
 
-        async with asyncio.TaskGroup() as group:
-            for read in reads:
-                group.create_task(get(read))
-        if fetched:
-            await loop.run_in_executor(None, take, fetched)
+        gets = [loop.create_task(get(read)) for read in reads]
+        try:
+            await done
+        except BaseException:
+            for task in gets:
+                task.cancel()
+            await asyncio.wait(gets)
+            raise
 
     def _scratch(self, nbytes: int) -> bytearray:
         """This decode thread's read buffer, at least `nbytes` long (reused: see read_file)."""
