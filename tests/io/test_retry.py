@@ -71,6 +71,32 @@ def test_gives_up_after_the_attempts_with_the_last_error() -> None:
         policy.call_sync(eio, "k", lambda: None)
 
 
+def test_a_first_try_the_caller_made_counts_as_the_first_attempt() -> None:
+    """The fetch path tries each get once itself and hands a failure to the policy: the
+    read then gets the same attempts, retry count and errors as under the policy alone."""
+    calls: list[int] = []
+    retries: list[int] = []
+
+    async def always_resets() -> None:
+        calls.append(1)
+        raise ConnectionResetError(errno.ECONNRESET, "reset")
+
+    policy = RetryPolicy(attempts=3, base_delay_s=0.0)
+    first = ConnectionResetError(errno.ECONNRESET, "reset")
+    with pytest.raises(ReadGaveUp, match="after 3 attempts"):
+        asyncio.run(policy.call(always_resets, "k", lambda: retries.append(1), failed=first))
+    assert len(calls) == 2 and len(retries) == 2  # the caller's try, then two more
+
+    refused = obstore.exceptions.PermissionDeniedError("403")
+    with pytest.raises(ReadGaveUp, match=r"after 1 attempt$") as raised:
+        asyncio.run(policy.call(always_resets, "k", lambda: None, failed=refused))
+    assert raised.value.__cause__ is refused and len(calls) == 2  # not tried again
+    with pytest.raises(ReadGaveUp, match=r"after 1 attempt$"):
+        once = RetryPolicy(attempts=1)
+        asyncio.run(once.call(always_resets, "k", lambda: None, failed=first))
+    assert len(calls) == 2
+
+
 def test_a_permanent_error_is_not_retried() -> None:
     calls = []
 

@@ -120,15 +120,32 @@ class RetryPolicy:
         key: str,
         on_retry: Callable[[], None],
         limit: ReadSlots | None = None,
+        *,
+        failed: Exception | None = None,
     ) -> T:
         """Await `attempt()` until it succeeds; raise `ReadGaveUp` from the last error.
 
         Each attempt holds a slot of `limit` (if given) while it runs, not while it waits
         to retry; the timeout starts once the slot is held, so a queue of reads is not a
         timeout.
-        """
 
-        for tried in range(1, self.attempts + 1):
+        Args:
+            attempt: one try of the read.
+            key: the object read, which seeds the retry delays.
+            on_retry: called before each retry (the retry counter).
+            limit: the read slots each try holds, or None.
+            failed: the error of a first try the caller made itself (on the fast path,
+                without this wrapper, under `limit.run(attempt, attempt_timeout_s)`):
+                it counts as the first attempt, so the read goes on from the second.
+        """
+        first = 1
+        if failed is not None:
+            if self.attempts == 1 or not self.is_transient(failed):
+                raise ReadGaveUp(1) from failed
+            on_retry()
+            await asyncio.sleep(self.delay_s(key, 1))
+            first = 2
+        for tried in range(first, self.attempts + 1):
             try:
                 if limit is not None:
                     return await limit.run(attempt, self.attempt_timeout_s)

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
-from zarr.core.buffer import default_buffer_prototype
+from zarr.core.buffer import Buffer, default_buffer_prototype
 
 from insitubatch_nodes.core.read_plan import ChunkRead
 from insitubatch_nodes.io.reads.block_reader import ReadContext
@@ -211,6 +211,7 @@ class ChunkFetcher:
         take = self._checked(array, sink)
         store, prototype, retry = self._context.store, self._prototype, self._retry
         on_retry, slots = self._stats.count_retry, self._inflight
+        timeout_s = retry.attempt_timeout_s
         done: asyncio.Future[None] = loop.create_future()
         got = running = len(reads)
 
@@ -221,10 +222,15 @@ class ChunkFetcher:
         async def get(read: ChunkRead) -> None:
             nonlocal got, running
             key = array.key(read.coords)
+
+            def attempt() -> Awaitable[Buffer | None]:
+                return store.get(key, prototype=prototype)
+
             try:
-                found = await retry.call(
-                    lambda: store.get(key, prototype=prototype), key, on_retry, limit=slots
-                )
+                try:  # the first try without the retry wrapper: most reads need no other
+                    found = await slots.run(attempt, timeout_s)
+                except Exception as first:
+                    found = await retry.call(attempt, key, on_retry, limit=slots, failed=first)
             except Exception as err:
                 failure = self.error(array.name, read.coords, key, err)
                 failure.__cause__ = scrubbed(err)
