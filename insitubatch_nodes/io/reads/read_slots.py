@@ -61,7 +61,10 @@ class ReadSlots:
                 cancelled and `TimeoutError` raised (as `asyncio.timeout` does), or None.
         """
         queued = time.monotonic()
-        await self._acquire()
+        if self.in_flight < self.target.limit and not self._waiters:
+            self.in_flight += 1  # a free slot: no coroutine to wait in
+        else:
+            await self._acquire()
         try:
             started = time.monotonic()
             in_flight = self.in_flight
@@ -86,9 +89,6 @@ class ReadSlots:
             self._wake()
 
     async def _acquire(self) -> None:
-        if self.in_flight < self.target.limit and not self._waiters:
-            self.in_flight += 1
-            return
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
