@@ -162,30 +162,23 @@ class FetchStats:
             self.cache_bytes_written += cache_bytes_written
             self.loop_busy_ns += loop_busy_ns
 
-    def add_reads(self, reads: list[tuple[float, float, int, int]]) -> None:
-        """Reads through read slots completed (the read slots hand them over a few dozen
-        at a time, under one lock).
+    def add_read(self, waited_s: float, rtt_s: float, nbytes: int, in_flight: int) -> None:
+        """One read through a read slot completed.
 
         Args:
-            reads: per read, (how long it waited for its slot, its round trip once it held
-                the slot, in seconds; bytes it returned; reads in flight when it was sent,
-                itself included).
+            waited_s: how long it waited for its slot.
+            rtt_s: its round trip once it held the slot.
+            nbytes: bytes it returned.
+            in_flight: reads in flight when it was sent, itself included.
         """
-        log2, top = math.log2, LATENCY_BUCKETS - 1
+        bucket = latency_bucket(rtt_s)
         with self._lock:
-            counts = self.read_latency_counts
-            most = self.most_in_flight
-            for waited_s, rtt_s, nbytes, in_flight in reads:
-                micros = rtt_s * 1e6
-                bucket = 0 if micros <= 1.0 else int(LATENCY_BUCKETS_PER_OCTAVE * log2(micros))
-                counts[bucket if bucket < top else top] += 1
-                self.bytes_fetched += nbytes
-                self.read_ns += int(rtt_s * 1e9)
-                self.slot_wait_ns += int(waited_s * 1e9)
-                if in_flight > most:
-                    most = in_flight
-            self.most_in_flight = most
-            self.gets += len(reads)
+            self.gets += 1
+            self.bytes_fetched += nbytes
+            self.read_ns += int(rtt_s * 1e9)
+            self.slot_wait_ns += int(waited_s * 1e9)
+            self.most_in_flight = max(self.most_in_flight, in_flight)
+            self.read_latency_counts[bucket] += 1
 
     def latency_quantile(self, q: float, counts: list[int] | None = None) -> float | None:
         """The `q` quantile of read latency in seconds (within a quarter octave), or None

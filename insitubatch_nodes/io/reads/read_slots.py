@@ -2,9 +2,7 @@
 
 A semaphore whose size follows `core.inflight_target.InflightTarget`: each read waits for
 a slot, and when it completes its round trip and bytes go to the target, whose `limit`
-the next waits see, and to the counters (`FetchStats.add_reads`: latency, bytes, waits),
-a few dozen at a time and whenever no read is left in flight, so that they lag the reads
-by at most `COUNT_EVERY` while reads go on and not at all once they are over.
+the next waits see, and to the counters (`FetchStats.add_read`: latency, bytes, waits).
 A read given a timeout has it counted from when it holds its slot, the loop's reads
 sharing one timer (`io.reads.deadlines`).
 Made per event loop (its waiters are that loop's futures); the target is the
@@ -25,8 +23,6 @@ from insitubatch_nodes.io.reads.fetch_stats import FetchStats
 
 T = TypeVar("T")
 
-COUNT_EVERY = 32  # completed reads handed to the counters at once, at most
-
 
 def read_nbytes(found: Any) -> int:
     """Bytes of what a read returned: a zarr `Buffer` or bytes (a get), an array (zarr's
@@ -46,7 +42,7 @@ class ReadSlots:
 
     Args:
         target: how many reads to keep in flight, fed by every read that completes.
-        stats: the counters completed reads are added to (`FetchStats.add_reads`).
+        stats: the counters each completed read is added to (`FetchStats.add_read`).
     """
 
     def __init__(self, target: InflightTarget, stats: FetchStats) -> None:
@@ -55,7 +51,6 @@ class ReadSlots:
         self.in_flight = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._deadlines = Deadlines()
-        self._completed: list[tuple[float, float, int, int]] = []  # not yet counted
 
     async def run(self, read: Callable[[], Awaitable[T]], timeout_s: float | None = None) -> T:
         """`await read()` once a slot is free; its round trip and bytes feed the target.
@@ -87,21 +82,11 @@ class ReadSlots:
             finished = time.monotonic()
             nbytes = read_nbytes(found)
             self.target.observe(started, finished, nbytes)
-            completed = self._completed
-            completed.append((started - queued, finished - started, nbytes, in_flight))
+            self.stats.add_read(started - queued, finished - started, nbytes, in_flight)
             return found
         finally:
             self.in_flight -= 1
             self._wake()
-            if not self.in_flight or len(self._completed) >= COUNT_EVERY:
-                self.count_completed()
-
-    def count_completed(self) -> None:
-        """Add the reads completed since the last call to the counters (`run` does so
-        every `COUNT_EVERY` reads and whenever none is left in flight)."""
-        if self._completed:
-            self.stats.add_reads(self._completed)
-            self._completed = []
 
     async def _acquire(self) -> None:
         waiter = asyncio.get_running_loop().create_future()
