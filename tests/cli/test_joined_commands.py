@@ -15,7 +15,11 @@ import pytest
 
 from insitubatch_nodes import ChannelStats, build_loader
 from insitubatch_nodes.cli.main import main
-from tests.helpers.joined_stores import dates, era5_join, merged, pressure_levels
+from tests.helpers.joined_stores import (
+    era5_join,
+    merged,
+    s3_and_local_join,
+)
 from tests.helpers.s3_server import S3Server
 
 pytestmark = pytest.mark.filterwarnings("ignore")  # xarray's and zarr's notes on Zarr v3
@@ -160,27 +164,13 @@ def test_stats_of_a_join_default_to_a_file_of_their_own(
     assert not (tmp_path / "pl.stats.json").exists()
 
 
-def _s3_join(tmp_path: Path, s3_server: S3Server) -> list[str]:
-    """The pressure store on S3, the surface store on local disk (30 steps each)."""
-    bucket_url = f"s3://{s3_server.new_bucket()}/pl.zarr"
-    local = era5_join(tmp_path, pressure=(0, 30), surface_steps=(0, 30))
-    pressure_levels(dates(0, 30)).to_zarr(
-        s3_server.writable_store(bucket_url),
-        mode="w",
-        encoding={"t": {"chunks": (24, 3, 5, 8)}, "z": {"chunks": (24, 3, 5, 8)}},
-        zarr_format=3,
-        consolidated=True,
-    )
-    return [bucket_url, local[1]]
-
-
 def test_storage_options_once_per_store(
     tmp_path: Path, s3_server: S3Server, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Per-store options in the URLs' order; given once, they go to every store (the local
     store refuses S3's); given a third time for two stores, refused by count. No secret
     in any of it."""
-    urls = _s3_join(tmp_path, s3_server)
+    urls = s3_and_local_join(tmp_path, s3_server)
     options: dict[str, Any] = s3_server.json_options(secret_access_key=SECRET)
     s3 = json.dumps(options)
     code, out, err = run(

@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from tests.helpers.s3_server import S3Server
+
 LATITUDE = np.linspace(60.0, -60.0, 5)
 LONGITUDE = np.arange(8) * 45.0
 LEVELS = [1000, 850, 500]
@@ -94,3 +96,18 @@ def era5_join(
 def merged(urls: list[str], join: str) -> xr.Dataset:
     """What xarray makes of the stores: the reference of a join's batches."""
     return xr.merge([xr.open_zarr(url) for url in urls], join=join)
+
+
+def s3_and_local_join(folder: Path, s3_server: S3Server) -> list[str]:
+    """URLs of a pressure-level store on the loopback S3 server (read with its
+    credentials) and a surface store on local disk (read with none), 30 steps each."""
+    bucket_url = f"s3://{s3_server.new_bucket()}/pl.zarr"
+    local = era5_join(folder, pressure=(0, 30), surface_steps=(0, 30))
+    pressure_levels(dates(0, 30)).to_zarr(
+        s3_server.writable_store(bucket_url),
+        mode="w",
+        encoding={"t": {"chunks": (24, 3, 5, 8)}, "z": {"chunks": (24, 3, 5, 8)}},
+        zarr_format=3,
+        consolidated=True,
+    )
+    return [bucket_url, local[1]]

@@ -37,6 +37,7 @@ from tests.helpers.joined_stores import (
     era5_join,
     merged,
     pressure_levels,
+    s3_and_local_join,
     surface,
     write,
 )
@@ -342,19 +343,10 @@ def test_a_join_of_s3_and_local_stores_with_their_own_options(
 ) -> None:
     """The pressure store on S3 with its credentials, the surface store on local disk with
     none: each read with its own options; no secret in the loader's description."""
-    bucket_url = f"s3://{s3_server.new_bucket()}/pl.zarr"
-    local = era5_join(tmp_path, pressure=(0, 30), surface_steps=(0, 30))
-    pressure_levels(dates(0, 30)).to_zarr(
-        s3_server.writable_store(bucket_url),
-        mode="w",
-        encoding={"t": {"chunks": (24, 3, 5, 8)}, "z": {"chunks": (24, 3, 5, 8)}},
-        zarr_format=3,
-        consolidated=True,
-    )
-    urls = [bucket_url, local[1]]
+    urls = s3_and_local_join(tmp_path, s3_server)
     options = [s3_server.options(), None]
     made = loader(urls, storage_options=options, variables=FIELDS)
-    reference = merged(local[:2], "exact")
+    reference = merged([str(tmp_path / "pl.zarr"), urls[1]], "exact")  # the same values, local
     assert check_against(list(made), reference, FIELDS) == 30
     with pytest.raises(TypeError):  # the local store takes no S3 options
         loader(urls, storage_options=s3_server.options(), variables=FIELDS)
