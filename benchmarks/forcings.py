@@ -32,7 +32,7 @@ from torchdata.nodes import IterableWrapper
 from benchmarks import setting_cost
 from insitubatch_nodes import build_loader
 from insitubatch_nodes.cli.synthetic import ERA5_VARIABLES, write_era5_like
-from insitubatch_nodes.core.forcings import FORCINGS
+from insitubatch_nodes.core.forcing_names import FORCINGS
 from insitubatch_nodes.nodes.forcings import ForcingsNode
 
 FOUR = [

@@ -268,7 +268,7 @@ def build_loader(
         fill_nan: with `normalise`, the value NaN (masked values) becomes after
             normalising, e.g. 0.0, since most models cannot take NaN.
         forcings: fields computed from each sample's valid time and the grid's latitude
-            and longitude, by name (`core.forcings.FORCINGS`): `cos_solar_zenith_angle`,
+            and longitude, by name (`core.forcing_names.FORCINGS`): `cos_solar_zenith_angle`,
             `toa_incident_solar_radiation` (J m-2 over the hour ending at the valid time),
             `year_progress_sin`/`_cos`, `day_progress_sin`/`_cos` (as GraphCast's),
             `cos_latitude`, `sin_longitude`/`cos_longitude`. Each is a batch key (a spec's

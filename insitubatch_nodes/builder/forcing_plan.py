@@ -15,15 +15,8 @@ import numpy as np
 
 from insitubatch_nodes.core.batch_fields import HOST_KEYS
 from insitubatch_nodes.core.calendars import PROLEPTIC
-from insitubatch_nodes.core.forcings import (
-    FORCINGS,
-    ForcingChoice,
-    ForcingPlan,
-    check_calendar,
-    chosen_names,
-    instant_seconds,
-    needs,
-)
+from insitubatch_nodes.core.forcing_names import FORCINGS, ForcingChoice, chosen_names
+from insitubatch_nodes.core.forcings import ForcingPlan, check_calendar, instant_seconds, needs
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.io.zarr_source import ZarrSource
@@ -40,7 +33,7 @@ def plan_forcings(
     """The plan of the forcings `names` over `opened`, or None for none.
 
     Args:
-        choice: the checked forcings (`core.forcings.check_forcings`): names, or names
+        choice: the checked forcings (`core.forcing_names.check_forcings`): names, or names
             by group of `spec`.
         opened: the opened source.
         spec: the sample spec in stored steps (`SplitPlan.time.spec`), or None.

@@ -30,7 +30,8 @@ from insitubatch_nodes.builder.static_plan import StaticPlan, plan_statics
 from insitubatch_nodes.core.cf_decoding import CFDecoding, promoted_dtype, stored_values
 from insitubatch_nodes.core.channels import batch_channels, stacked_groups
 from insitubatch_nodes.core.fingerprint import CHANNELS_KEY, FORCINGS_KEY
-from insitubatch_nodes.core.forcings import IDLE_BATCHES, ForcingChoice, ForcingPlan
+from insitubatch_nodes.core.forcing_names import ForcingChoice
+from insitubatch_nodes.core.forcings import IDLE_BATCHES, ForcingPlan
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.memory_bound import StaticCost
 from insitubatch_nodes.core.rank_shares import RankShares, check_full_batch, rank_shares
@@ -319,7 +320,7 @@ def batch_channel_order(
         statics: its statics' plan (`builder.static_plan.plan_statics`).
         stacked: whether a group's arrays are stacked into one tensor.
         spatial_dims: the trailing grid axes.
-        forcings: the forcings stacked as channels (`core.forcings.check_forcings`).
+        forcings: the forcings stacked as channels (`core.forcing_names.check_forcings`).
     """
     return batch_channels(
         decoded_layouts(opened),
@@ -349,7 +350,7 @@ def stacked_channels(
         spec: the spec of its time-varying variables (in stored steps), or None.
         statics: its statics' plan (`builder.static_plan.plan_statics`).
         spatial_dims: the trailing grid axes.
-        forcings: the forcings stacked as channels (`core.forcings.check_forcings`).
+        forcings: the forcings stacked as channels (`core.forcing_names.check_forcings`).
     """
     order = batch_channel_order(
         opened, spec, statics, stacked=True, spatial_dims=spatial_dims, forcings=forcings

@@ -33,7 +33,7 @@ from insitubatch_nodes.builder.time_selection import Duration
 from insitubatch_nodes.core.area import Area
 from insitubatch_nodes.core.cf_decoding import check_cast_dtype
 from insitubatch_nodes.core.date_ranges import RangeLike
-from insitubatch_nodes.core.forcings import ForcingChoice, check_forcings
+from insitubatch_nodes.core.forcing_names import ForcingChoice, check_forcings
 from insitubatch_nodes.core.partition import check_rank
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.rank_shares import EVALUATION_DROP_LAST
@@ -108,7 +108,7 @@ class LoaderSettings:
         use_zarr_fill_value_as_mask: as `xr.open_zarr` takes it, or None by format.
         dtype: the float dtype's name batches are cast to, or None.
         fill_nan: the value NaN becomes after normalising, or None.
-        forcings: the forcings, checked (`core.forcings.check_forcings`): names in the
+        forcings: the forcings, checked (`core.forcing_names.check_forcings`): names in the
             order given (empty for none), or, with a spec, names by group.
         area: the box of latitude and longitude every variable is cropped to, or None.
         join: how a list of stores is aligned on time (`core.time_join`).

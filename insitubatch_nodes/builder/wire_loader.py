@@ -14,7 +14,7 @@ from torchdata.nodes import BaseNode
 
 from insitubatch_nodes.builder.loader_plan import PINNED_BY_GATHER, PINNED_BY_STACK, LoaderPlan
 from insitubatch_nodes.builder.split_anchors import split_mixing
-from insitubatch_nodes.core.forcings import chosen_names
+from insitubatch_nodes.core.forcing_names import chosen_names
 from insitubatch_nodes.core.static_fields import region_cut, sample_crop_size
 from insitubatch_nodes.loader.loader import Loader
 from insitubatch_nodes.nodes.async_fetch import AsyncFetchNode

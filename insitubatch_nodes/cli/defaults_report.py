@@ -182,7 +182,7 @@ def loader_defaults(
         stack: plan for `build_loader(stack=True)`: the channel list, and the static
             fields' stacked copies counted in the batches.
         forcings: plan for `build_loader(forcings=...)`: the checked names
-            (`core.forcings.check_forcing_names`), their memory on the plan and their
+            (`core.forcing_names.check_forcing_names`), their memory on the plan and their
             channels in the list.
     """
     if device is None:  # build_loader's default, without starting a CUDA context

@@ -35,7 +35,7 @@ from insitubatch_nodes.cli.defaults_report import LoaderDefaults, loader_default
 from insitubatch_nodes.core.area import Area, AreaSelection
 from insitubatch_nodes.core.cf_decoding import describe_record
 from insitubatch_nodes.core.cf_time import dates_text, step_text
-from insitubatch_nodes.core.forcings import check_forcing_names
+from insitubatch_nodes.core.forcing_names import check_forcing_names
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.sample_spec import SampleSpec, leads, window
 from insitubatch_nodes.core.settings import as_int, as_optional_int

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from insitubatch_nodes.core.forcings import ForcingChoice, group_forcings
+from insitubatch_nodes.core.forcing_names import ForcingChoice, group_forcings
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.sample_spec import SampleSpec, batch_key
 from insitubatch_nodes.core.static_fields import StaticPlacement, sample_layout
@@ -110,7 +110,7 @@ def stack_sources(
         spatial_dims: the trailing grid axes.
         statics: where the static fields appear (`core.static_fields.static_placements`);
             those of a group join its tensor.
-        forcings: the forcings (`core.forcings.check_forcings`): names every group's
+        forcings: the forcings (`core.forcing_names.check_forcings`): names every group's
             tensor takes, or names by group; after its variables.
     """
     sources = {
@@ -155,7 +155,7 @@ def batch_channels(
         statics: where the static fields appear (`core.static_fields.static_placements`).
         static_layouts: the static fields' layouts (checked for stacking beside the
             fields: their dtypes), or None.
-        forcings: the forcings (`core.forcings.check_forcings`): stacked, channels of
+        forcings: the forcings (`core.forcing_names.check_forcings`): stacked, channels of
             their groups (float32, on its grid); unstacked, keys of their own that no
             statistics cover (not listed).
     """

@@ -31,7 +31,7 @@ from insitubatch_nodes.core.channels import (
     batch_channels,
     stack_sources,
 )
-from insitubatch_nodes.core.forcings import ForcingChoice
+from insitubatch_nodes.core.forcing_names import ForcingChoice
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.core.settings import as_bool, as_int
@@ -60,7 +60,7 @@ class StackChannelsNode(BaseNode[Batch]):
             those of a group are its last channels, each `(batch, *grid)` in the batch
             (`StaticFieldsNode` puts them there), repeated along a spec's steps.
         static_layouts: the static fields' layouts, by name (their dtypes are checked).
-        forcings: the forcings (`core.forcings.check_forcings`: names, or names by
+        forcings: the forcings (`core.forcing_names.check_forcings`: names, or names by
             group; `ForcingsNode` puts them in the batch before this node): their groups'
             channels after the variables, float32, with the group's steps.
     """

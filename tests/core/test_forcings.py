@@ -29,15 +29,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from insitubatch_nodes.core import progress_features, solar_geometry
-from insitubatch_nodes.core.forcings import (
+from insitubatch_nodes.core.forcing_names import (
     FORCINGS,
-    check_calendar,
     check_forcing_names,
     check_forcings,
     chosen_names,
+    group_forcings,
+)
+from insitubatch_nodes.core.forcings import (
+    check_calendar,
     forcing_values,
     grid_terms,
-    group_forcings,
     instant_seconds,
 )
 from insitubatch_nodes.core.longitude_columns import longitude_columns

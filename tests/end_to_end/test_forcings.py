@@ -21,7 +21,8 @@ import xarray as xr
 import zarr
 
 from insitubatch_nodes import SAMPLE_INDEX_KEY, PatchSpec, SampleSpec, build_loader, leads, window
-from insitubatch_nodes.core.forcings import FORCINGS, forcing_values, grid_terms
+from insitubatch_nodes.core.forcing_names import FORCINGS
+from insitubatch_nodes.core.forcings import forcing_values, grid_terms
 from tests.helpers.batches import batch_key, torch_roundtrip
 from tests.helpers.resume_check import check_every_cut
 

@@ -13,7 +13,7 @@ from torchdata.nodes import IterableWrapper
 
 from insitubatch_nodes import ZarrSource
 from insitubatch_nodes.builder.forcing_plan import plan_forcings
-from insitubatch_nodes.core.forcings import FORCINGS
+from insitubatch_nodes.core.forcing_names import FORCINGS
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.nodes.forcings import ForcingsNode
 from insitubatch_nodes.nodes.items import Batch
