@@ -164,31 +164,32 @@ def forcing_values(
     if seconds is not None:
         shaped = np.asarray(seconds, dtype=np.float64).reshape(*np.shape(seconds), *([1] * rank))
     values: dict[str, Any] = {}
-    if COS_SOLAR_ZENITH_ANGLE in names:
+    sun_fields = (
+        (
+            COS_SOLAR_ZENITH_ANGLE,
+            0.0,
+            solar_geometry.cos_zenith,
+            solar_geometry.cos_zenith_by_rows,
+        ),
+        (
+            TOA_INCIDENT_SOLAR_RADIATION,
+            -solar_geometry.ACCUMULATION_SECONDS / 2,
+            solar_geometry.hour_insolation,
+            solar_geometry.hour_insolation_by_rows,
+        ),
+    )  # (name, where the sun is placed from the valid time (s), on any grid, on rows and columns)
+    for name, shift, on_points, on_rows in sun_fields:
+        if name not in names:
+            continue
         assert grid is not None
-        sun = to_array(solar_geometry.sun_positions(shaped).stacked().astype(np.float32))
+        placed = shaped + shift if shift else shaped
+        sun = to_array(solar_geometry.sun_positions(placed).stacked().astype(np.float32))
         latitude = (grid.latitude_sin, grid.latitude_cos)
         if grid.longitude_columns is None:
-            cosine = solar_geometry.cos_zenith(xp, sun, *latitude, grid.longitude_radians)
+            values[name] = on_points(xp, sun, *latitude, grid.longitude_radians)
         else:
             out = _whole_grid(empty, np.shape(seconds), grid)
-            cosine = solar_geometry.cos_zenith_by_rows(
-                xp, sun, *latitude, grid.longitude_columns, out=out
-            )
-        values[COS_SOLAR_ZENITH_ANGLE] = cosine
-    if TOA_INCIDENT_SOLAR_RADIATION in names:
-        assert grid is not None
-        middle = shaped - solar_geometry.ACCUMULATION_SECONDS / 2
-        sun = to_array(solar_geometry.sun_positions(middle).stacked().astype(np.float32))
-        latitude = (grid.latitude_sin, grid.latitude_cos)
-        if grid.longitude_columns is None:
-            toa = solar_geometry.hour_insolation(xp, sun, *latitude, grid.longitude_radians)
-        else:
-            out = _whole_grid(empty, np.shape(seconds), grid)
-            toa = solar_geometry.hour_insolation_by_rows(
-                xp, sun, *latitude, grid.longitude_columns, out=out
-            )
-        values[TOA_INCIDENT_SOLAR_RADIATION] = toa
+            values[name] = on_rows(xp, sun, *latitude, grid.longitude_columns, out=out)
     if YEAR_PROGRESS_SIN in names or YEAR_PROGRESS_COS in names:
         progress = progress_features.year_progress(shaped, calendar)
         phase = to_array(progress_features.progress_phase(progress))
