@@ -32,11 +32,11 @@ from insitubatch_nodes.core.date_ranges import RangeLike, TimeAxis
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.time_join import check_join_policy, join_times
 from insitubatch_nodes.io.joined_picks import joined_area_picks, joined_level_picks
+from insitubatch_nodes.io.joined_selection import select_joined
 from insitubatch_nodes.io.metadata.grid_coordinates import GridCoordinates, read_grid_coordinates
 from insitubatch_nodes.io.metadata.levels import LevelsLike
 from insitubatch_nodes.io.metadata.time_axis import read_time_axis
-from insitubatch_nodes.io.metadata.time_dimension import named_time
-from insitubatch_nodes.io.metadata.zarr_layout import arrays_of, open_root_group, select_variables
+from insitubatch_nodes.io.metadata.zarr_layout import arrays_of, open_root_group
 from insitubatch_nodes.io.store_part import StorePart
 from insitubatch_nodes.io.stores.icechunk_store import snapshot_id_of
 from insitubatch_nodes.io.stores.open_store import describe, open_store
@@ -177,13 +177,6 @@ class _Store:
         arrays = arrays_of(open_root_group(store, where, secrets), where, secrets)
         return cls(store, where, secrets, arrays)
 
-    @property
-    def timed(self) -> bool:
-        """Whether some array of the store is read along a time coordinate (else the
-        store holds static fields only, and joins by grid alone)."""
-        data = [n for n, a in self.arrays.items() if a.ndim >= 2]
-        return bool(data) and named_time(self.arrays, data) is not None
-
 
 def open_joined(
     sources: Sequence[SourceLike],
@@ -220,12 +213,10 @@ def open_joined(
         _Store.open(source, options)
         for source, options in zip(sources, storage_options, strict=True)
     ]
-    names, left_out = _names(stores, variables)
-    merged = {n: a for s in reversed(stores) for n, a in s.arrays.items()}  # first store's first
-    selection = select_variables(merged, names, _joined_where(stores), spatial_dims)
-    fields, statics = selection.fields, selection.statics
-    owner = {name: next(i for i, s in enumerate(stores) if name in s.arrays) for name in names}
-    if SAMPLE_INDEX_KEY in fields or SAMPLE_INDEX_KEY in statics:
+    selection = select_joined(stores, variables, _joined_where(stores), spatial_dims)
+    fields, statics, owner = selection.fields, selection.statics, selection.owner
+    names = list(owner)  # in the order asked
+    if SAMPLE_INDEX_KEY in owner:
         raise ValueError(
             f"a variable is named {SAMPLE_INDEX_KEY!r}, which batches use for the sample "
             f"indices; select the other variables explicitly"
@@ -244,7 +235,7 @@ def open_joined(
                 axis.dates.size,
                 lost,
             )
-    _check_grids([stores[i] for i in used], [held[i] for i in used], merged, spatial_dims)
+    _check_grids([stores[i] for i in used], [held[i] for i in used], spatial_dims)
     length = joined.axis.dates.size
     origin_of = dict(zip(used, joined.origins, strict=True))
     layouts: dict[str, VariableLayout] = {}
@@ -298,7 +289,7 @@ def open_joined(
         decodings=decodings,
         decoding_warnings=tuple(warnings),
         statics=statics,
-        statics_left_out=left_out,
+        statics_left_out=selection.left_out,
         area=boxed,
         static_crops=static_crops,
         area_axes=area_axes,
@@ -311,35 +302,6 @@ def open_joined(
 
 def _joined_where(stores: Sequence[_Store]) -> str:
     return "the join of " + " and ".join(s.where for s in stores)
-
-
-def _names(
-    stores: Sequence[_Store], variables: Sequence[str] | None
-) -> tuple[list[str], tuple[str, ...]]:
-    """The arrays to load, each found in one store: the named ones, or each store's
-    default choice (a store of static fields only gives none by default), and the static
-    fields the default left out; a name two stores hold is refused, naming both."""
-    left_out: list[str] = []
-    if variables is None:
-        names: list[str] = []
-        for store in stores:
-            if store.timed:
-                chosen = select_variables(store.arrays, None, store.where)
-                names += list(chosen.fields)
-                left_out += chosen.statics_left_out
-            else:
-                left_out += sorted(n for n, a in store.arrays.items() if a.ndim >= 2)
-    else:
-        names = [variables] if isinstance(variables, str) else list(variables)
-    for name in names:
-        holders = [s.where for s in stores if name in s.arrays]
-        if len(holders) > 1:
-            raise ValueError(
-                f"{name!r} is an array of {holders[0]} and of {holders[1]}: a join looks "
-                f"variables up by name, so a name may be in one store only; leave one "
-                f"store's {name!r} out (select variables= from the others), or rename it"
-            )
-    return names, tuple(left_out)
 
 
 def _time_axis(
@@ -356,7 +318,6 @@ def _time_axis(
 def _check_grids(
     stores: Sequence[_Store],
     held: Sequence[list[str]],
-    merged: Mapping[str, zarr.Array],
     spatial_dims: int,
 ) -> None:
     """Refuse stores whose grids differ: in shape, or in latitude and longitude by more
@@ -364,7 +325,7 @@ def _check_grids(
     without grid coordinates are compared by shape alone, as `xr.merge` aligns them."""
     found: list[tuple[str, tuple[int, ...], GridCoordinates | None]] = []
     for store, names in zip(stores, held, strict=True):
-        shape = tuple(merged[names[0]].shape[-spatial_dims:]) if spatial_dims else ()
+        shape = tuple(store.arrays[names[0]].shape[-spatial_dims:]) if spatial_dims else ()
         try:
             coordinates = read_grid_coordinates(
                 store.arrays, names, spatial_dims, store.where, store.secrets

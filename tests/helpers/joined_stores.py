@@ -49,6 +49,12 @@ def surface(times: np.ndarray, seed: int = 2, latitude: np.ndarray = LATITUDE) -
     )
 
 
+def cds_named(ds: xr.Dataset) -> xr.Dataset:
+    """`ds` with time named as the CDS names it in ERA5 downloads (`valid_time`), where
+    WeatherBench2's stores say `time`."""
+    return ds.rename(time="valid_time")
+
+
 def statics(seed: int = 3) -> xr.Dataset:
     rng = np.random.default_rng(seed)
     shape = (LATITUDE.size, LONGITUDE.size)

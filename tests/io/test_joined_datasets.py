@@ -14,13 +14,25 @@ import xarray as xr
 
 from insitubatch_nodes import build_loader
 from tests.helpers.batches import as_numpy
-from tests.helpers.joined_stores import dates, era5_join
+from tests.helpers.joined_stores import (
+    cds_named,
+    dates,
+    era5_join,
+    pressure_levels,
+    surface,
+    write,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore")  # xarray's and zarr's notes on Zarr v3
 
 
 def opened(url: str) -> xr.Dataset:
     return xr.open_zarr(url)
+
+
+def as_time(ds: xr.Dataset) -> xr.Dataset:
+    """`ds` with a CDS-style `valid_time` named `time`, as a user renames it to merge."""
+    return ds.rename(valid_time="time") if "valid_time" in ds.dims else ds
 
 
 def epoch(datasets: list[xr.Dataset], **settings: Any) -> list[dict[str, Any]]:
@@ -34,7 +46,8 @@ def check_against_merge(
     """Each batch's variables equal `reference` at their samples' dates (`sample_index`
     counts steps of the stores' joined axis, the inner merge of the whole stores); the
     dates seen, in order."""
-    axis = xr.merge([opened(u) for u in urls], join="inner").time.values
+    whole = [as_time(opened(u)) for u in urls]
+    axis = xr.merge(whole, join="inner").time.values
     seen: list[np.datetime64] = []
     for batch in batches:
         when = axis[as_numpy(batch["sample_index"])]
@@ -142,3 +155,20 @@ def test_a_selection_reaching_past_another_stores_dates_keeps_the_shared_ones(
     reference = xr.merge([pl, sfc], join="inner")
     seen = check_against_merge(epoch([pl, sfc], join="inner", split="t"), urls, reference, ["t"])
     assert sorted(seen) == list(reference.time.values) == list(days[10:31])
+
+
+@pytest.mark.parametrize("join", ["exact", "inner"])
+def test_datasets_that_name_time_differently_join_on_their_dates(tmp_path: Path, join: str) -> None:
+    """A CDS-style Dataset (`valid_time`) beside a WeatherBench2-style one (`time`), each
+    as `xr.open_zarr` opens it: the loader holds what their merge holds once the user has
+    renamed one, under either join."""
+    days = dates(0, 40)
+    pl_url = write(pressure_levels(days), tmp_path / "pl.zarr", 24, 3)
+    sfc_url = write(cds_named(surface(days)), tmp_path / "sfc.zarr", 1, 3)
+    pl = opened(pl_url)[["t"]]
+    chosen = slice(days[5], days[30]) if join == "inner" else slice(None)
+    sfc = opened(sfc_url).sel(valid_time=chosen)[["t2m"]]
+    reference = xr.merge([pl, as_time(sfc)], join=join)
+    batches = epoch([pl, sfc], join=join, split="train" if join == "inner" else "all")
+    seen = check_against_merge(batches, [pl_url, sfc_url], reference, ["t", "t2m"])
+    assert sorted(seen) == list(reference.time.values)

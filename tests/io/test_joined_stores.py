@@ -33,11 +33,13 @@ from insitubatch_nodes.loader.rank_states import RANK_STATES_KEY
 from tests.helpers.batches import as_numpy, batch_key, torch_roundtrip
 from tests.helpers.joined_stores import (
     LATITUDE,
+    cds_named,
     dates,
     era5_join,
     merged,
     pressure_levels,
     s3_and_local_join,
+    statics,
     surface,
     write,
 )
@@ -156,6 +158,44 @@ def test_mismatched_grids_duplicate_names_and_bad_options_are_refused(tmp_path: 
         loader([pl, other], storage_options=[{}])
     with pytest.raises(ValueError, match=r"either xarray Datasets or stores .*, not both"):
         loader([xr.open_zarr(pl), pl])
+
+
+@pytest.mark.parametrize(("zarr_format", "join"), [(2, "exact"), (3, "exact"), (3, "inner")])
+def test_stores_that_name_time_differently_join_on_their_own_time_coordinates(
+    tmp_path: Path, zarr_format: int, join: str
+) -> None:
+    """A WeatherBench2-style store names time `time`, a CDS-style one `valid_time`: each
+    is read along its own coordinate, by value, and every sample equals the merge of the
+    Datasets with the second renamed; the joined axis takes the first store's name."""
+    surface_steps = (0, 40) if join == "exact" else (7, 26)
+    urls = [
+        write(pressure_levels(dates(0, 40)), tmp_path / "pl.zarr", 24, zarr_format),
+        write(cds_named(surface(dates(*surface_steps))), tmp_path / "sfc.zarr", 1, zarr_format),
+        write(statics(), tmp_path / "static.zarr", None, zarr_format),
+    ]
+    opened = [xr.open_zarr(url) for url in urls]
+    reference = xr.merge([opened[0], opened[1].rename(valid_time="time"), opened[2]], join=join)
+    batches = list(loader(urls, variables=[*FIELDS, "lsm"], join=join))
+    assert check_against(batches, reference, FIELDS) == reference.sizes["time"]
+    for batch in batches:
+        np.testing.assert_array_equal(as_numpy(batch["lsm"])[0], reference["lsm"].values)
+    assert open_source(urls[:2], join=join).time_axis().name == "time"
+    assert open_source(urls[1::-1], join=join).time_axis().name == "valid_time"
+
+
+def test_a_store_whose_time_coordinate_cannot_be_found_is_refused_by_name(
+    tmp_path: Path,
+) -> None:
+    """Dates are what a join aligns on: a store without them is named, whether its time
+    dimension has a usual name or not."""
+    pl = write(pressure_levels(dates(0, 30)), tmp_path / "pl.zarr", 24, 3)
+    timeless = cds_named(surface(dates(0, 30))).drop_vars("valid_time")
+    nameless = write(timeless.rename(valid_time="step"), tmp_path / "step.zarr", 1, 3)
+    undated = write(timeless, tmp_path / "undated.zarr", 1, 3)
+    with pytest.raises(ValueError, match=r"undated.zarr has no time coordinate for \['t2m'\]"):
+        loader([pl, undated], variables=["t", "t2m"])
+    with pytest.raises(ValueError, match=r"step.zarr has no time coordinate for 't2m'"):
+        loader([pl, nameless], variables=["t", "t2m"])
 
 
 def _take(made: Any, batches: int) -> tuple[list[Any], Any]:
