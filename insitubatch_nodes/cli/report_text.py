@@ -12,12 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from insitubatch_nodes.cli.defaults_report import LoaderDefaults
-from insitubatch_nodes.cli.store_report import (
-    AreaReport,
-    JoinedStoreReport,
-    StoreReport,
-    TimeReport,
-)
+from insitubatch_nodes.cli.joined_stores_report import joined_store_text
+from insitubatch_nodes.cli.store_report import AreaReport, StoreReport, TimeReport
 from insitubatch_nodes.core.byte_sizes import nbytes_text
 from insitubatch_nodes.core.memory_bound import LARGEST_BUDGET
 from insitubatch_nodes.io.reads.stored_sizes import StoredSizes
@@ -58,20 +54,6 @@ def _sampled_text(sizes: StoredSizes) -> str:
     return text + (f", {sizes.missing} missing" if sizes.missing else "")
 
 
-def _joined_store_text(joined: JoinedStoreReport) -> str:
-    """One store of a join in a line: what it gives, its steps and what the join leaves
-    out of them, and how many steps one of its reads brings."""
-    gives = [*joined.variables, *(f"{n} (static)" for n in joined.statics)]
-    text = f"{joined.store} (Zarr v{joined.zarr_format}): {', '.join(gives) or 'nothing'}"
-    if joined.steps is None:
-        return text + "; no time axis (joined by grid alone)"
-    text += f"; {joined.steps} steps"
-    if joined.lost:
-        text += f", {joined.lost} left out (the joined axis starts at its step {joined.origin})"
-    chunks = "/".join(str(c) for c in joined.steps_per_chunk)
-    return text + f"; {chunks} step{'' if joined.steps_per_chunk == (1,) else 's'} per chunk"
-
-
 def format_report(report: StoreReport) -> str:
     """The report as plain text for a terminal: the arrays' layout, their bytes per chunk,
     the time range, and the loader's defaults (or its refusal and a budget that fits).
@@ -81,7 +63,8 @@ def format_report(report: StoreReport) -> str:
     """
     if report.stores:
         lines = [f"store   {report.store}  (join={report.join!r})"]
-        lines += [f"  {_joined_store_text(joined)}" for joined in report.stores]
+        time = None if report.time is None else report.time.name
+        lines += [f"  {joined_store_text(joined, time)}" for joined in report.stores]
     else:
         lines = [f"store   {report.store}  (Zarr v{report.zarr_format})"]
     if report.others:

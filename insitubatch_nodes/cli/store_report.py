@@ -28,10 +28,15 @@ from typing import Any
 
 import numpy as np
 import zarr
-from zarr.abc.store import Store
 
 from insitubatch_nodes.builder.time_selection import Duration
 from insitubatch_nodes.cli.defaults_report import LoaderDefaults, loader_defaults
+from insitubatch_nodes.cli.joined_stores_report import (
+    JoinedStoreReport,
+    OpenedStore,
+    joined_store_reports,
+    opened_stores,
+)
 from insitubatch_nodes.core.area import Area, AreaSelection
 from insitubatch_nodes.core.cf_decoding import describe_record
 from insitubatch_nodes.core.cf_time import dates_text, step_text
@@ -44,7 +49,6 @@ from insitubatch_nodes.io.joined_source import open_source
 from insitubatch_nodes.io.metadata.dimensions import dimension_names
 from insitubatch_nodes.io.metadata.time_axis import cf_attributes, decode_dates, find_time_array
 from insitubatch_nodes.io.metadata.zarr_compat import run_on_zarr_loop
-from insitubatch_nodes.io.metadata.zarr_layout import arrays_of, open_root_group
 from insitubatch_nodes.io.reads.codecs import ZarrDecodes, codec_text
 from insitubatch_nodes.io.reads.stored_array import stored_array
 from insitubatch_nodes.io.reads.stored_sizes import (
@@ -52,7 +56,6 @@ from insitubatch_nodes.io.reads.stored_sizes import (
     StoredSizes,
     measure_stored_sizes,
 )
-from insitubatch_nodes.io.stores.redact import secrets_in
 from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
 
 
@@ -140,32 +143,6 @@ class AreaReport:
     latitudes: tuple[float, float]
     longitudes: tuple[float, float]
     chunks: Mapping[str, tuple[int, int]]
-
-
-@dataclass(frozen=True)
-class JoinedStoreReport:
-    """One store of a join, and what it gives the joined source.
-
-    Args:
-        store: the store, as messages name it (credentials redacted).
-        zarr_format: 2 or 3.
-        variables: the selected time-varying arrays it holds.
-        statics: the selected static fields it holds.
-        steps: its steps along time, or None for a store of static fields only.
-        origin: its step at which the joined time axis starts, or None.
-        lost: its steps outside the joined axis (what `join="inner"` leaves out), or None.
-        steps_per_chunk: the distinct steps per chunk of its variables: what one of its
-            reads brings.
-    """
-
-    store: str
-    zarr_format: int
-    variables: tuple[str, ...]
-    statics: tuple[str, ...]
-    steps: int | None
-    origin: int | None
-    lost: int | None
-    steps_per_chunk: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -299,7 +276,7 @@ def inspect_store(
         area=area,
         join=join,
     )
-    stores = _opened_stores(opened, source, storage_options)
+    stores = opened_stores(opened, source, storage_options)
     arrays = {n: a for opened_store in reversed(stores) for n, a in opened_store.arrays.items()}
     selected = {name: arrays[name] for name in opened.layouts}
     sizes: dict[str, tuple[StoredSizes, StoredSizes | None]] = {}
@@ -348,81 +325,7 @@ def inspect_store(
         None if opened.area is None else _area_report(opened.area, opened.layouts),
         forcing_names,
         opened.join,
-        _joined_reports(opened, stores),
-    )
-
-
-@dataclass(frozen=True)
-class _OpenedStore:
-    """A store `inspect` reads metadata and chunk sizes from: the one store, or one of a
-    join's, with the arrays of the loader's it holds."""
-
-    store: Store = field(repr=False)
-    where: str
-    secrets: frozenset[str]
-    arrays: Mapping[str, zarr.Array]
-    zarr_format: int
-    fields: tuple[str, ...]
-    statics: tuple[str, ...]
-    origin: int | None = None
-    steps: int | None = None
-
-
-def _opened_stores(opened: ZarrSource, source: Any, storage_options: Any) -> list[_OpenedStore]:
-    """Each store of `opened` with its arrays: the store itself, or each part of a join."""
-    if opened.parts:
-        found = []
-        for part in opened.parts:
-            secrets = frozenset(part.secrets)
-            group = open_root_group(part.store, part.where, secrets)
-            found.append(
-                _OpenedStore(
-                    part.store,
-                    part.where,
-                    secrets,
-                    arrays_of(group, part.where, secrets),
-                    group.metadata.zarr_format,
-                    part.fields,
-                    part.statics,
-                    part.origin,
-                    part.steps,
-                )
-            )
-        return found
-    secrets = secrets_in(storage_options, source if isinstance(source, str) else None)
-    group = open_root_group(opened.store, opened.where, secrets)
-    return [
-        _OpenedStore(
-            opened.store,
-            opened.where,
-            secrets,
-            arrays_of(group, opened.where, secrets),
-            group.metadata.zarr_format,
-            tuple(opened.layouts),
-            tuple(opened.statics),
-        )
-    ]
-
-
-def _joined_reports(
-    opened: ZarrSource, stores: Sequence[_OpenedStore]
-) -> tuple[JoinedStoreReport, ...]:
-    """What each store of a join gives (nothing for one store)."""
-    if not opened.parts:
-        return ()
-    length = opened.geometry.num_samples
-    return tuple(
-        JoinedStoreReport(
-            store=s.where,
-            zarr_format=s.zarr_format,
-            variables=s.fields,
-            statics=s.statics,
-            steps=s.steps,
-            origin=s.origin,
-            lost=None if s.steps is None else s.steps - length,
-            steps_per_chunk=tuple(sorted({int(s.arrays[n].chunks[0]) for n in s.fields})),
-        )
-        for s in stores
+        joined_store_reports(opened, stores, source, storage_options),
     )
 
 
@@ -541,7 +444,7 @@ def _time_report(
     return TimeReport(name, length, units, calendar, decoded is not None, first, last, step)
 
 
-def _joined_time_report(opened: ZarrSource, stores: Sequence[_OpenedStore]) -> TimeReport:
+def _joined_time_report(opened: ZarrSource, stores: Sequence[OpenedStore]) -> TimeReport:
     """The joined time axis: the dates every store's variables are read at, named and
     attributed as the first store that has it keeps its time coordinate."""
     axis = opened.time_axis()

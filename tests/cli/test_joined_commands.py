@@ -12,13 +12,19 @@ from typing import Any
 
 import numpy as np
 import pytest
+import xarray as xr
 
 from insitubatch_nodes import ChannelStats, build_loader
 from insitubatch_nodes.cli.main import main
 from tests.helpers.joined_stores import (
+    cds_named,
+    dates,
     era5_join,
     merged,
+    pressure_levels,
     s3_and_local_join,
+    surface,
+    write,
 )
 from tests.helpers.s3_server import S3Server
 
@@ -54,14 +60,18 @@ def test_inspect_names_each_store_and_what_it_gives(
     code, out, err = run(capsys, "inspect", *inner, "--join", "inner")
     assert code == 0, err
     lines = out.splitlines()
-    # the default choice leaves a store of static fields only out, as build_loader does
+    # the default choice leaves a store of static fields only out, as build_loader does,
+    # and says so
     assert lines[0] == f"store   the join of {pl} and {sfc}  (join='inner')"
     assert lines[1] == (
         f"  {pl} (Zarr v3): t, z; 72 steps, 15 left out (the joined axis starts at its "
         f"step 10); 24 steps per chunk"
     )
     assert lines[2] == f"  {sfc} (Zarr v3): msl, t2m; 57 steps; 1 step per chunk"
-    assert static not in out
+    assert lines[3] == (
+        f"  {static} (Zarr v3): static fields only (lsm): joins by grid alone; none selected "
+        f"(name them with --variables)"
+    )
     reference = merged(inner, "inner")
     first, last = (str(d)[:16] for d in reference.time.values[[0, -1]])
     assert f"time    time: {first} .. {last}, 57 steps, every 6 h" in out
@@ -89,6 +99,8 @@ def test_inspect_json_of_a_join(inner: list[str], capsys: pytest.CaptureFixture[
             "origin": 10,
             "lost": 15,
             "steps_per_chunk": [24],
+            "time": "time",
+            "unread": [],
         },
         {
             "store": sfc,
@@ -99,6 +111,8 @@ def test_inspect_json_of_a_join(inner: list[str], capsys: pytest.CaptureFixture[
             "origin": 0,
             "lost": 0,
             "steps_per_chunk": [1],
+            "time": "time",
+            "unread": [],
         },
         {
             "store": static,
@@ -109,9 +123,65 @@ def test_inspect_json_of_a_join(inner: list[str], capsys: pytest.CaptureFixture[
             "origin": None,
             "lost": None,
             "steps_per_chunk": [],
+            "time": None,
+            "unread": [],
         },
     ]
     assert report["loader"]["split_samples"] == 57
+
+
+def test_inspect_says_what_a_store_it_reads_nothing_from_holds(
+    inner: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No store given on the command line goes without a word: one whose arrays are not
+    selected is not read (its dates are not joined); the static store's fields, left out
+    by default, are named."""
+    pl, sfc, static = inner
+    code, out, err = run(capsys, "inspect", *inner, "--join", "inner", "--variables", "t")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[:4] == [
+        f"store   the join of {pl}  (join='inner')",
+        f"  {pl} (Zarr v3): t; 72 steps; 24 steps per chunk",
+        f"  {sfc} (Zarr v3): none of msl, t2m selected: not read, and its dates are not joined",
+        f"  {static} (Zarr v3): static fields only (lsm): joins by grid alone; none selected "
+        f"(name them with --variables)",
+    ]
+    code, out, err = run(capsys, "inspect", *inner, "--join", "inner", "--json")
+    assert code == 0, err
+    stores = json.loads(out)["stores"]
+    assert [s["store"] for s in stores] == inner
+    assert stores[2]["unread"] == ["lsm"] and stores[2]["time"] is None
+    assert stores[2]["variables"] == stores[2]["statics"] == []
+
+
+def test_inspect_and_stats_of_stores_that_name_time_differently(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A WeatherBench2-style store (`time`) and a CDS-style one (`valid_time`): the joined
+    axis is the first store's, each store's line names its own coordinate where it
+    differs, and the statistics are those of the merge with the second renamed."""
+    days = dates(0, 30)
+    pl = write(pressure_levels(days), tmp_path / "pl.zarr", 24, 3)
+    sfc = write(cds_named(surface(days)), tmp_path / "sfc.zarr", 1, 3)
+    code, out, err = run(capsys, "inspect", pl, sfc)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[1] == f"  {pl} (Zarr v3): t, z; 30 steps; 24 steps per chunk"
+    assert lines[2] == f"  {sfc} (Zarr v3): msl, t2m; 30 steps of 'valid_time'; 1 step per chunk"
+    assert "time    time: 2020-01-01T00:00 .. 2020-01-08T06:00, 30 steps, every 6 h" in out
+    written = tmp_path / "joined.stats.json"
+    code, _, err = run(capsys, "stats", pl, sfc, "--split", "all", "--out", str(written))
+    assert code == 0, err
+    stats = ChannelStats.load(written)
+    reference = xr.merge(
+        [xr.open_zarr(pl), xr.open_zarr(sfc).rename(valid_time="time")], join="exact"
+    )
+    for name in ("t2m", "msl"):
+        np.testing.assert_allclose(stats.mean[name], [float(reference[name].mean())], rtol=1e-5)
+        np.testing.assert_allclose(stats.std[name], [float(reference[name].std())], rtol=1e-5)
+    t = reference.t.values.astype(np.float64)
+    np.testing.assert_allclose(stats.mean["t"], t.mean(axis=(0, 2, 3)), rtol=1e-5)
 
 
 def test_inspect_of_one_store_has_no_store_lines(
