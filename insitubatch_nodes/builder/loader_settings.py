@@ -312,13 +312,18 @@ def _dataset_settings(given: Mapping[str, Any], listed: list[Any] | None) -> dic
         )
         where: dict[str, Any] = {"source": request.url}
     else:
-        request, urls, join = joined_dataset_request(
+        joined = joined_dataset_request(
             listed,
             storage_options=given["storage_options"],
             spatial_dims=given["spatial_dims"],
             join=given["join"],
         )
-        where = {"source": urls, "join": join}
+        request = joined.request
+        where = {
+            "source": joined.urls,
+            "storage_options": joined.storage_options,
+            "join": joined.join,
+        }
     selected = ("variables", "splits", "manifest", "levels", "stride", "frequency", "patches")
     chosen = request.settings(given["split"], {k: given[k] for k in selected})
     if given["area"] is not None and chosen.get("patches") is not None:

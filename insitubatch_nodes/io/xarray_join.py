@@ -7,8 +7,15 @@ merges them. `build_loader([ds_pl, ds_sfc])` maps that to a join of the stores t
 opened from (`io.joined_source`) with the Datasets' selections as the loader's settings
 (`io.xarray_source.dataset_request`, one Dataset at a time):
 
-- the variables are every Dataset's data variables, in the order of the list;
-- levels are each variable's own (a Dataset selects levels for its variables only);
+- the variables are every Dataset's data variables, in the order of the list; a name in
+  two Datasets is refused;
+- Datasets opened from one store (`ds[["t"]]`, `ds[["u"]].sel(level=[500])`) read it as
+  one store, once per chunk, each Dataset's selection applying to its own variables;
+- levels: each variable's own where the Datasets agree; where two Datasets hold a level
+  dimension with different values, `xr.merge` aligns them: under `join="exact"` that is
+  refused (the first values that differ are named), under `"inner"` every variable along
+  it keeps the levels all of them hold, in the first Dataset's order (none in common is
+  refused: a batch of no levels);
 - time: under `join="exact"` the Datasets' time coordinates must be equal, as
   `xr.merge(join="exact")` requires (the first dates that differ are named); under
   `"inner"` the joined steps are the dates every Dataset holds. A Dataset that selects a
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -47,16 +55,33 @@ def holds_datasets(sources: Sequence[Any]) -> bool:
     return any(is_dataset(one) for one in sources)
 
 
+@dataclass(frozen=True)
+class JoinedDatasets:
+    """What a list of Datasets asks of the loader.
+
+    Args:
+        request: what the Datasets select of their stores, as one request.
+        urls: the stores, each once, in the order their first Dataset comes.
+        storage_options: each store's options, aligned with `urls`.
+        join: how the stores are aligned on time (`"inner"` where a Dataset selects dates,
+            see the module).
+    """
+
+    request: DatasetRequest
+    urls: list[str]
+    storage_options: list[dict[str, Any] | None]
+    join: str
+
+
 def joined_dataset_request(
     datasets: Sequence[Any],
     *,
     storage_options: Any = None,
     spatial_dims: int = 2,
     join: str = "exact",
-) -> tuple[DatasetRequest, list[str], str]:
-    """What the Datasets select of their stores, as one request; the stores' URLs in order;
-    and the join the stores are read under (`"inner"` where a Dataset selects dates, see the
-    module). Or an error naming what cannot be read so.
+) -> JoinedDatasets:
+    """What the Datasets select of their stores, the stores and the join they are read
+    under (see the module), or an error naming what cannot be read so.
 
     Args:
         datasets: xarray Datasets, each opened from a Zarr store (`xr.open_zarr`) and
@@ -75,6 +100,7 @@ def joined_dataset_request(
             f"pass every store by URL"
         )
     options = options_per_store(storage_options, len(datasets))
+    _check_each_variable_once(datasets)
     requests = [
         dataset_request(ds, storage_options=o, spatial_dims=spatial_dims, joined=True)
         for ds, o in zip(datasets, options, strict=True)
@@ -98,6 +124,7 @@ def joined_dataset_request(
         _check_same_times(requests, wheres)
     dates = _common_dates(requests, wheres)
     levels = {name: kept for r in requests for name, kept in r.levels.items()}
+    levels |= _merged_levels(datasets, requests, wheres, join, spatial_dims)
     request = DatasetRequest(
         url=requests[0].url,
         variables=[name for r in requests for name in r.variables],
@@ -107,7 +134,8 @@ def joined_dataset_request(
         decode_cf=requests[0].decode_cf,
     )
     stores_join = "inner" if dates is not None else join
-    return request, [r.url for r in requests], stores_join
+    urls, store_options = _stores(requests, options, wheres)
+    return JoinedDatasets(request, urls, store_options, stores_join)
 
 
 def _check_same_times(requests: Sequence[DatasetRequest], wheres: Sequence[str]) -> None:
@@ -168,3 +196,93 @@ def _common_region(requests: Sequence[DatasetRequest], join: str) -> Any:
             "whole grid on each and pass area= beside the list"
         )
     return crops[0]
+
+
+def _check_each_variable_once(datasets: Sequence[Any]) -> None:
+    """Refuse a data variable two Datasets hold: the loader reads each variable once, from
+    one selection."""
+    seen: dict[str, int] = {}
+    for i, ds in enumerate(datasets):
+        for name in map(str, ds.data_vars):
+            if name in seen:
+                raise ValueError(
+                    f"{name!r} is a data variable of Dataset {seen[name]} and of Dataset {i} "
+                    f"of source: the loader reads each variable from one Dataset; select "
+                    f"it in one of them only (ds[[...]])"
+                )
+            seen[name] = i
+
+
+def _stores(
+    requests: Sequence[DatasetRequest],
+    options: Sequence[dict[str, Any] | None],
+    wheres: Sequence[str],
+) -> tuple[list[str], list[dict[str, Any] | None]]:
+    """Each store once, in the order its first Dataset comes, with its options: Datasets
+    opened from one store read it as one store. Refused: one store given two sets of
+    options (which would the loader read it with?)."""
+    urls: list[str] = []
+    chosen: list[dict[str, Any] | None] = []
+    for i, (request, option) in enumerate(zip(requests, options, strict=True)):
+        if request.url not in urls:
+            urls.append(request.url)
+            chosen.append(option)
+            continue
+        first = urls.index(request.url)
+        if (chosen[first] or {}) != (option or {}):
+            raise ValueError(
+                f"Dataset {i} of source is opened from {wheres[i]}, as an earlier Dataset is, "
+                f"with other storage_options: the loader reads a store once, with one set "
+                f"of options; give both Datasets the same"
+            )
+    return urls, chosen
+
+
+def _merged_levels(
+    datasets: Sequence[Any],
+    requests: Sequence[DatasetRequest],
+    wheres: Sequence[str],
+    join: str,
+    spatial_dims: int,
+) -> dict[str, list[Any]]:
+    """The levels `xr.merge` aligns the Datasets' variables on, where their level
+    coordinates differ (see the module); empty where they agree. A level axis lies
+    between time and the grid, and is compared by its coordinate's values, in order."""
+    along: dict[str, list[str]] = {}  # level dimension -> the variables along it
+    held: dict[str, list[tuple[int, list[Any]]]] = {}  # -> (Dataset, its values), each once
+    for i, (ds, request) in enumerate(zip(datasets, requests, strict=True)):
+        for name in request.variables:
+            dims = ds[name].dims
+            for dim in dims[1 : max(1, len(dims) - spatial_dims)]:
+                along.setdefault(str(dim), []).append(name)
+                mine = held.setdefault(str(dim), [])
+                if dim in ds.indexes and all(j != i for j, _ in mine):
+                    mine.append((i, ds.indexes[dim].tolist()))
+    levels: dict[str, list[Any]] = {}
+    for dim, found in held.items():
+        (i, first), others = found[0], found[1:]
+        differing = [(j, values) for j, values in others if values != first]
+        if not differing:
+            continue
+        if join == "exact":
+            j, values = differing[0]
+            shared = min(len(first), len(values))
+            at = next((k for k in range(shared) if first[k] != values[k]), shared)
+            texts = [repr(v[at]) if at < len(v) else "nothing (it ends)" for v in (first, values)]
+            raise ValueError(
+                f"the {dim!r} coordinates of Dataset {i} ({wheres[i]}, {first}) and Dataset "
+                f"{j} ({wheres[j]}, {values}) differ at their position {at}: {texts[0]} and "
+                f"{texts[1]}; join='exact' takes Datasets whose coordinates are equal, as "
+                f"xr.merge(join='exact') does: select the same {dim!r} values on each, or "
+                f"pass join='inner' (the values every Dataset holds)"
+            )
+        kept = [v for v in first if all(v in values for _, values in others)]
+        if not kept:
+            listed = "; ".join(f"Dataset {j}: {values}" for j, values in found)
+            raise ValueError(
+                f"the Datasets of source hold no {dim!r} value in common ({listed}): "
+                f"xr.merge(join='inner') would leave their variables without a {dim!r} "
+                f"value, no batch to train on; select {dim!r} values every Dataset holds"
+            )
+        levels |= {name: list(kept) for name in along[dim]}
+    return levels

@@ -752,6 +752,37 @@ def _a_strided_dataset_in_a_join(ctx: Context) -> None:
     build_loader([xr.open_zarr(pl).isel(time=slice(0, 30, 2))[["t"]], xr.open_zarr(sfc)])
 
 
+def _joined_datasets_whose_levels_differ(ctx: Context) -> None:
+    pl, _ = _joined_stores(ctx)
+    ds = xr.open_zarr(pl)
+    build_loader([ds.sel(level=[500, 850])[["t"]], ds.sel(level=[850, 1000])[["z"]]])
+
+
+def _joined_datasets_that_share_no_level(ctx: Context) -> None:
+    pl, _ = _joined_stores(ctx)
+    ds = xr.open_zarr(pl)
+    build_loader([ds.sel(level=[500])[["t"]], ds.sel(level=[1000])[["z"]]], join="inner")
+
+
+def _a_variable_in_two_joined_datasets(ctx: Context) -> None:
+    pl, _ = _joined_stores(ctx)
+    ds = xr.open_zarr(pl)
+    build_loader([ds[["t"]], ds[["t", "z"]]])
+
+
+def _datasets_of_one_store_with_other_options(ctx: Context) -> None:
+    pl, _ = _joined_stores(ctx)
+    ds = xr.open_zarr(pl)
+    build_loader([ds[["t"]], ds[["z"]]], storage_options=[None, {"mkdir": False}])
+
+
+def _a_joined_store_without_dates(ctx: Context) -> None:
+    pl, _ = _joined_stores(ctx)
+    steps = surface(dates(0, 30)).drop_vars("time").rename(time="step")
+    step = write(steps, ctx.tmp_path / "step.zarr", 1, 3)
+    build_loader([pl, step], ["t", "t2m"])
+
+
 CASES = {
     "a URL with a scheme we do not read": _unsupported_scheme,
     "a local path that does not exist": _missing_local_path,
@@ -832,6 +863,11 @@ CASES = {
     "joined Datasets whose dates differ": _joined_datasets_whose_dates_differ,
     "joined Datasets cropped differently": _joined_datasets_cropped_differently,
     "a strided Dataset in a join": _a_strided_dataset_in_a_join,
+    "joined Datasets whose levels differ": _joined_datasets_whose_levels_differ,
+    "joined Datasets that share no level": _joined_datasets_that_share_no_level,
+    "a variable in two joined Datasets": _a_variable_in_two_joined_datasets,
+    "one store's Datasets with other storage_options": _datasets_of_one_store_with_other_options,
+    "a joined store without dates": _a_joined_store_without_dates,
 }
 
 

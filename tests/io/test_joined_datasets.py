@@ -13,7 +13,7 @@ import pytest
 import xarray as xr
 
 from insitubatch_nodes import build_loader
-from tests.helpers.batches import as_numpy
+from tests.helpers.batches import as_numpy, batch_key
 from tests.helpers.joined_stores import (
     cds_named,
     dates,
@@ -172,3 +172,88 @@ def test_datasets_that_name_time_differently_join_on_their_dates(tmp_path: Path,
     batches = epoch([pl, sfc], join=join, split="train" if join == "inner" else "all")
     seen = check_against_merge(batches, [pl_url, sfc_url], reference, ["t", "t2m"])
     assert sorted(seen) == list(reference.time.values)
+
+
+def one_store(folder: Path, steps: int = 30) -> str:
+    """A WeatherBench2-style store: pressure-level and surface variables side by side."""
+    days = dates(0, steps)
+    both = xr.merge([pressure_levels(days), surface(days)])
+    return write(both, folder / "era5.zarr", 24, 3)
+
+
+def test_two_datasets_of_one_store_read_it_as_that_one_store(tmp_path: Path) -> None:
+    """Each Dataset's selection applies to its own variables, and the store is read as
+    one source would read it: the same batches and the same state as the store's URL
+    with the same selection."""
+    url = one_store(tmp_path)
+    ds = opened(url)
+    upper, lower = ds[["t"]].sel(level=[500, 850]), ds[["t2m"]]
+    reference = xr.merge([upper, lower], join="exact")
+    settings: dict[str, Any] = {"split": "all", "batch_size": 6, "seed": 4, "device": "cpu"}
+    listed = build_loader([upper, lower], **settings)
+    batches = list(listed)
+    seen = check_against_merge(batches, [url], reference, ["t", "t2m"])
+    assert sorted(seen) == list(reference.time.values)
+    alone = build_loader(url, ["t", "t2m"], levels={"t": [500, 850]}, **settings)
+    assert [batch_key(b) for b in alone] == [batch_key(b) for b in batches]
+    assert alone.state_dict() == listed.state_dict()
+
+
+def test_datasets_of_one_store_whose_levels_differ_merge_as_xarray_merges(
+    tmp_path: Path,
+) -> None:
+    """`ds[["t"]]` keeps every level and `ds[["z"]]` selects 500 hPa: the inner merge
+    aligns both on 500 hPa, and so does the loader; the exact merge refuses, and so does
+    the loader, naming the levels."""
+    url = one_store(tmp_path)
+    ds = opened(url)
+    whole, picked = ds[["t", "msl"]], ds[["z"]].sel(level=[500])
+    reference = xr.merge([whole, picked], join="inner")
+    assert list(reference.level.values) == [500]
+    batches = epoch([whole, picked], join="inner", split="all")
+    check_against_merge(batches, [url], reference, ["t", "z", "msl"])
+    with pytest.raises(ValueError):
+        xr.merge([whole, picked], join="exact")
+    with pytest.raises(ValueError, match=r"'level' coordinates of Dataset 0 .* and Dataset 1"):
+        epoch([whole, picked], split="all")
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [([500, 850], [850, 1000]), ([850, 500], [500, 850, 1000]), ([1000, 850, 500], [500, 850])],
+)
+def test_level_selections_that_differ_merge_inner_as_xarray_merges(
+    tmp_path: Path, first: list[int], second: list[int]
+) -> None:
+    """Two stores' Datasets selecting overlapping levels: the inner merge keeps the levels
+    both hold, in the first Dataset's order, for both variables; the exact one refuses
+    naming the first values that differ."""
+    days = dates(0, 30)
+    urls = [
+        write(pressure_levels(days)[["t"]], tmp_path / "t.zarr", 24, 3),
+        write(pressure_levels(days, seed=7)[["z"]], tmp_path / "z.zarr", 1, 3),
+    ]
+    t = opened(urls[0]).sel(level=first)[["t"]]
+    z = opened(urls[1]).sel(level=second)[["z"]]
+    reference = xr.merge([t, z], join="inner")
+    batches = epoch([t, z], join="inner", split="all")
+    check_against_merge(batches, urls, reference, ["t", "z"])
+    assert {as_numpy(b["t"]).shape[1] for b in batches} == {reference.sizes["level"]}
+    with pytest.raises(ValueError):
+        xr.merge([t, z], join="exact")
+    message = rf"differ at their position 0: {first[0]} and {second[0]}; join='exact'"
+    with pytest.raises(ValueError, match=message):
+        epoch([t, z], split="all")
+
+
+def test_what_datasets_of_one_store_or_of_other_levels_cannot_be_is_refused(
+    tmp_path: Path,
+) -> None:
+    url = one_store(tmp_path)
+    ds = opened(url)
+    with pytest.raises(ValueError, match=r"'t' is a data variable of Dataset 0 and of Dataset 1"):
+        epoch([ds[["t"]], ds[["t", "z"]]], split="all")
+    with pytest.raises(ValueError, match=r"hold no 'level' value in common"):
+        epoch([ds[["t"]].sel(level=[500]), ds[["z"]].sel(level=[1000])], join="inner")
+    with pytest.raises(ValueError, match=r"Dataset 1 of source is opened from .*era5.zarr, as"):
+        epoch([ds[["t"]], ds[["t2m"]]], split="all", storage_options=[{}, {"mkdir": False}])
