@@ -2,7 +2,8 @@
 
 ERA5 from the CDS comes as pressure-level and surface downloads, and static fields often
 live in a store of their own. A join reads each store in place, with its own chunking,
-codecs, credentials and way in: what it decides is which store holds each variable, which
+codecs, credentials and way in: what it decides is which store holds each variable
+(`io.joined_selection`: each store along its own time coordinate), which
 stored steps make the joined time axis (`core.time_join`: each store's `origin`), and that
 the grids are one. The result is a `ZarrSource` whose layouts carry their store's origin,
 so the core's units, splits and read plans cover every store (`core.read_plan` sends each
