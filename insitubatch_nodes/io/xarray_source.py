@@ -3,7 +3,8 @@ with its selection applied.
 
 Users open stores with xarray and select what they train on: `xr.open_zarr(url)`, then
 `.sel(time=slice("1979", "2015"), level=[500, 850])[["temperature", "geopotential"]]`.
-`build_loader(ds)` maps that back to the store and to the loader's own settings, and
+`build_loader(ds)` maps that back to the store and to the loader's own settings (what
+each selection took, found in the store's coordinates: `io.dataset_selection`), and
 reads the chunks directly (never through xarray or dask):
 
 - the variables are the Dataset's data variables, in its order; each must be a stored
@@ -32,20 +33,25 @@ the loader works without it.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import zarr
 
-from insitubatch_nodes.core.cf_time import date_unit
 from insitubatch_nodes.core.date_ranges import TimeAxis
-from insitubatch_nodes.core.patches import REGION, PatchSpec
-from insitubatch_nodes.io.metadata.calendar_times import cftime_dates
+from insitubatch_nodes.core.patches import PatchSpec
+from insitubatch_nodes.io.dataset_selection import (
+    StoredCoordinates,
+    grid_region,
+    grid_selection,
+    level_selection,
+    selected_axis,
+    time_selection,
+)
 from insitubatch_nodes.io.metadata.cf_attributes import CF_ATTRIBUTES, read_cf_decoding
-from insitubatch_nodes.io.metadata.dimensions import coordinate, coordinate_values, dimension_names
-from insitubatch_nodes.io.metadata.time_axis import read_time_axis
+from insitubatch_nodes.io.metadata.dimensions import dimension_names
 from insitubatch_nodes.io.metadata.time_dimension import (
     check_static_grid,
     named_time,
@@ -223,53 +229,27 @@ def dataset_request(
     if fields:  # else static fields only: a store of a join that joins by grid alone
         time_dim = ds[fields[0]].dims[0]
         length = arrays[fields[0]].shape[0]
-        dates, stride, span = _time_selection(ds, time_dim, arrays, fields, length, where, secrets)
+        dates, stride, span = time_selection(ds, time_dim, arrays, fields, length, where, secrets)
         if time_dim in ds.coords:
-            times = _selected_axis(np.asarray(ds[time_dim].values), str(time_dim))
+            times = selected_axis(np.asarray(ds[time_dim].values), str(time_dim))
     levels = {}
     crops: dict[str, tuple[int, int]] = {}  # spatial dim -> (start, length) when cropped
-    read = _Coordinates(arrays, where, secrets)
+    read = StoredCoordinates(arrays, where, secrets)
     for name in names:
         dims = ds[name].dims
         first = 0 if name in statics else 1  # a static's axes are all grid
         for axis, dim in enumerate(dims[first:], start=first):
             size = arrays[name].shape[axis]
             if axis < len(dims) - spatial_dims:
-                kept = _level_selection(ds, name, dim, read, size)
+                kept = level_selection(ds, name, dim, read, size)
                 if kept is not None:
                     levels[name] = kept
             else:
-                crop = _grid_selection(ds, name, dim, read, size)
+                crop = grid_selection(ds, name, dim, read, size)
                 if crop is not None:
                     crops[str(dim)] = crop
-    region = _region(ds, names, arrays, crops, spatial_dims)
+    region = grid_region(ds, names, arrays, crops, spatial_dims)
     return DatasetRequest(url, names, dates, stride, levels, region, decode_cf, span, times)
-
-
-def _region(
-    ds: Any,
-    names: Sequence[str],
-    arrays: Mapping[str, zarr.Array],
-    crops: Mapping[str, tuple[int, int]],
-    spatial_dims: int,
-) -> PatchSpec | None:
-    """One crop of the trailing grid axes, shared by every variable (a Dataset selects a
-    dimension the same way for all of its variables), or None when nothing is cropped."""
-    if not crops:
-        return None
-    grids = {tuple(ds[name].dims[-spatial_dims:]) for name in names}
-    if len(grids) > 1:
-        raise ValueError(
-            f"the Dataset crops the grid, but its variables lie on different grid dimensions "
-            f"{sorted(grids)}: select variables on one grid to crop it"
-        )
-    (grid_dims,) = grids
-    whole = arrays[names[0]].shape[-spatial_dims:]
-    starts, lengths = zip(
-        *(crops.get(str(dim), (0, length)) for dim, length in zip(grid_dims, whole, strict=True)),
-        strict=True,
-    )
-    return PatchSpec(size=lengths, mode=REGION, origin=starts)
 
 
 def _check_stored(
@@ -312,149 +292,3 @@ def _check_stored(
             f"store with xr.open_zarr's default decoding (or mask_and_scale=False for "
             f"stored values) and cast batches with build_loader(dtype=...)"
         )
-
-
-def _positions(selected: np.ndarray, stored: np.ndarray) -> np.ndarray | None:
-    """Where each selected value sits among the stored ones (None if one is not there)."""
-    order = np.argsort(stored, kind="stable")
-    at = np.searchsorted(stored[order], selected)
-    at = np.clip(at, 0, stored.size - 1)
-    found = order[at]
-    if not np.array_equal(stored[found], selected):
-        return None
-    return found
-
-
-def _time_selection(
-    ds: Any,
-    dim: str,
-    arrays: Mapping[str, zarr.Array],
-    names: Sequence[str],
-    length: int,
-    where: str,
-    secrets: Sequence[str],
-) -> tuple[tuple[str, str] | None, int, tuple[np.datetime64, np.datetime64] | None]:
-    if ds.sizes[dim] == length and dim not in ds.coords:
-        return None, 1, None
-    if dim not in ds.coords:
-        raise ValueError(
-            f"the Dataset selects {ds.sizes[dim]} of {length} steps along {dim!r}, which has "
-            f"no coordinate to say which: select time by date (ds.sel(time=...))"
-        )
-    axis = read_time_axis(arrays, names, length, where, secrets)
-    selected = _selected_dates(np.asarray(ds[dim].values), dim)
-    if selected.size == length and np.array_equal(selected, axis.dates.astype(selected.dtype)):
-        return None, 1, None
-    at = _positions(selected, axis.dates.astype(selected.dtype))
-    if at is None or at.size == 0:
-        raise ValueError(
-            f"the Dataset's {dim!r} holds dates that are not the store's (reindexed or "
-            f"interpolated?): select existing steps with ds.sel(time=slice(first, last))"
-        )
-    steps = np.diff(at)
-    stride = int(steps[0]) if steps.size else 1
-    if steps.size and (stride < 1 or not (steps == stride).all()):
-        raise ValueError(
-            f"the Dataset's {dim!r} selection is not a run of steps (nor every k-th step of "
-            f"one): the loader reads a split as a range of dates; select with "
-            f"ds.sel(time=slice(first, last)) or ds.isel(time=slice(start, stop, k))"
-        )
-    if int(at[0]) % stride:
-        raise ValueError(
-            f"the Dataset takes every {stride}th step from step {int(at[0])}; a stride counts "
-            f"from the store's first step, so start at a multiple of {stride} (or use "
-            f"frequency= with the whole time axis)"
-        )
-    ends = axis.dates[at[[0, -1]]]
-    first, last = axis.text(ends, date_unit(axis.dates))  # its calendar's
-    return (first, last), stride, (ends[0], ends[1])
-
-
-def _selected_axis(values: np.ndarray, dim: str) -> TimeAxis:
-    """The Dataset's time coordinate as a `TimeAxis` (its dates and their calendar)."""
-    if values.dtype.kind == "O" and values.size:
-        dates, calendar = cftime_dates(values, dim)
-        return TimeAxis(dim, dates, calendar)
-    return TimeAxis(dim, _selected_dates(values, dim))
-
-
-def _selected_dates(values: np.ndarray, dim: str) -> np.ndarray:
-    """The Dataset's time coordinate as `TimeAxis.dates` counts it: numpy datetimes as
-    they are, cftime dates (a `noleap` or `360_day` calendar, or `use_cftime=True`) from
-    their calendar's 1970-01-01."""
-    if values.dtype.kind == "M":
-        return values
-    if values.dtype.kind == "O" and values.size:
-        return cftime_dates(values, dim)[0]
-    raise ValueError(
-        f"the Dataset's {dim!r} coordinate holds {values.dtype}, not dates: open it "
-        f"with xr.open_zarr's default decode_times=True"
-    )
-
-
-@dataclass(frozen=True)
-class _Coordinates:
-    """The store's coordinates, read with failures redacted (`coordinate_values`)."""
-
-    arrays: Mapping[str, zarr.Array]
-    where: str
-    secrets: Sequence[str]
-
-    def values(self, array: zarr.Array) -> np.ndarray:
-        return coordinate_values(array, self.where, self.secrets)
-
-
-def _stored_positions(
-    ds: Any, name: str, dim: str, read: _Coordinates, size: int
-) -> tuple[np.ndarray | None, np.ndarray] | None:
-    """(where each selected value of `dim` sits in the store's coordinate, the selected
-    values), or None when the axis is whole."""
-    stored = coordinate(read.arrays, dim, size)
-    if ds.sizes[dim] == size and (dim not in ds.coords or stored is None):
-        return None
-    if stored is None or dim not in ds.coords:
-        raise ValueError(
-            f"the Dataset selects {ds.sizes[dim]} of {size} positions of {name!r} along "
-            f"{dim!r}, which has no coordinate in the store to say which: select it whole"
-        )
-    values = read.values(stored)
-    selected = np.asarray(ds[dim].values)
-    if selected.size == size and np.array_equal(selected, values):
-        return None
-    return _positions(selected, values), selected
-
-
-def _level_selection(
-    ds: Any, name: str, dim: str, read: _Coordinates, size: int
-) -> list[Any] | None:
-    """The level values selected along `dim`, in the Dataset's order (the loader yields
-    them so, `core.level_selection`), None when the axis is whole in the stored order."""
-    found = _stored_positions(ds, name, dim, read, size)
-    if found is None:
-        return None
-    at, selected = found
-    if at is None:
-        raise ValueError(
-            f"the Dataset's {dim!r} holds values the store's {dim!r} coordinate does not "
-            f"(interpolated?): select stored levels with ds.sel({dim}=[...])"
-        )
-    return selected.tolist()
-
-
-def _grid_selection(
-    ds: Any, name: str, dim: str, read: _Coordinates, size: int
-) -> tuple[int, int] | None:
-    """(start, length) of a run of grid positions selected along `dim`, None when the axis
-    is whole; an error for any other selection (a crop is a run)."""
-    found = _stored_positions(ds, name, dim, read, size)
-    if found is None:
-        return None
-    at, selected = found
-    if at is None or at.size == 0 or (np.diff(at) != 1).any():
-        raise ValueError(
-            f"the Dataset selects {selected.size} of {size} positions of {name!r} along "
-            f"{dim!r} that are not one run of the stored grid (a step, a list, a reversed "
-            f"or interpolated axis): the loader crops the grid to one region; select a "
-            f"range (ds.isel({dim}=slice(a, b)) or ds.sel({dim}=slice(x, y)))"
-        )
-    return int(at[0]), int(at.size)
