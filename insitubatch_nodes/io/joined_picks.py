@@ -7,7 +7,9 @@ an error); a mapping names variables, wherever they are; a box is found on each 
 own latitude and longitude (the grids are one, `io.joined_source` checked them), and
 every variable and static field is cropped on its own axes. What a single store does
 (`io.metadata.levels.level_picks`, `io.metadata.grid_coordinates.area_selection`) is
-done store by store here, and the layouts come back with their picks.
+done store by store here, and the layouts come back with their picks. Without `levels=`,
+stores whose level coordinates differ are aligned as `xr.merge` aligns them
+(`merged_levels`, `core.level_join`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import zarr
 
 from insitubatch_nodes.core.area import Area, AreaSelection
 from insitubatch_nodes.core.geometry import VariableLayout
+from insitubatch_nodes.core.level_join import join_levels
+from insitubatch_nodes.io.metadata.dimensions import coordinate, coordinate_values, dimension_names
 from insitubatch_nodes.io.metadata.grid_coordinates import area_selection
 from insitubatch_nodes.io.metadata.levels import LevelsLike, level_axis, level_picks
 
@@ -86,6 +90,50 @@ def joined_level_picks(
             f"time and the grid (spatial_dims={spatial_dims})"
         )
     return {n: lay.with_picks([picks[n]]) if n in picks else lay for n, lay in layouts.items()}
+
+
+def merged_levels(
+    stores: Sequence[StoreArrays],
+    owner: Mapping[str, int],
+    layouts: Mapping[str, VariableLayout],
+    join: str,
+    spatial_dims: int,
+) -> dict[str, list[Any]] | None:
+    """Without `levels=`, the levels `xr.merge` aligns the variables on where stores hold
+    a level dimension of one name with different values (`core.level_join`): variable ->
+    values, for `joined_level_picks`; None where the stores agree (each variable keeps its
+    store's levels). A level axis lies between time and the grid and has a coordinate.
+
+    Args:
+        stores: the join's stores, in order.
+        owner: variable -> the position in `stores` of the store that holds it.
+        layouts: the selected time-varying variables' layouts.
+        join: `"exact"` or `"inner"`.
+        spatial_dims: the trailing grid axes.
+    """
+    along: dict[str, list[str]] = {}  # level dimension -> the variables along it
+    held: dict[str, dict[int, list[Any]]] = {}  # -> store -> its values
+    for name in layouts:
+        store = stores[owner[name]]
+        array = store.arrays[name]
+        dims = dimension_names(array) or ()
+        for axis in range(1, array.ndim - spatial_dims):
+            found = coordinate(store.arrays, dims[axis], array.shape[axis]) if dims else None
+            if found is None:  # no coordinate: nothing to align by
+                continue
+            along.setdefault(dims[axis], []).append(name)
+            mine = held.setdefault(dims[axis], {})
+            if owner[name] not in mine:
+                values = coordinate_values(found, store.where, store.secrets)
+                mine[owner[name]] = values.tolist()
+    levels: dict[str, list[Any]] = {}
+    for dim, found_in in held.items():
+        labelled = [(stores[i].where, values) for i, values in found_in.items()]
+        remedy = f"pass levels= with {dim!r} values every store holds"
+        kept = join_levels(dim, labelled, join, "stores", remedy)
+        if kept is not None:
+            levels |= {name: list(kept) for name in along[dim]}
+    return levels or None
 
 
 def joined_area_picks(

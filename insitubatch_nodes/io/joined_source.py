@@ -32,7 +32,11 @@ from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
 from insitubatch_nodes.core.date_ranges import RangeLike, TimeAxis
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.time_join import check_join_policy, join_times
-from insitubatch_nodes.io.joined_picks import joined_area_picks, joined_level_picks
+from insitubatch_nodes.io.joined_picks import (
+    joined_area_picks,
+    joined_level_picks,
+    merged_levels,
+)
 from insitubatch_nodes.io.joined_selection import select_joined
 from insitubatch_nodes.io.metadata.grid_coordinates import GridCoordinates, read_grid_coordinates
 from insitubatch_nodes.io.metadata.levels import LevelsLike
@@ -248,6 +252,8 @@ def open_joined(
     split_manifest, geometry = fit_manifest(
         layouts, manifest, splits, lambda _: joined.axis, "these stores"
     )
+    if levels is None:  # stores of other levels align as xr.merge aligns them
+        levels = merged_levels(stores, owner, layouts, join, spatial_dims)
     layouts = joined_level_picks(stores, owner, layouts, levels, spatial_dims)
     layouts, static_crops, area_axes, boxed = joined_area_picks(
         stores, owner, layouts, statics, area

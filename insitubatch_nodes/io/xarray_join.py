@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from insitubatch_nodes.core.level_join import join_levels
 from insitubatch_nodes.core.time_join import check_join_policy
 from insitubatch_nodes.io.joined_source import options_per_store
 from insitubatch_nodes.io.stores.open_store import describe
@@ -255,34 +256,16 @@ def _merged_levels(
             dims = ds[name].dims
             for dim in dims[1 : max(1, len(dims) - spatial_dims)]:
                 along.setdefault(str(dim), []).append(name)
+                if dim not in ds.indexes:  # no coordinate: xr.merge compares sizes alone
+                    continue
                 mine = held.setdefault(str(dim), [])
-                if dim in ds.indexes and all(j != i for j, _ in mine):
+                if all(j != i for j, _ in mine):
                     mine.append((i, ds.indexes[dim].tolist()))
     levels: dict[str, list[Any]] = {}
     for dim, found in held.items():
-        (i, first), others = found[0], found[1:]
-        differing = [(j, values) for j, values in others if values != first]
-        if not differing:
-            continue
-        if join == "exact":
-            j, values = differing[0]
-            shared = min(len(first), len(values))
-            at = next((k for k in range(shared) if first[k] != values[k]), shared)
-            texts = [repr(v[at]) if at < len(v) else "nothing (it ends)" for v in (first, values)]
-            raise ValueError(
-                f"the {dim!r} coordinates of Dataset {i} ({wheres[i]}, {first}) and Dataset "
-                f"{j} ({wheres[j]}, {values}) differ at their position {at}: {texts[0]} and "
-                f"{texts[1]}; join='exact' takes Datasets whose coordinates are equal, as "
-                f"xr.merge(join='exact') does: select the same {dim!r} values on each, or "
-                f"pass join='inner' (the values every Dataset holds)"
-            )
-        kept = [v for v in first if all(v in values for _, values in others)]
-        if not kept:
-            listed = "; ".join(f"Dataset {j}: {values}" for j, values in found)
-            raise ValueError(
-                f"the Datasets of source hold no {dim!r} value in common ({listed}): "
-                f"xr.merge(join='inner') would leave their variables without a {dim!r} "
-                f"value, no batch to train on; select {dim!r} values every Dataset holds"
-            )
-        levels |= {name: list(kept) for name in along[dim]}
+        labelled = [(f"Dataset {i} ({wheres[i]})", values) for i, values in found]
+        remedy = f"select the same {dim!r} values on each"
+        kept = join_levels(dim, labelled, join, "Datasets", remedy)
+        if kept is not None:
+            levels |= {name: list(kept) for name in along[dim]}
     return levels

@@ -764,6 +764,13 @@ def _joined_datasets_that_share_no_level(ctx: Context) -> None:
     build_loader([ds.sel(level=[500])[["t"]], ds.sel(level=[1000])[["z"]]], join="inner")
 
 
+def _joined_stores_whose_levels_differ(ctx: Context) -> None:
+    pl, _ = _joined_stores(ctx)
+    other = pressure_levels(dates(0, 30))[["z"]].rename(z="q")
+    other = other.assign_coords(level=[850, 500, 250])
+    build_loader([pl, write(other, ctx.tmp_path / "q.zarr", 24, 3)], ["t", "q"])
+
+
 def _a_variable_in_two_joined_datasets(ctx: Context) -> None:
     pl, _ = _joined_stores(ctx)
     ds = xr.open_zarr(pl)
@@ -865,6 +872,7 @@ CASES = {
     "a strided Dataset in a join": _a_strided_dataset_in_a_join,
     "joined Datasets whose levels differ": _joined_datasets_whose_levels_differ,
     "joined Datasets that share no level": _joined_datasets_that_share_no_level,
+    "joined stores whose levels differ": _joined_stores_whose_levels_differ,
     "a variable in two joined Datasets": _a_variable_in_two_joined_datasets,
     "one store's Datasets with other storage_options": _datasets_of_one_store_with_other_options,
     "a joined store without dates": _a_joined_store_without_dates,

@@ -198,6 +198,31 @@ def test_a_store_whose_time_coordinate_cannot_be_found_is_refused_by_name(
         loader([pl, nameless], variables=["t", "t2m"])
 
 
+def test_stores_of_other_levels_align_as_xarray_merge_aligns_them(tmp_path: Path) -> None:
+    """A store of `t` on 1000, 850 and 500 hPa beside one of `z` on 850, 500 and 250: the
+    inner merge gives both 850 and 500, and so does the loader; the exact merge refuses,
+    and so does the loader, naming both stores' levels; levels= both hold are read."""
+    days = dates(0, 30)
+    other = pressure_levels(days, seed=7)[["z"]].assign_coords(level=[850, 500, 250])
+    urls = [
+        write(pressure_levels(days)[["t"]], tmp_path / "t.zarr", 24, 3),
+        write(other, tmp_path / "z.zarr", 1, 3),
+    ]
+    reference = merged(urls, "inner")
+    assert list(reference.level.values) == [850, 500]
+    batches = list(loader(urls, join="inner"))
+    assert check_against(batches, reference, ["t", "z"]) == 30
+    with pytest.raises(ValueError):
+        merged(urls, "exact")
+    with pytest.raises(ValueError) as refused:
+        loader(urls)
+    text = str(refused.value)
+    assert "the 'level' coordinates of the joined stores differ" in text
+    assert "t.zarr holds [1000, 850, 500] and " in text and "z.zarr holds [850, 500, 250]" in text
+    picked = list(loader(urls, levels=[500]))
+    assert check_against(picked, reference.sel(level=[500]), ["t", "z"]) == 30
+
+
 def _take(made: Any, batches: int) -> tuple[list[Any], Any]:
     iterator = iter(made)
     return [batch_key(next(iterator)) for _ in range(batches)], iterator
