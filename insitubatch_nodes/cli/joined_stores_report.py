@@ -6,7 +6,8 @@ A store the loader reads nothing from still gets its line, so nothing given on t
 command line disappears without a word: a store of static fields only joins by grid
 alone, and the default choice of variables takes none of its fields (`--variables`
 names them); a store none of whose arrays are selected is not read, and its dates are
-not joined.
+not joined. A store of static fields only inspected by itself is said to be one: it
+joins by grid alone, and nothing in it names time.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from typing import Any
 import zarr
 from zarr.abc.store import Store
 
+from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
 from insitubatch_nodes.io.joined_selection import is_timed
 from insitubatch_nodes.io.joined_source import options_per_store, source_list
+from insitubatch_nodes.io.metadata.dimensions import dimension_names
 from insitubatch_nodes.io.metadata.time_axis import find_time_array
 from insitubatch_nodes.io.metadata.time_dimension import named_time
 from insitubatch_nodes.io.metadata.zarr_layout import arrays_of, open_root_group
@@ -217,6 +220,42 @@ def _unread_report(source: Any, where: str, options: dict[str, Any] | None) -> J
         steps_per_chunk=(),
         time=named_time(arrays, data) if is_timed(arrays) else None,
         unread=tuple(data),
+    )
+
+
+def static_fields_only(
+    arrays: Mapping[str, zarr.Array], spatial_dims: int = DEFAULT_SPATIAL_DIMS
+) -> tuple[str, ...]:
+    """The fields of a store that holds static fields only: no time coordinate, and every
+    array of two or more dimensions names the grid's alone. Empty for any other store.
+
+    Such a store joins by grid alone; read by itself, nothing names its time, so the
+    loader would take its first axis (latitude) as the sample axis.
+
+    Args:
+        arrays: the store's arrays by name.
+        spatial_dims: the trailing grid axes.
+    """
+    data = sorted(n for n, a in arrays.items() if a.ndim >= 2)
+    if not data or is_timed(arrays):
+        return ()
+    dims = [dimension_names(arrays[n]) for n in data]
+    if any(d is None or len(d) != spatial_dims for d in dims):
+        return ()
+    return tuple(data)
+
+
+def static_only_text(fields: Sequence[str], where: str) -> str:
+    """The line `inspect` of one store of static fields only adds: what the store is for.
+
+    Args:
+        fields: its static fields (`static_fields_only`).
+        where: the store as messages name it.
+    """
+    return (
+        f"static fields only ({', '.join(fields)}: no time dimension): this store joins by "
+        f"grid alone; inspect it beside a store of time-varying fields (insitubatch inspect "
+        f"FIELDS_URL {where}). Read by itself, its first axis would be taken for time"
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from insitubatch_nodes.cli.defaults_report import LoaderDefaults
-from insitubatch_nodes.cli.joined_stores_report import joined_store_text
+from insitubatch_nodes.cli.joined_stores_report import joined_store_text, static_only_text
 from insitubatch_nodes.cli.store_report import AreaReport, StoreReport, TimeReport
 from insitubatch_nodes.core.byte_sizes import nbytes_text
 from insitubatch_nodes.core.memory_bound import LARGEST_BUDGET
@@ -67,6 +67,8 @@ def format_report(report: StoreReport) -> str:
         lines += [f"  {joined_store_text(joined, time)}" for joined in report.stores]
     else:
         lines = [f"store   {report.store}  (Zarr v{report.zarr_format})"]
+        if report.static_only:
+            lines.append(f"  {static_only_text(report.static_only, report.store)}")
     if report.others:
         lines.append(
             "others  " + ", ".join(f"{n} {_dimensions_text(s)}" for n, s in report.others.items())

@@ -36,6 +36,7 @@ from insitubatch_nodes.cli.joined_stores_report import (
     OpenedStore,
     joined_store_reports,
     opened_stores,
+    static_fields_only,
 )
 from insitubatch_nodes.core.area import Area, AreaSelection
 from insitubatch_nodes.core.cf_decoding import describe_record
@@ -166,6 +167,9 @@ class StoreReport:
         forcings: the forcings `--forcings` asks for, computed per batch, in order.
         join: the join policy when several stores are joined, else None.
         stores: each store of a join, in the order given (empty for one store).
+        static_only: for one store that holds static fields only (no time coordinate,
+            every array on the grid alone), those fields: it joins by grid alone, and
+            read by itself its first grid axis would pass for time.
     """
 
     store: str
@@ -181,6 +185,7 @@ class StoreReport:
     forcings: tuple[str, ...] = ()
     join: str | None = None
     stores: tuple[JoinedStoreReport, ...] = ()
+    static_only: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON data (tuples as lists, the memory plan as a dict)."""
@@ -326,6 +331,7 @@ def inspect_store(
         forcing_names,
         opened.join,
         joined_store_reports(opened, stores, source, storage_options),
+        () if opened.parts else static_fields_only(stores[0].arrays),
     )
 
 

@@ -184,6 +184,25 @@ def test_inspect_and_stats_of_stores_that_name_time_differently(
     np.testing.assert_allclose(stats.mean["t"], t.mean(axis=(0, 2, 3)), rtol=1e-5)
 
 
+def test_inspect_of_a_store_of_static_fields_only_says_it_joins_by_grid_alone(
+    inner: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    static = inner[2]
+    code, out, err = run(capsys, "inspect", static)
+    assert code == 0, err
+    assert out.splitlines()[1] == (
+        f"  static fields only (lsm: no time dimension): this store joins by grid alone; "
+        f"inspect it beside a store of time-varying fields (insitubatch inspect FIELDS_URL "
+        f"{static}). Read by itself, its first axis would be taken for time"
+    )
+    code, out, err = run(capsys, "inspect", static, "--json")
+    assert code == 0, err
+    assert json.loads(out)["static_only"] == ["lsm"]
+    code, out, err = run(capsys, "inspect", inner[1], "--json")
+    assert code == 0, err
+    assert json.loads(out)["static_only"] == []
+
+
 def test_inspect_of_one_store_has_no_store_lines(
     inner: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
