@@ -6,7 +6,8 @@ compressed, how many time steps a read brings, how big a chunk is stored and dec
 time range, and what `build_loader`'s defaults choose on this host (the memory budget
 and decode threads from its memory, cores and ranks, with why), or why they do not fit
 and which budget would. `inspect_store` gathers that into a `StoreReport` (plain data,
-`to_json`), `format_report` lays it out for a terminal.
+`to_json`), `format_report` lays it out for a terminal. Each array's part is
+`cli.array_report`'s, each store of a join's `cli.joined_stores_report`'s.
 
 What it reads: the group's metadata, the stored sizes of a few chunks (a size request per
 chunk, or the index of a few shards of a sharded array), and three values of the time
@@ -21,7 +22,7 @@ Everything printed names the store as `ZarrSource.where` does: credentials redac
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ import numpy as np
 import zarr
 
 from insitubatch_nodes.builder.time_selection import Duration
+from insitubatch_nodes.cli.array_report import ArrayReport, array_report
 from insitubatch_nodes.cli.defaults_report import LoaderDefaults, loader_defaults
 from insitubatch_nodes.cli.joined_stores_report import (
     JoinedStoreReport,
@@ -47,56 +49,14 @@ from insitubatch_nodes.core.sample_spec import SampleSpec, leads, window
 from insitubatch_nodes.core.settings import as_int, as_optional_int
 from insitubatch_nodes.io.host.host_resources import HostResources
 from insitubatch_nodes.io.joined_source import open_source
-from insitubatch_nodes.io.metadata.dimensions import dimension_names
 from insitubatch_nodes.io.metadata.time_axis import cf_attributes, decode_dates, find_time_array
 from insitubatch_nodes.io.metadata.zarr_compat import run_on_zarr_loop
-from insitubatch_nodes.io.reads.codecs import ZarrDecodes, codec_text
-from insitubatch_nodes.io.reads.stored_array import stored_array
 from insitubatch_nodes.io.reads.stored_sizes import (
     DEFAULT_SAMPLED_CHUNKS,
     StoredSizes,
     measure_stored_sizes,
 )
 from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
-
-
-@dataclass(frozen=True)
-class ArrayReport:
-    """One selected array as the loader sees it.
-
-    Args:
-        name: the array's name in the group.
-        dims: its dimension names (Zarr v3 `dimension_names`, or xarray's
-            `_ARRAY_DIMENSIONS` attribute), or None when the store names none.
-        shape: its shape.
-        dtype: its element type, as numpy spells it (stored byte order).
-        chunks: its chunk shape (the inner chunk when sharded): what one decode yields.
-        shards: its shard shape (one stored object), or None when not sharded.
-        codecs: the codec chain in short, with the compressor's settings.
-        read_through_zarr: why zarr, not the library's own decoder, decodes its chunks
-            (zarr's path costs more Python per chunk), or None when the library does.
-        chunk_count: chunks (inner chunks when sharded) in the array.
-        decoded_chunk_bytes: bytes of one decoded chunk.
-        stored_chunk: stored bytes per chunk, sampled.
-        stored_shard: stored bytes per shard, sampled, or None when not sharded.
-        steps_per_chunk: samples (time steps) in one chunk: what one read brings.
-        steps_per_shard: samples in one shard, or None when not sharded.
-    """
-
-    name: str
-    dims: tuple[str, ...] | None
-    shape: tuple[int, ...]
-    dtype: str
-    chunks: tuple[int, ...]
-    shards: tuple[int, ...] | None
-    codecs: str
-    read_through_zarr: str | None
-    chunk_count: int
-    decoded_chunk_bytes: int
-    stored_chunk: StoredSizes
-    stored_shard: StoredSizes | None
-    steps_per_chunk: int
-    steps_per_shard: int | None
 
 
 @dataclass(frozen=True)
@@ -288,7 +248,7 @@ def inspect_store(
     for opened_store in stores:
         mine = {n: a for n, a in opened_store.arrays.items() if n in opened_store.fields}
         sizes |= run_on_zarr_loop(measure_stored_sizes(opened_store.store, mine, sampled_chunks))
-    reports = tuple(_array_report(name, selected[name], *sizes[name]) for name in selected)
+    reports = tuple(array_report(name, selected[name], *sizes[name]) for name in selected)
     statics = opened.static_shapes()
     others = {
         name: tuple(a.shape)
@@ -360,68 +320,6 @@ def _spec(variables: list[str], window_steps: int, lead_steps: int) -> SampleSpe
     if lead_steps:
         groups["targets"] = leads(variables, [lead_steps])
     return SampleSpec(groups)
-
-
-# --- the arrays ---------------------------------------------------------------------------
-
-
-def _v3_chain(codecs: Iterable[Mapping[str, Any]]) -> str:
-    parts = []
-    for codec in codecs:
-        config = codec.get("configuration") or {}
-        if config.get("codecs"):
-            parts.append(f"{codec['name']}({_v3_chain(config['codecs'])})")
-        else:
-            parts.append(codec_text(str(codec["name"]), config))
-    return "+".join(parts)
-
-
-def codecs_in_short(array: zarr.Array) -> str:
-    """The codec chain with the compressor's settings, e.g. "bytes+zstd(level=1)",
-    "sharding_indexed(bytes+blosc(cname=lz4,clevel=5,shuffle=shuffle))", or Zarr v2's
-    filters then compressor.
-    Unlike `array_metadata.codec_summary` (names only, for the fingerprint), the settings
-    show here (which ones, per compressor: the codec table's `codec_text`): they decide
-    how well the data compresses and how fast it decodes.
-
-    Args:
-        array: an opened zarr array.
-    """
-    metadata = array.metadata.to_dict()
-    if "codecs" in metadata:
-        return _v3_chain(metadata["codecs"] or ()) or "none"
-    chain = [*(metadata.get("filters") or ()), metadata.get("compressor")]
-    return "+".join(codec_text(str(c["id"]), c) for c in chain if c is not None) or "none"
-
-
-def _zarr_reason(name: str, array: zarr.Array) -> str | None:
-    """Why the loader reads `array` through zarr, by the rule its readers follow."""
-    stored = stored_array(name, array.async_array)
-    return stored.reason if isinstance(stored, ZarrDecodes) else None
-
-
-def _array_report(
-    name: str, array: zarr.Array, stored_chunk: StoredSizes, stored_shard: StoredSizes | None
-) -> ArrayReport:
-    dtype = np.dtype(array.dtype)
-    chunks = tuple(int(c) for c in array.chunks)
-    shards = None if array.shards is None else tuple(int(s) for s in array.shards)
-    return ArrayReport(
-        name=name,
-        dims=dimension_names(array),
-        shape=tuple(int(s) for s in array.shape),
-        dtype=dtype.str if dtype.byteorder == ">" else dtype.name,
-        chunks=chunks,
-        shards=shards,
-        codecs=codecs_in_short(array),
-        read_through_zarr=_zarr_reason(name, array),
-        chunk_count=stored_chunk.of,
-        decoded_chunk_bytes=math.prod(chunks) * dtype.itemsize,
-        stored_chunk=stored_chunk,
-        stored_shard=stored_shard,
-        steps_per_chunk=chunks[0],
-        steps_per_shard=None if shards is None else shards[0],
-    )
 
 
 # --- the time coordinate ------------------------------------------------------------------
