@@ -197,6 +197,8 @@ def test_two_datasets_of_one_store_read_it_as_that_one_store(tmp_path: Path) -> 
     alone = build_loader(url, ["t", "t2m"], levels={"t": [500, 850]}, **settings)
     assert [batch_key(b) for b in alone] == [batch_key(b) for b in batches]
     assert alone.state_dict() == listed.state_dict()
+    # each chunk once: 30 steps in 24-step chunks, two chunks of each variable
+    assert listed.stats()["chunks_read"] == alone.stats()["chunks_read"] == 4
 
 
 def test_datasets_of_one_store_whose_levels_differ_merge_as_xarray_merges(
