@@ -29,7 +29,8 @@ few hundred steps whose time coordinate spans 1979-2018 at a coarse step, then:
 
 With `--join` the look-alike is written as two stores read as one (`build_loader(source=
 [...])`, each in place): `pressure_levels.zarr` (the level variables) and `surface.zarr`
-(the surface fields and the static fields), on the same dates and grid. The batches are
+(the surface fields and the static fields, time named `valid_time` as the CDS names it),
+on the same dates and grid: each store is read along its own time coordinate. The batches are
 those of the one store, step for step. The CDS's own downloads are joined the same way,
 e.g. (the pressure-level download on a bucket, the surface one on local disk):
 
@@ -149,13 +150,14 @@ JOINED = ("pressure_levels.zarr", "surface.zarr")
 
 def write_joined(folder: Path, time_steps: int, grid: tuple[int, int]) -> None:
     """The look-alike split as the CDS hands ERA5 out: the level variables in one store,
-    the surface and static fields in another (each variable chunked as in the one store)."""
+    the surface and static fields in another whose time is `valid_time`, as the CDS's
+    downloads name it (each variable chunked as in the one store)."""
     whole = folder / "whole.zarr"
     write_weatherbench2_like(whole, time_steps=time_steps, grid=grid)
     ds = xr.open_zarr(whole)
     levels = [name for name in ds.data_vars if "level" in ds[name].dims]
     ds[levels].to_zarr(folder / JOINED[0], zarr_format=2)
-    ds.drop_vars(levels).to_zarr(folder / JOINED[1], zarr_format=2)
+    ds.drop_vars(levels).rename(time="valid_time").to_zarr(folder / JOINED[1], zarr_format=2)
     shutil.rmtree(whole)
 
 
