@@ -22,7 +22,9 @@ The target: <= 10% of an epoch at one step per chunk and <= 5% at 24.
 Beside the loaders, the floors of a batch's decoding on this host, in CPU time of the
 thread per sample (a batch of 32 samples, fresh output arrays as the loader makes them,
 the 8 MiB of other traffic between batches that a loader's reads and gathers make): the
-decoding alone (`core.cf_decoding.decode_values`), and writing the output's bytes once
+decoding alone (`core.cf_decoding.decode_values`; 1% of the values masked, as in the
+stores, and none, as in most ERA5 fields), each numpy pass of the float64 decoding alone
+over a warm batch ("pass: ..."), and writing the output's bytes once
 (`np.empty(...).fill`, and a copy between warm float64 buffers); --floors-only times only
 these (with --library, each checkout's decoding against the other's).
 
@@ -42,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -133,12 +136,15 @@ def _run(path: str, args: argparse.Namespace, latency_ms: float, **settings: Any
 
 
 def _floors(repeats: int = 7, batches: int = 40) -> dict[str, float]:
-    """Thread CPU µs per sample of one batch's decoding, and of writing its output once."""
+    """Thread CPU µs per sample of one batch's decoding (1% of its values masked, or
+    none), of each of the float64 kernel's passes over a warm batch alone, and of writing
+    its output once."""
     from insitubatch_nodes.core.cf_decoding import cf_decoding, decode_values
 
     rng = np.random.default_rng(0)
     shape = (BATCH, *GRID)
-    stored = [rng.integers(-32000, 32000, size=shape, dtype=np.int16) for _ in range(8)]
+    unmasked = [rng.integers(-32000, 32000, size=shape, dtype=np.int16) for _ in range(8)]
+    stored = [batch.copy() for batch in unmasked]
     for batch in stored:
         batch.flat[::100] = PACKING["_FillValue"]
     decoding = cf_decoding(
@@ -148,14 +154,22 @@ def _floors(repeats: int = 7, batches: int = 40) -> dict[str, float]:
         add_offset=PACKING["add_offset"],
     )
     warm = np.ones(shape, np.float64)
+    hits = np.zeros(shape, bool)
+    hits.flat[::100] = True
     other = np.ones(OTHER_TRAFFIC_BYTES, np.uint8)
-    steps = {
-        "decode, float64": lambda s: decode_values(s, decoding),
-        "decode, dtype=float32": lambda s: decode_values(s, decoding, "float32"),
-        "decode, dtype=float16": lambda s: decode_values(s, decoding, "float16"),
-        "np.empty(...).fill, float64": lambda s: np.empty(shape, np.float64).fill(1.0),
-        "np.empty(...).fill, float32": lambda s: np.empty(shape, np.float32).fill(1.0),
-        "copy of a float64 batch": lambda s: warm.copy(),
+    steps: dict[str, Callable[[int], Any]] = {
+        "decode, float64": lambda i: decode_values(stored[i], decoding),
+        "decode, float64, no value masked": lambda i: decode_values(unmasked[i], decoding),
+        "decode, dtype=float32": lambda i: decode_values(stored[i], decoding, "float32"),
+        "decode, dtype=float16": lambda i: decode_values(stored[i], decoding, "float16"),
+        "pass: widen int16 into float64": lambda i: np.copyto(warm, stored[i], casting="unsafe"),
+        "pass: multiply": lambda i: np.multiply(warm, PACKING["scale_factor"], out=warm),
+        "pass: add": lambda i: np.add(warm, PACKING["add_offset"], out=warm),
+        "pass: compare the int16": lambda i: np.equal(stored[i], -32767, out=hits),
+        "pass: NaN where masked": lambda i: np.copyto(warm, np.nan, where=hits),
+        "np.empty(...).fill, float64": lambda i: np.empty(shape, np.float64).fill(1.0),
+        "np.empty(...).fill, float32": lambda i: np.empty(shape, np.float32).fill(1.0),
+        "copy of a float64 batch": lambda i: warm.copy(),
     }
     per_sample: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(repeats):
@@ -165,7 +179,7 @@ def _floors(repeats: int = 7, batches: int = 40) -> dict[str, float]:
             for i in range(batches):
                 other += 1
                 started = time.thread_time()
-                kept.append(step(stored[i % len(stored)]))
+                kept.append(step(i % len(stored)))
                 cpu += time.thread_time() - started
             per_sample[name].append(1e6 * cpu / (batches * BATCH))
     return {name: statistics.median(values) for name, values in per_sample.items()}

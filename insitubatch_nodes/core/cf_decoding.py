@@ -301,9 +301,9 @@ def _representable(values: Iterable[Number], dtype: np.dtype[Any]) -> tuple[Numb
     return tuple(sorted(kept))
 
 
-# values decoded at a time when batches are cast: a float64 slab of 512 KiB stays in the
-# core's L2 cache from the multiply to the cast, so the float64 values are never written
-# out whole (benchmarks/README.md, "CF decoding")
+# values decoded at a time: a float64 slab of 512 KiB (and its stored values) stays in
+# the core's L2 cache from the widening to the mask (or the cast), so only the first pass
+# over it reaches past L2 (benchmarks/README.md, "CF decoding")
 SLAB_VALUES = 1 << 16
 # stored integers this narrow are cast through a table of every stored value's decoding
 TABLE_BITS = 16
@@ -320,18 +320,20 @@ def decode_values(
     """`stored` decoded as xarray decodes it, as a new array: widened to the decoded dtype,
     multiplied, added to, masked where the stored values equal a masked one, then cast to
     `cast`. Values are computed as xarray computes them (in the decoded dtype, multiply
-    then add), so they are bit-equal to its own, and the output is the only array written
-    whole: with a cast, slabs of `slab_values` are computed in the decoded dtype and cast
-    while they are still in cache. A cast of integers of up to 16 bits looks each value up
-    instead, in a table of every stored value decoded and cast the same way (one pass
-    where the arithmetic takes five). `stored`, whose buffer may be reused, is never
-    written.
+    then add), so they are bit-equal to its own. The work goes slab by slab, each pass
+    over a slab while it is in cache, and a slab that holds no masked value skips the
+    masked write (one `any` over the comparison on the narrow stored values tells). A cast
+    of integers of up to 16 bits looks each value up instead, in a table of every stored
+    value decoded and cast the same way (one pass where the arithmetic takes five).
+    `stored`, whose buffer may be reused, is never written.
 
     Args:
         stored: a field's stored values, of `decoding.stored_dtype`.
         decoding: how its variable is decoded.
         cast: a numpy float dtype's name to cast the decoded values to, or None.
-        slab_values: how many values are computed (or looked up) at a time (> 0).
+        slab_values: how many values are computed (or looked up) at a time (> 0): with
+            scratch of that many values (a boolean per value where some are masked, and
+            the decoded dtype's where a cast follows), beside the output.
     """
     values = stored
     if decoding.unsigned_as is not None:  # the same bits, read with the other sign
@@ -377,27 +379,34 @@ def _looked_up(values: np.ndarray, table: np.ndarray, slab_values: int) -> np.nd
 def _computed(
     values: np.ndarray, decoding: CFDecoding, cast: str | None, slab_values: int
 ) -> np.ndarray:
-    """`values` (as `unsigned_as` reads them) decoded by arithmetic (see `decode_values`)."""
+    """`values` (as `unsigned_as` reads them) decoded by arithmetic, slab by slab (see
+    `decode_values`): in the output itself when it has the decoded dtype, else in a
+    scratch slab of that dtype, cast into the output while it is in cache."""
     computed = np.dtype(decoding.decoded_dtype)
     output = np.empty(values.shape, dtype=computed if cast is None else np.dtype(cast))
     flat_values, flat_output = values.reshape(-1), output.reshape(-1)
-    if output.dtype == computed:
-        _decode_into(flat_output, flat_values, decoding)
-        return output
-    slab = np.empty(min(slab_values, flat_values.size), dtype=computed)
+    slab_size = min(slab_values, flat_values.size)
+    in_place = output.dtype == computed
+    slab = None if in_place else np.empty(slab_size, dtype=computed)
+    hits = np.empty(slab_size, dtype=bool) if decoding.masked else None
     for start in range(0, flat_values.size, slab_values):
         part = flat_values[start : start + slab_values]
-        work = slab[: part.size]
-        _decode_into(work, part, decoding)
-        np.copyto(flat_output[start : start + slab_values], work, casting="unsafe")  # .astype
+        target = flat_output[start : start + slab_values]
+        work = target if slab is None else slab[: part.size]
+        _decode_into(work, part, decoding, None if hits is None else hits[: part.size])
+        if slab is not None:
+            np.copyto(target, work, casting="unsafe")  # .astype
     return output
 
 
-def _decode_into(output: np.ndarray, values: np.ndarray, decoding: CFDecoding) -> None:
+def _decode_into(
+    output: np.ndarray, values: np.ndarray, decoding: CFDecoding, hits: np.ndarray | None
+) -> None:
     """`values` (stored, as `unsigned_as` reads them) decoded into `output`, an array of
     the decoded dtype and their shape, in place: one pass each for the widening, the
-    multiply, the add and the mask (compared on the narrow stored values, written with one
-    `copyto`)."""
+    multiply and the add, and, where some value is masked, the comparison on the narrow
+    stored values (into `hits`, a boolean scratch of their shape) and, only when it found
+    one, NaN written with one `copyto`."""
     # widened, then multiplied in place: numpy's multiply that widens as it goes
     # (`dtype=`) is slower than the two passes (benchmarks/README.md, "CF decoding")
     np.copyto(output, values, casting="unsafe")
@@ -405,12 +414,16 @@ def _decode_into(output: np.ndarray, values: np.ndarray, decoding: CFDecoding) -
         np.multiply(output, decoding.scale_factor, out=output)
     if decoding.add_offset is not None:
         np.add(output, decoding.add_offset, out=output)
-    mask = None
-    for masked in decoding.masked:
-        hit = values == masked
-        mask = hit if mask is None else np.logical_or(mask, hit, out=mask)
-    if mask is not None:
-        np.copyto(output, np.nan, where=mask)
+    if hits is not None and _marked(values, decoding.masked, hits):
+        np.copyto(output, np.nan, where=hits)
+
+
+def _marked(values: np.ndarray, masked: tuple[Number, ...], hits: np.ndarray) -> bool:
+    """Marks in `hits` the values equal to a masked one; whether any is."""
+    np.equal(values, masked[0], out=hits)
+    for other in masked[1:]:
+        np.logical_or(hits, values == other, out=hits)
+    return bool(hits.any())
 
 
 def check_cast_dtype(dtype: str | None) -> str | None:

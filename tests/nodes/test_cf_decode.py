@@ -190,8 +190,9 @@ def test_drawn_encodings_cast_in_slabs_equal_xarrays_values_cast(
     cast: str | None,
     slab_values: int,
 ) -> None:
-    """The host kernel computes a cast in slabs (`slab_values` of them, the last one
-    short when it does not divide the 96 values): every slab boundary gives the values
+    """The host kernel decodes in slabs (`slab_values` of them, the last one short when
+    it does not divide the 96 values), with or without a cast, some holding the drawn
+    fill value and some not: every slab boundary gives the values
     `xr.open_zarr(p)[v].astype(cast)` gives, bit for bit, NaN where xarray shows NaN."""
     stored, attributes, zarr_format = encoding
     fill = attributes.pop("_FillValue", None) if zarr_format == 2 else None
@@ -309,3 +310,41 @@ def test_every_narrow_stored_value_cast_equals_xarrays(
     assert np.isnan(expected).sum() == 1
     _same(got, expected)
     _same(decode_values(stored[::-1], decoding, cast), expected[::-1])
+
+
+@pytest.mark.parametrize(
+    ("dtype", "zarr_format", "attributes"),
+    [
+        ("int16", 3, {"_FillValue": -7, "scale_factor": 0.5, "add_offset": 10.0}),
+        ("int16", 2, {"scale_factor": 0.002, "add_offset": 273.15}),
+        ("uint16", 3, {"_FillValue": 9, "missing_value": 3}),
+        ("float32", 2, {}),
+    ],
+)
+@pytest.mark.parametrize("cast", [None, "float32", "float16"])
+def test_slabs_with_and_without_masked_values_decode_as_xarray(
+    tmp_path: Path, dtype: str, zarr_format: int, attributes: dict[str, Any], cast: str | None
+) -> None:
+    """Values are decoded slab by slab, and a slab with no masked value skips the masked
+    write: masked values on a slab's first and last value, slabs without any between
+    and after them, and a short last slab with masked values at both its ends all give
+    xarray's values (cast as `.astype` casts them), NaN where xarray shows NaN."""
+    slab = 8
+    stored = (np.arange(5 * 3 * 4) % 50 + 20).astype(dtype).reshape(5, 3, 4)  # 60 values
+    masked = attributes.get("_FillValue", -7 if dtype != "uint16" else 9)
+    flat = stored.reshape(-1)
+    flat[[8, 15, 56, 59]] = masked  # the second slab's ends, the short last slab's ends
+    if dtype == "uint16":
+        flat[[24, 31]] = 3  # the missing_value, on the fourth slab's ends
+    fill = None if zarr_format == 3 else masked
+    url = write_attributes(
+        tmp_path / "s.zarr", stored, attributes, zarr_format=zarr_format, fill_value=fill
+    )
+    decoding = read_cf_decoding("v", zarr.open_group(url, mode="r")["v"])
+    shown = _xarray(url)
+    assert np.isnan(shown).sum() == (6 if dtype == "uint16" else 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a table's float16 overflows
+        expected = shown if cast is None else shown.astype(cast)
+        _same(decode_values(stored, decoding, cast, slab_values=slab), expected)
+        _same(decode_values(stored, decoding, cast, slab_values=flat.size), expected)
