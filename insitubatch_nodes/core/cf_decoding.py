@@ -301,9 +301,11 @@ def _representable(values: Iterable[Number], dtype: np.dtype[Any]) -> tuple[Numb
     return tuple(sorted(kept))
 
 
-# values decoded at a time: a float64 slab of 512 KiB (and its stored values) stays in
-# the core's L2 cache from the widening to the mask (or the cast), so only the first pass
-# over it reaches past L2 (benchmarks/README.md, "CF decoding")
+# values decoded at a time: the scratch (a boolean per value where some are masked, a
+# float64 slab of 512 KiB before a cast) stays this small whatever the batch, and a
+# float64 slab stays in the core's L2 cache from the widening to the cast. Whole batches
+# cost the same where no cast follows; slabs of 16 Ki values or fewer cost more, in
+# Python per slab (benchmarks/README.md, "CF decoding")
 SLAB_VALUES = 1 << 16
 # stored integers this narrow are cast through a table of every stored value's decoding
 TABLE_BITS = 16
@@ -320,9 +322,10 @@ def decode_values(
     """`stored` decoded as xarray decodes it, as a new array: widened to the decoded dtype,
     multiplied, added to, masked where the stored values equal a masked one, then cast to
     `cast`. Values are computed as xarray computes them (in the decoded dtype, multiply
-    then add), so they are bit-equal to its own. The work goes slab by slab, each pass
-    over a slab while it is in cache, and a slab that holds no masked value skips the
-    masked write (one `any` over the comparison on the narrow stored values tells). A cast
+    then add), so they are bit-equal to its own. The work goes slab by slab, so that its
+    scratch stays small and a cast reads its float64 values while they are in cache, and
+    a slab that holds no masked value skips the masked write (one `any` over the
+    comparison on the narrow stored values tells: most fields hold none). A cast
     of integers of up to 16 bits looks each value up instead, in a table of every stored
     value decoded and cast the same way (one pass where the arithmetic takes five).
     `stored`, whose buffer may be reused, is never written.

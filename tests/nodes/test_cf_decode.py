@@ -4,6 +4,7 @@ dtype, for every encoding real archives use and for encodings drawn at random.""
 
 from __future__ import annotations
 
+import tracemalloc
 import warnings
 from pathlib import Path
 from typing import Any
@@ -348,3 +349,25 @@ def test_slabs_with_and_without_masked_values_decode_as_xarray(
         expected = shown if cast is None else shown.astype(cast)
         _same(decode_values(stored, decoding, cast, slab_values=slab), expected)
         _same(decode_values(stored, decoding, cast, slab_values=flat.size), expected)
+
+
+@pytest.mark.parametrize("cast", [None, "float16"])
+def test_decoding_scratch_stays_a_slab_whatever_the_field(cast: str | None) -> None:
+    """Beside its output, the host kernel allocates a slab's scratch (booleans for the
+    mask, float64 before a cast), never arrays of the whole field: a batch of a megabyte
+    of stored values decodes in its output and at most a slab's worth more."""
+    stored = (np.arange(1 << 20, dtype=np.int32) % 50_000).reshape(16, 256, 256)
+    stored[:, 0, :] = -1  # masked values in every sample
+    decoding = cf_decoding("int32", fill_values=[-1, 7], scale_factor=0.5, add_offset=2.0)
+    slab = 1 << 12
+    tracemalloc.start()
+    try:
+        decoded = decode_values(stored, decoding, cast, slab_values=slab)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    expected = stored * 0.5 + 2.0
+    expected[(stored == -1) | (stored == 7)] = np.nan
+    _same(decoded, expected if cast is None else expected.astype(cast))
+    scratch = slab * (1 + 1 + 8)  # the mask, a second masked value's comparison, a slab
+    assert peak - decoded.nbytes <= scratch + (64 << 10)
