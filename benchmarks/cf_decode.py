@@ -17,7 +17,10 @@ against that repeat's `decode_cf=False` run: (on - off) / on, of the wall time a
 process's CPU time (every thread) per sample, the steadier figure on a shared host; the
 median and the range over repeats are reported. "The decoding's own CPU" is the steadiest:
 the decoding alone (its floor below) over the loader's CPU per sample, both of one repeat.
-The target: <= 10% of an epoch at one step per chunk and <= 5% at 24.
+The target: <= 10% of an epoch at one step per chunk and <= 5% at 24. The same
+decoding over the consuming thread's own CPU per sample (the gather, the decoding and the
+loader's bookkeeping, when `device_prefetch` does not move them: the serial path) says
+how much of the thread that waits for batches it takes.
 
 Beside the loaders, the floors of a batch's decoding on this host, in CPU time of the
 thread per sample (a batch of 32 samples, fresh output arrays as the loader makes them,
@@ -118,6 +121,7 @@ def _run(path: str, args: argparse.Namespace, latency_ms: float, **settings: Any
         pass
     samples, held = 0, 0
     start, cpu_start = time.perf_counter(), time.process_time()
+    thread_start = time.thread_time()  # the consuming thread's: the serial path
     for _ in range(args.epochs):
         for batch in loader:
             samples += len(batch["sample_index"])
@@ -125,11 +129,13 @@ def _run(path: str, args: argparse.Namespace, latency_ms: float, **settings: Any
             if args.step_ms:
                 time.sleep(args.step_ms / 1000)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    thread_cpu = time.thread_time() - thread_start
     sample = batch["t2m"][0]
     loader.close()
     return {
         "wall_us_per_sample": 1e6 * seconds / samples,
         "cpu_us_per_sample": 1e6 * cpu / samples,
+        "thread_cpu_us_per_sample": 1e6 * thread_cpu / samples,
         "memory_held_bytes": held,
         "sample_bytes": sample.numel() * sample.element_size(),
     }
@@ -260,6 +266,9 @@ def _report(library: str, steps_per_chunk: int, latency: float, repeats: list[di
         print(f"| {library} | {steps_per_chunk} | floor | {name} | | | {_spread(values)} | | | |")
     for label, floor in KERNELS.items() if repeats[0]["runs"] else ():  # over the loader's
         own = [r["floors"][floor] / r["runs"][label]["cpu_us_per_sample"] for r in repeats]
+        serial = [
+            r["floors"][floor] / r["runs"][label]["thread_cpu_us_per_sample"] for r in repeats
+        ]
         rows.append(
             {
                 "library": library,
@@ -267,11 +276,16 @@ def _report(library: str, steps_per_chunk: int, latency: float, repeats: list[di
                 "loader": label,
                 "latency_ms": latency,
                 "kernel_cpu_share": own,
+                "kernel_thread_share": serial,
             }
         )
         print(
             f"| {library} | {steps_per_chunk} | {latency:g} ms | {label}: the decoding's own "
             f"CPU | | | | {_spread(own, 100, '{:.1f}%')} | | |"
+        )
+        print(
+            f"| {library} | {steps_per_chunk} | {latency:g} ms | {label}: the decoding's share "
+            f"of the consuming thread's CPU | | | | {_spread(serial, 100, '{:.1f}%')} | | |"
         )
     return rows
 
