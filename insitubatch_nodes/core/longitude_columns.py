@@ -73,8 +73,9 @@ class LongitudeColumns:
     def search(self, xp: Any, western_edges: Any) -> tuple[Any, Any]:
         """The runs of columns from each western edge eastward: `(columns, radians)`, the
         grid columns and their longitudes (unwrapped: a run past the seam goes on beyond 2
-        pi), the runs of the edges along the last axis one after the other: shaped
-        `(..., edges * window)` for edges `(..., edges)`. Every column whose longitude
+        pi), shaped `(window, *edges)` for edges of any shape: a run's k-th column is at
+        `[k, *edge]`, so arithmetic between the runs and terms of each edge broadcasts
+        along the long trailing axes, not along a short run. Every column whose longitude
         lies within `span` east of an edge is in its run.
 
         Args:
@@ -83,7 +84,7 @@ class LongitudeColumns:
         """
         arcs = xp.asarray(western_edges * (self.buckets / _TWO_PI), dtype=xp.int64)
         first = self.starts[arcs]
-        positions = (first[..., None] + self.steps).reshape(*first.shape[:-1], -1)
+        positions = first[None] + self.steps.reshape(-1, *([1] * first.ndim))
         return self.columns[positions], self.sorted_radians[positions]
 
     def nbytes(self) -> int:

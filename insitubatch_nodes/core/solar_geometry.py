@@ -149,10 +149,12 @@ def hour_insolation(
         seconds: the period's length (at most a day).
     """
     a, b = _zenith_terms(sun_at_middle, sin_latitude, cos_latitude)
-    middle = sun_at_middle[..., 2] + longitude
-    half_turn = 0.5 * seconds * _EARTH_TURN
+    b = xp.clip(b, 0.0, None)  # cos(latitude) rounds below 0 at the poles in float32
     scale = solar_constant * sun_at_middle[..., 3] / _EARTH_TURN  # per instant: J m-2 per rad
-    return _daylight_between(xp, a, b, middle - half_turn, middle + half_turn, scale)
+    a, b = a * scale, b * scale
+    turn = seconds * _EARTH_TURN
+    end = sun_at_middle[..., 2] + longitude + 0.5 * turn
+    return _daylight(xp, a, b, _half_day(xp, a, b), end, turn)
 
 
 def cos_zenith_by_rows(
@@ -203,8 +205,9 @@ def hour_insolation_by_rows(
     Every other hour is all day or all night: all day, the integral of A + B cos H over
     the hour [H - h, H + h] is 2 h A + 2 sin(h) B cos H, a contraction of rows and columns
     (`core.longitude_columns`); all night that is negative, and clipped to 0. The hours
-    that hold a sunrise or a sunset (H within h of -h0 or of h0) are computed as
-    `hour_insolation` computes them, on the runs of columns there, and written over it.
+    that hold a sunrise or a sunset (H within h of -h0 or of h0) are computed in closed
+    form, as `hour_insolation` computes them, on the runs of columns there
+    (`_terminator_hours`), and written over it.
 
     Args:
         xp: the array namespace (numpy, or torch).
@@ -216,7 +219,8 @@ def hour_insolation_by_rows(
             made for spans of at least `seconds` of the Earth's turn.
         solar_constant: the total solar irradiance at 1 AU (W m-2).
         seconds: the period's length (at most a day).
-        out: with numpy, a float32 array of the result's shape to write it into, or None.
+        out: with numpy, a C-contiguous float32 array of the result's shape to write it
+            into, or None.
     """
     half_turn = 0.5 * seconds * _EARTH_TURN
     if columns.span < 2 * half_turn:
@@ -227,19 +231,69 @@ def hour_insolation_by_rows(
     b = xp.clip(b, 0.0, None)  # cos(latitude) rounds below 0 at the poles in float32
     greenwich = sun_at_middle[..., 2]
     scale = solar_constant * sun_at_middle[..., 3] / _EARTH_TURN  # J m-2 per radian
-    whole = scale * (2.0 * half_turn)
+    a, b = a * scale, b * scale  # the flux's terms, per radian of the Earth's turn
     energy = _rows_by_columns(
-        xp, a * whole, b * (scale * (2.0 * math.sin(half_turn))), greenwich, columns, out
+        xp, a * (2.0 * half_turn), b * (2.0 * math.sin(half_turn)), greenwich, columns, out
     )
     xp.clip(energy, 0.0, None, out=energy)
-    half_day = _half_day(xp, a, b)
-    terminators = xp.concatenate((half_day, -half_day), -1)  # (..., rows, 2)
-    western = xp.remainder(terminators - (greenwich + half_turn), _TWO_PI)
-    placed, radians = columns.search(xp, western)
-    middle = greenwich + radians
-    exact = _daylight_between(xp, a, b, middle - half_turn, middle + half_turn, scale)
-    _put_along_last(xp, energy, placed, exact)
+    _terminator_hours(xp, energy, a[..., 0], b[..., 0], greenwich[..., 0], columns, half_turn)
     return energy
+
+
+def _terminator_hours(
+    xp: Any,
+    energy: Any,
+    a: Any,
+    b: Any,
+    greenwich: Any,
+    columns: LongitudeColumns,
+    half_turn: float,
+) -> None:
+    """Write over `energy` (C-contiguous, `(..., rows, columns)`) the hours that hold a
+    sunrise or a sunset, in closed form: on each row the runs of columns within the
+    hour's span east of each terminator's western edge (`LongitudeColumns.search`).
+
+    A row's terminators are at H = +h0 (sunset) and -h0 (sunrise); the western edge of
+    a terminator's run is where the hour's end first reaches it, W = T - G - h (mod 2
+    pi). A column at longitude lon of the run (unwrapped past 2 pi where it runs past
+    the seam) has its hour's end at G + lon + h = T + (lon - W) modulo whole turns, so
+    the end is taken as lon minus a term of the row, `W - T`: one pass, and near [-pi,
+    pi] where G + lon may be several turns (the hour's light does not change with whole
+    turns). The arithmetic runs on `(window, 2, ..., rows)` arrays, so the row's terms
+    broadcast along the long trailing axes, not along a run.
+
+    Args:
+        xp: the array namespace (numpy, or torch).
+        energy: the hour's energy on the grid, J m-2, written in place.
+        a: A of the flux A + B cos H, J m-2 per radian, per row: shaped `(..., rows)`.
+        b: B of it (>= 0), likewise.
+        greenwich: the hour angle at longitude 0 at the hour's middle, `(..., 1)`.
+        columns: the grid's columns.
+        half_turn: h, half the hour's turn of the Earth (radians).
+    """
+    half_day = _half_day(xp, a, b)  # (..., rows)
+    terminators = xp.stack((half_day, -half_day))  # (2, ..., rows): sunset, sunrise
+    western = terminators - (greenwich + half_turn)
+    western -= _TWO_PI * xp.floor(western * (1.0 / _TWO_PI))  # [0, 2 pi], as search takes
+    placed, radians = columns.search(xp, western)  # (window, 2, ..., rows)
+    end = xp.subtract(radians, western - terminators, out=radians)  # the hour's end
+    exact = _daylight(xp, a, b, half_day, end, 2.0 * half_turn)
+    flat = _flat_view(xp, energy)
+    width = energy.shape[-1]
+    if xp is np:
+        row_starts = np.arange(0, flat.shape[0], width)
+    else:
+        row_starts = xp.arange(0, flat.shape[0], width, device=energy.device)
+    flat[placed + row_starts.reshape(energy.shape[:-1])] = exact
+
+
+def _flat_view(xp: Any, array: Any) -> Any:
+    """`array`'s memory as one axis, written through (refused where it is not
+    C-contiguous: a reshape would copy it, and the writes would be lost)."""
+    contiguous = array.flags.c_contiguous if xp is np else array.is_contiguous()
+    if not contiguous:
+        raise ValueError("the forcing's output must be C-contiguous")
+    return array.reshape(-1)
 
 
 def _rows_by_columns(
@@ -277,40 +331,33 @@ def _half_day(xp: Any, a: Any, b: Any) -> Any:
     return xp.arccos(xp.clip(ratio, -1.0, 1.0))
 
 
-def _put_along_last(xp: Any, array: Any, index: Any, values: Any) -> None:
-    """`array[..., index] = values` row by row along the last axis, in place (`array`
-    C-contiguous; `index` and `values` of its shape but for the last axis)."""
-    if xp is not np:
-        array.scatter_(-1, index, values)
-        return
-    width = array.shape[-1]
-    rows = np.arange(0, array.size, width).reshape(*array.shape[:-1], 1)
-    np.put(array, index + rows, values)  # one flat index: 2x put_along_axis's speed
-
-
-def _daylight_between(xp: Any, a: Any, b: Any, start: Any, end: Any, scale: Any) -> Any:
-    """`scale` times the integral of max(0, A + B cos H) dH from `start` to `end` (less
-    than a turn apart): F(end) - F(start) for the antiderivative F that is continuous over
-    every H: whole turns count a day's light each, and within a turn (H in [-pi, pi)) the
-    light lies between -h0 and h0, where cos h0 = -A / B (h0 = pi: the sun never sets; 0:
-    it never rises). A, B and h0 vary with latitude and H with longitude, so only the
-    terms that join them span the whole grid; the rest stay as small as their inputs."""
-    b = xp.clip(b, 0.0, None)  # cos(latitude) rounds below 0 at the poles in float32
-    half_day = _half_day(xp, a, b)
-    a, b = a * scale, b * scale
+def _daylight(xp: Any, a: Any, b: Any, half_day: Any, end: Any, turn: float) -> Any:
+    """The integral of max(0, A + B cos H) dH over the `turn` radians (at most a whole
+    turn) up to `end` (any reals; overwritten): F(end) - F(end - turn) for the
+    antiderivative F that is continuous over every H: within a turn (H in [-pi, pi]) the
+    light lies between -h0 and h0, where cos h0 = -A / B (`half_day`; h0 = pi: the sun
+    never sets; 0: it never rises), and F adds a day's light at every whole turn. Both
+    ends are brought into [-pi, pi]; the start then lies a turn back from where it was at
+    most, which adds a day. A, B and h0 vary with latitude and H with longitude, so the
+    terms of the day stay as small as their inputs; the rest is a few passes over the
+    points."""
     day = 2.0 * (a * half_day + b * xp.sin(half_day))
-    turns_start = xp.floor((start + math.pi) / _TWO_PI)
-    turns_end = xp.floor((end + math.pi) / _TWO_PI)
-    first = xp.clip(start - turns_start * _TWO_PI, -half_day, half_day)
-    last = xp.clip(end - turns_end * _TWO_PI, -half_day, half_day)
-    # a (last - first) + b (sin last - sin first) + whole turns, written into the two
-    # whole-grid arrays already made (the grid's arithmetic is bound by memory, not math)
+    xp.subtract(end, _TWO_PI * xp.round(end * (1.0 / _TWO_PI)), out=end)
+    start = end - turn
+    turns_back = xp.round(start * (1.0 / _TWO_PI))  # -1 where the period held -pi, else 0
+    xp.subtract(start, _TWO_PI * turns_back, out=start)
+    # each end clipped to the day's light, -h0 .. h0 (where the grid's shape is made)
+    last = xp.minimum(end, half_day)
+    xp.maximum(last, -half_day, out=last)
+    first = xp.minimum(start, half_day)
+    xp.maximum(first, -half_day, out=first)
+    # the light: A (last - first) + B (sin last - sin first) + a day per turn back
     energy = xp.subtract(last, first)
     xp.multiply(energy, a, out=energy)
+    xp.subtract(energy, turns_back * day, out=energy)
     xp.sin(first, out=first)
     xp.sin(last, out=last)
     xp.subtract(last, first, out=last)
     xp.multiply(last, b, out=last)
     xp.add(energy, last, out=energy)
-    xp.add(energy, (turns_end - turns_start) * day, out=energy)
     return energy

@@ -315,6 +315,20 @@ def test_by_rows_the_sun_is_what_it_is_point_by_point(
     )
 
 
+def test_by_rows_an_output_that_cannot_be_written_through_is_refused() -> None:
+    """The hours holding a sunrise or a sunset are written through a flat view of the
+    output: a strided `out` (where a reshape would copy, and the writes be lost) is
+    refused by name, not left with the all-day values there."""
+    latitude = np.linspace(90.0, -90.0, 13)[:, None]
+    longitude = np.arange(0.0, 360.0, 1.5)
+    sin_lat, cos_lat, _ = _grid(latitude, longitude[None, :])
+    columns = _columns_grid(longitude)
+    middle = solar_geometry.sun_positions(np.array([[[_seconds(YEAR[3])]]])).stacked()
+    strided = np.empty((1, 13, 2 * longitude.size))[..., ::2]
+    with pytest.raises(ValueError, match="C-contiguous"):
+        solar_geometry.hour_insolation_by_rows(np, middle, sin_lat, cos_lat, columns, out=strided)
+
+
 def test_the_forcings_in_float32_by_rows_are_within_rounding_of_float64() -> None:
     """What the loader computes (float32 terms, by rows) against the same formulas in
     float64 point by point, over a year: cos_solar_zenith_angle within 1e-6 and

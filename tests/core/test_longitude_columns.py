@@ -50,11 +50,11 @@ def test_a_run_holds_every_column_within_the_span_east_of_its_edge(
         apart = np.remainder(stored[None, :] - stored[:, None], 2 * math.pi)
         assert 3 * (int((apart <= reach).sum(axis=1).max()) + 1) > degrees.size
         return
-    western = np.asarray(edges, np.float32)[:, None]
+    western = np.asarray(edges, np.float32)
     found, radians = columns.search(np, western)
-    assert found.shape == radians.shape == (len(edges), columns.window)
+    assert found.shape == radians.shape == (columns.window, len(edges))
     stored = np.deg2rad(degrees)
-    for edge, run, run_radians in zip(western[:, 0], found, radians, strict=True):
+    for edge, run, run_radians in zip(western, found.T, radians.T, strict=True):
         east = np.remainder(stored - edge, 2 * math.pi)
         within = np.flatnonzero(east <= HOUR - 1e-5)
         assert set(within.tolist()) <= set(run.tolist())
