@@ -178,12 +178,13 @@ def forcing_values(
             solar_geometry.hour_insolation_by_rows,
         ),
     )  # (name, where the sun is placed from the valid time (s), on any grid, on rows and columns)
-    for name, shift, on_points, on_rows in sun_fields:
-        if name not in names:
-            continue
+    wanted = [field for field in sun_fields if field[0] in names]
+    suns: Any = ()
+    if wanted:  # the sun at every instant each field places it: one pass, one copy to a device
+        placed = np.stack([shaped + shift for _, shift, _, _ in wanted])
+        suns = to_array(solar_geometry.sun_positions(placed).stacked().astype(np.float32))
+    for (name, _, on_points, on_rows), sun in zip(wanted, suns, strict=True):
         assert grid is not None
-        placed = shaped + shift if shift else shaped
-        sun = to_array(solar_geometry.sun_positions(placed).stacked().astype(np.float32))
         latitude = (grid.latitude_sin, grid.latitude_cos)
         if grid.longitude_columns is None:
             values[name] = on_points(xp, sun, *latitude, grid.longitude_radians)
