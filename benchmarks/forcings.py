@@ -10,7 +10,9 @@ the benchmark (cos_solar_zenith_angle, toa_incident_solar_radiation, year_progre
 day_progress_cos) alone, the 4 together and all 9. And samples/s of `build_loader` without
 forcings and with those 4, one warm-up epoch then `--epochs` timed epochs of a fresh loader
 per run, the two interleaved `--repeats` times (a change in the machine's load falls on both
-alike); the median and the range are reported, and the load average before and after.
+alike); the median and the range are reported, with the process's CPU per sample and the
+part of it on the thread that iterates the loader (where the forcings are computed on the
+CPU; the rest is the fetch and decode threads'), and the load average before and after.
 `--torch-threads 1` keeps torch's arithmetic on one thread (on a shared, loaded host its
 default of one thread per core spins against the loader's own threads).
 """
@@ -135,15 +137,19 @@ def main() -> None:
     )
     base = statistics.median(r.samples_s for r in runs["none"])
     base_cpu = statistics.median(r.cpu_us_per_sample for r in runs["none"])
-    print("| loader | samples/s (median, range) | vs none | CPU µs/sample (median) | vs none |")
-    print("|---|---|---|---|---|")
+    print(
+        "| loader | samples/s (median, range) | vs none | CPU µs/sample (median) | vs none "
+        "| of it, the iterating thread's |"
+    )
+    print("|---|---|---|---|---|---|")
     for label, measured in runs.items():
         rates = [r.samples_s for r in measured]
         cpu = statistics.median(r.cpu_us_per_sample for r in measured)
+        caller = statistics.median(r.caller_cpu_us_per_sample for r in measured)
         rate = setting_cost.median_range(rates)
         print(
             f"| {label} | {rate} | {setting_cost.change(statistics.median(rates), base)} "
-            f"| {cpu:,.0f} | {setting_cost.change(cpu, base_cpu)} |"
+            f"| {cpu:,.0f} | {setting_cost.change(cpu, base_cpu)} | {caller:,.0f} |"
         )
     print(f"load average: {_load()}")
 
