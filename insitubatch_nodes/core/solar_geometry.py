@@ -260,8 +260,10 @@ def _terminator_hours(
     the seam) has its hour's end at G + lon + h = T + (lon - W) modulo whole turns, so
     the end is taken as lon minus a term of the row, `W - T`: one pass, and near [-pi,
     pi] where G + lon may be several turns (the hour's light does not change with whole
-    turns). The arithmetic runs on `(window, 2, ..., rows)` arrays, so the row's terms
-    broadcast along the long trailing axes, not along a run.
+    turns). The arithmetic runs on `(window, 2, *rows)` arrays, so the row's terms
+    broadcast along the long trailing axes, not along a run. On the host only the rows
+    whose sun rises and sets are computed (at a solstice a quarter of the rows of a global
+    grid are in polar day or night, where the contraction is already exact).
 
     Args:
         xp: the array namespace (numpy, or torch).
@@ -272,20 +274,28 @@ def _terminator_hours(
         columns: the grid's columns.
         half_turn: h, half the hour's turn of the Earth (radians).
     """
-    half_day = _half_day(xp, a, b)  # (..., rows)
-    terminators = xp.stack((half_day, -half_day))  # (2, ..., rows): sunset, sunrise
-    western = terminators - (greenwich + half_turn)
-    western -= _TWO_PI * xp.floor(western * (1.0 / _TWO_PI))  # [0, 2 pi], as search takes
-    placed, radians = columns.search(xp, western)  # (window, 2, ..., rows)
-    end = xp.subtract(radians, western - terminators, out=radians)  # the hour's end
-    exact = _daylight(xp, a, b, half_day, end, 2.0 * half_turn)
+    cosine = _sunset_cosine(xp, a, b)  # (..., rows)
+    half_day = xp.arccos(xp.clip(cosine, -1.0, 1.0))
     flat = _flat_view(xp, energy)
     width = energy.shape[-1]
-    if xp is np:
-        row_starts = np.arange(0, flat.shape[0], width)
+    if xp is np:  # the rows whose sun rises and sets, one axis (polar day and night are
+        # all one or the other); on a device, every row (a count would wait for it)
+        kept = np.flatnonzero(np.abs(cosine) < 1.0)
+        a, b, half_day, greenwich = (
+            np.broadcast_to(term, cosine.shape).reshape(-1)[kept]
+            for term in (a, b, half_day, greenwich)
+        )
+        row_starts = kept * width
     else:
         row_starts = xp.arange(0, flat.shape[0], width, device=energy.device)
-    flat[placed + row_starts.reshape(energy.shape[:-1])] = exact
+        row_starts = row_starts.reshape(energy.shape[:-1])
+    terminators = xp.stack((half_day, -half_day))  # (2, *rows): sunset, sunrise
+    western = terminators - (greenwich + half_turn)
+    western -= _TWO_PI * xp.floor(western * (1.0 / _TWO_PI))  # [0, 2 pi], as search takes
+    placed, radians = columns.search(xp, western)  # (window, 2, *rows)
+    end = xp.subtract(radians, western - terminators, out=radians)  # the hour's end
+    exact = _daylight(xp, a, b, half_day, end, 2.0 * half_turn)
+    flat[placed + row_starts] = exact
 
 
 def _flat_view(xp: Any, array: Any) -> Any:
@@ -354,8 +364,13 @@ def _zenith_terms(sun: Any, sin_latitude: Any, cos_latitude: Any) -> tuple[Any, 
 def _half_day(xp: Any, a: Any, b: Any) -> Any:
     """h0, the hour angle of sunset (radians in [0, pi]): cos h0 = -A / B; pi where the
     sun never sets, 0 where it never rises (B = 0 at a pole: all day or none)."""
-    ratio = xp.where(b > 0, -a / xp.where(b > 0, b, 1.0), -xp.sign(a))
-    return xp.arccos(xp.clip(ratio, -1.0, 1.0))
+    return xp.arccos(xp.clip(_sunset_cosine(xp, a, b), -1.0, 1.0))
+
+
+def _sunset_cosine(xp: Any, a: Any, b: Any) -> Any:
+    """-A / B, cos h0 where the sun rises and sets (within (-1, 1)); at most -1 where it
+    never sets, at least 1 where it never rises (-sign(A) at a pole, where B = 0)."""
+    return xp.where(b > 0, -a / xp.where(b > 0, b, 1.0), -xp.sign(a))
 
 
 def _daylight(xp: Any, a: Any, b: Any, half_day: Any, end: Any, turn: float) -> Any:
