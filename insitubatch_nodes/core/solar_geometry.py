@@ -342,7 +342,9 @@ def _small_products(rows: np.ndarray, harmonics: np.ndarray, out: np.ndarray) ->
     terms runs once per point), but threads a large one: numpy's OpenBLAS did at 0.25
     degrees (721 x 3 x 1440 a sample), spending 79 ms of CPU a batch of 8 where einsum
     spends 14, on a host whose cores the decode threads already use. A product this
-    small runs on the calling thread (OpenBLAS threads only past 4 x 65536).
+    small runs on the calling thread: here OpenBLAS kept products of up to 720,000
+    multiply-adds on it and threaded one of 2.8 million (where it switches is a setting
+    of each BLAS build, hence the margin).
     """
     width = harmonics.shape[-1]
     matrix = _flat_view(np, out).reshape(-1, width)
@@ -378,15 +380,15 @@ def _daylight(xp: Any, a: Any, b: Any, half_day: Any, end: Any, turn: float) -> 
     turn) up to `end` (any reals; overwritten): F(end) - F(end - turn) for the
     antiderivative F that is continuous over every H: within a turn (H in [-pi, pi]) the
     light lies between -h0 and h0, where cos h0 = -A / B (`half_day`; h0 = pi: the sun
-    never sets; 0: it never rises), and F adds a day's light at every whole turn. Both
-    ends are brought into [-pi, pi]; the start then lies a turn back from where it was at
-    most, which adds a day. A, B and h0 vary with latitude and H with longitude, so the
-    terms of the day stay as small as their inputs; the rest is a few passes over the
-    points."""
+    never sets; 0: it never rises), and F adds a day's light at every whole turn. The end
+    is brought into [-pi, pi], then the start, `turn` before it: where that takes it
+    across -pi, the period holds the turn's edge, and a day's light is added. A, B and
+    h0 vary with latitude and H with longitude, so the terms of the day stay as small as
+    their inputs; the rest is a few passes over the points."""
     day = 2.0 * (a * half_day + b * xp.sin(half_day))
     xp.subtract(end, _TWO_PI * xp.round(end * (1.0 / _TWO_PI)), out=end)
     start = end - turn
-    turns_back = xp.round(start * (1.0 / _TWO_PI))  # -1 where the period held -pi, else 0
+    turns_back = xp.round(start * (1.0 / _TWO_PI))  # -1 where the start crossed -pi, else 0
     xp.subtract(start, _TWO_PI * turns_back, out=start)
     # each end clipped to the day's light, -h0 .. h0 (where the grid's shape is made)
     last = xp.minimum(end, half_day)
