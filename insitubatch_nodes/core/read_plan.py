@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -66,15 +67,45 @@ def chunk_regions(layout: VariableLayout, read: ChunkRead) -> tuple[tuple[slice,
     chunk whose kept positions are uneven along several picked axes (levels 1000, 850
     and 500 of a box whose columns cross the seam) keeps an open mesh of them
     (`np.ix_`), which numpy and torch index alike: the product of the axes' positions.
+
+    Decode threads call this once per chunk (issue 33), and most chunks of a variable
+    share everything but `dest_row`: the regions of a chunk depend on its inner
+    coordinates, on how many rows it holds (only the last chunk along the sample axis
+    holds fewer) and on the rows kept. So they are computed once per such class and
+    layout (`_RegionCache`); a call then only places the first slice at `dest_row`. Kept
+    positions are arrays shared by every caller: index with them, never write them (not
+    marked read-only, as torch warns about such arrays when it indexes with them).
+
+    Args:
+        layout: the variable's layout (the cache is keyed on this object, which is frozen).
+        read: the chunk and where it lands.
     """
-    selection = layout.chunk_selection(read.coords)
-    valid_rows = selection[0].stop - selection[0].start
-    start, stop = (0, valid_rows) if read.rows is None else read.rows
+    cache = _region_cache(layout)
+    coords = read.coords
+    first = coords[0] * cache.sample_chunk
+    valid_rows = min(cache.sample_chunk, cache.stored_steps - first)
+    key = (coords[1:], valid_rows, read.rows)
+    found = cache.classes.get(key)
+    if found is None:
+        found = _class_regions(layout, coords, valid_rows, read.rows)
+        cache.remember(key, found)
+    length, inner_target, keep = found
+    return (slice(read.dest_row, read.dest_row + length), *inner_target), keep
+
+
+_Regions = tuple[int, tuple[slice | np.ndarray, ...], Keep]  # rows landing, inner target, keep
+
+
+def _class_regions(
+    layout: VariableLayout, coords: tuple[int, ...], valid_rows: int, rows: tuple[int, int] | None
+) -> _Regions:
+    """A chunk's regions but for where its rows land (see `chunk_regions`): how many
+    rows it lands, its target along the inner axes, and its kept part."""
+    selection = layout.chunk_selection(coords)
+    start, stop = (0, valid_rows) if rows is None else rows
     if not 0 <= start < stop <= valid_rows:
-        raise ValueError(
-            f"rows {read.rows} of chunk {read.coords} are not within its {valid_rows} rows"
-        )
-    target: list[slice] = [slice(read.dest_row, read.dest_row + stop - start)]
+        raise ValueError(f"rows {rows} of chunk {coords} are not within its {valid_rows} rows")
+    target: list[slice | np.ndarray] = []
     keep: list[slice | np.ndarray] = [slice(start, stop)]
     for axis, region in enumerate(selection[1:], start=1):
         pick = layout.pick_on(axis)
@@ -86,8 +117,41 @@ def chunk_regions(layout: VariableLayout, read: ChunkRead) -> tuple[tuple[slice,
             target.append(region)
             keep.append(slice(0, region.stop - region.start))
     if sum(isinstance(k, np.ndarray) for k in keep) > 1:  # numpy would pair them up
-        return tuple(target), np.ix_(*(_positions(k) for k in keep))
-    return tuple(target), tuple(keep)
+        return stop - start, tuple(target), np.ix_(*(_positions(k) for k in keep))
+    return stop - start, tuple(target), tuple(keep)
+
+
+class _RegionCache:
+    """One layout's regions by chunk class (see `chunk_regions`), at most `LIMIT` of
+    them (a store with more inner chunks than that starts over rather than grow)."""
+
+    LIMIT = 4096
+
+    def __init__(self, layout: VariableLayout) -> None:
+        self.sample_chunk = layout.sample_chunk
+        self.stored_steps = layout.shape[0]
+        self.classes: dict[tuple[object, ...], _Regions] = {}
+
+    def remember(self, key: tuple[object, ...], regions: _Regions) -> None:
+        if len(self.classes) >= self.LIMIT:
+            self.classes.clear()
+        self.classes[key] = regions
+
+
+# By the layout's identity (a layout's hash walks its picks, longer than the look-up it
+# would save); an entry goes when its layout does. Threads may race to fill an entry:
+# both compute the same regions.
+_region_caches: dict[int, tuple[weakref.ref[VariableLayout], _RegionCache]] = {}
+
+
+def _region_cache(layout: VariableLayout) -> _RegionCache:
+    entry = _region_caches.get(id(layout))
+    if entry is not None and entry[0]() is layout:
+        return entry[1]
+    key = id(layout)
+    cache = _RegionCache(layout)
+    _region_caches[key] = (weakref.ref(layout, lambda _: _region_caches.pop(key, None)), cache)
+    return cache
 
 
 def _positions(kept: slice | np.ndarray) -> np.ndarray:
