@@ -34,6 +34,7 @@ hold a block (more blocks alive than the budget planned), it gets memory of its 
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import sys
@@ -71,6 +72,9 @@ class BlockMemory:
     segment_starts: Mapping[str, np.ndarray]
     shifts: Mapping[str, np.ndarray] | None = None
     leases: dict[int, tuple[object, ...]] = field(default_factory=dict)
+    _placing: dict[str, tuple[list[int], list[int]]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     def unit_lease(self, unit: int) -> tuple[object, ...]:
         """The tokens keeping unit `unit`'s slots leased (empty for own buffers or once
@@ -125,6 +129,10 @@ class BlockMemory:
         """The view of `arrays[name]` where `target` (a region of the plan's buffer within
         one segment, `read_plan.chunk_regions`) lives.
 
+        A decode thread asks this for every chunk: the segment is found by `bisect` in
+        the variable's starts and shifts as Python lists (made once per block and variable,
+        by the first decode thread to ask), a fraction of a numpy search on one value.
+
         Args:
             name: the variable.
             target: the region, its first slice in the plan's buffer rows.
@@ -132,9 +140,13 @@ class BlockMemory:
         array = self.arrays[name]
         if self.shifts is None:
             return array[target]
+        placing = self._placing.get(name)
+        if placing is None:  # threads racing here make the same lists
+            placing = (self.segment_starts[name].tolist(), self.shifts[name].tolist())
+            self._placing[name] = placing
+        starts, shifts = placing
         rows = target[0]
-        segment = int(np.searchsorted(self.segment_starts[name], rows.start, side="right")) - 1
-        shift = int(self.shifts[name][segment])
+        shift = shifts[bisect.bisect_right(starts, rows.start) - 1]
         return array[(slice(rows.start + shift, rows.stop + shift), *target[1:])]
 
 
