@@ -79,12 +79,12 @@ class _Unit:
     def remaining(self) -> int:
         return self.draw.size - self.given
 
-    def release(self) -> tuple[object, ...]:
+    def release(self) -> object:
         """Stop holding the unit's block memory from its block; the lease returned keeps
-        it until whoever holds it lets go."""
+        it until whoever holds it lets go (None: nothing to hold)."""
         memory = self.block.memory
         if memory is None:
-            return ()
+            return None
         lease = memory.unit_lease(self.index)
         memory.release_unit(self.index)
         return lease

@@ -16,18 +16,19 @@ once per block), and since blocks share the backing array, the gather takes a ba
 rows of one field from tens of blocks in one take; decoding shifts each chunk's target
 rows once (`BlockMemory.region`), which is Python work per chunk, not per sample.
 
-Each leased slot is a small token whose deletion gives the slot back. The
-block's `BlockMemory` holds the tokens grouped by unit (a unit's group: the slots its
-samples' rows lie in, a window's halo included, so a slot two units need is in both
-groups). By default the groups go with the block (when the shuffle and the gather are done
-with it: the batches the gather writes are copies, so nothing else views a slot). A pool
-shuffle, which drains units one by one, takes a unit's group (`unit_lease`), drops it from
-the block (`release_unit`) once the unit has given its last sample, and lets the batch
-that drew those samples hold the group until it is gathered: a unit's slots then go back
-while the block's other units are still drawn from. The lowest free slots are leased first, so the
-pages in use stay the same few (a page's first write costs a fault, about a sixth of the
-loader's throughput on two cores with one time step per chunk), and the backing arrays
-are allocated unwritten, so slots never leased cost no memory. When the free slots cannot
+Each unit's slots (the slots its samples' rows lie in, a window's halo included) are
+held by one small lease object whose deletion gives them back; a slot two units need is
+in both leases and counts its holders, so it goes back with the last of them. The
+block's `BlockMemory` holds the leases by unit. By default the leases go with the block
+(when the shuffle and the gather are done with it: the batches the gather writes are
+copies, so nothing else views a slot). A pool shuffle, which drains units one by one,
+takes a unit's lease (`unit_lease`), drops it from the block (`release_unit`) once the
+unit has given its last sample, and lets the batch that drew those samples hold the
+lease until it is gathered: a unit's slots then go back while the block's other units
+are still drawn from. The lowest free slots are leased first, so the pages in use stay
+the same few (a page's first write costs a fault, about a sixth of the loader's
+throughput on two cores with one time step per chunk), and the backing arrays are
+allocated unwritten, so slots never leased cost no memory. When the free slots cannot
 hold a block (more blocks alive than the budget planned), it gets memory of its own and
 `blocks_outside` counts it.
 """
@@ -64,26 +65,26 @@ class BlockMemory:
         shifts: per variable, each segment's first row in `arrays[variable]` minus its
             first row in the plan's buffer; None when the block has its own buffers, laid
             out as the plan's.
-        leases: the tokens that keep the block's slots leased, by unit (its index in the
-            plan's units; -1 for slots no unit's samples lie in); empty for own buffers.
+        leases: what keeps the block's slots leased, by unit (its index in the plan's
+            units; -1 for slots no unit's samples lie in); empty for own buffers.
     """
 
     arrays: Mapping[str, np.ndarray]
     segment_starts: Mapping[str, np.ndarray]
     shifts: Mapping[str, np.ndarray] | None = None
-    leases: dict[int, tuple[object, ...]] = field(default_factory=dict)
+    leases: dict[int, object] = field(default_factory=dict)
     _placing: dict[str, tuple[list[int], list[int]]] = field(
         default_factory=dict, init=False, repr=False
     )
 
-    def unit_lease(self, unit: int) -> tuple[object, ...]:
-        """The tokens keeping unit `unit`'s slots leased (empty for own buffers or once
-        released): whoever holds them keeps those slots from being leased again.
+    def unit_lease(self, unit: int) -> object:
+        """What keeps unit `unit`'s slots leased (None for own buffers or once released):
+        whoever holds it keeps those slots from being leased again.
 
         Args:
             unit: the unit's index in the plan's units.
         """
-        return self.leases.get(unit, ())
+        return self.leases.get(unit)
 
     def release_unit(self, unit: int) -> None:
         """Stop holding unit `unit`'s slots from this block: they go back once nothing
@@ -150,29 +151,31 @@ class BlockMemory:
         return array[(slice(rows.start + shift, rows.stop + shift), *target[1:])]
 
 
-class _SlotToken:
-    """One leased slot, given back when the token is dropped (`__del__`).
+class _UnitLease:
+    """One unit's slots, given back when the lease is dropped (`__del__`): each slot
+    whose last holder this was goes back (see the module).
 
-    One object per slot: a `weakref.finalize` per slot took five objects the garbage
-    collector tracks (token, finalizer, its record, its arguments, the weak reference),
-    which with one time step per chunk were a third of the objects alive while a loader
-    ran, and kept alive across collections they made the full ones come more often.
+    One object per unit, holding its slots as one tuple of ints (which the garbage
+    collector stops tracking): a token per slot was one tracked object per chunk at one
+    time step per chunk, and kept alive while a pool holds its unit, most of them reached
+    the oldest generation and brought full collections around sooner (issue 33).
+
+    Args:
+        owner: the slots' `BlockSlots`.
+        backings: the backings the slots were taken from (one generation's).
+        slots: the slots, each as `variable * stride + slot` (`BlockSlots._stride`).
     """
 
-    __slots__ = ("_generation", "_name", "_nbytes", "_owner", "_slot")
+    __slots__ = ("_backings", "_owner", "_slots")
 
-    def __init__(
-        self, owner: BlockSlots, generation: int, name: str, slot: int, nbytes: int
-    ) -> None:
+    def __init__(self, owner: BlockSlots, backings: list[_Backing], slots: tuple[int, ...]) -> None:
         self._owner = owner
-        self._generation = generation
-        self._name = name
-        self._slot = slot
-        self._nbytes = nbytes
+        self._backings = backings
+        self._slots = slots
 
     def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
         if not _finalizing():  # at interpreter exit there is nothing left to give back to
-            self._owner._give_back(self._generation, self._name, self._slot, self._nbytes)
+            self._owner._give_back(self._backings, self._slots)
 
 
 def unit_segment_pairs(plan: ReadPlan, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -197,23 +200,35 @@ def unit_segment_pairs(plan: ReadPlan, name: str) -> tuple[np.ndarray, np.ndarra
     return pairs // count, pairs % count
 
 
-def _unit_groups(
-    plan: ReadPlan, tokens: Mapping[str, list[_SlotToken]]
-) -> dict[int, tuple[object, ...]]:
-    """The slot tokens grouped by the unit whose samples lie in them (see the module);
-    slots no unit needs (none, for plans `core.read_plan` makes) under -1."""
-    if plan.unit_starts is None:
-        return {-1: tuple(t for group in tokens.values() for t in group)}
-    groups: dict[int, list[object]] = {}
-    for name, group in tokens.items():
-        used = np.zeros(len(group), dtype=bool)
-        units, segments = unit_segment_pairs(plan, name)
-        used[segments] = True
-        for unit, segment in zip(units.tolist(), segments.tolist(), strict=True):
-            groups.setdefault(unit, []).append(group[segment])
-        for segment in np.flatnonzero(~used).tolist():
-            groups.setdefault(-1, []).append(group[segment])
-    return {unit: tuple(held) for unit, held in groups.items()}
+def _unit_slots(
+    plan: ReadPlan, taken: Mapping[str, list[int]], variables: Mapping[str, int], stride: int
+) -> dict[int, tuple[int, ...]]:
+    """Each unit's slots (see the module) as `variable * stride + slot`, by unit; slots no
+    unit needs (none, for plans `core.read_plan` makes) under -1. Grouped by one sort."""
+    units: list[np.ndarray] = []
+    slots: list[np.ndarray] = []
+    for name, segment_slots in taken.items():
+        global_slots = np.asarray(segment_slots, dtype=np.int64) + variables[name] * stride
+        if plan.unit_starts is None:
+            units.append(np.full(global_slots.size, -1, dtype=np.int64))
+            slots.append(global_slots)
+            continue
+        unit, segment = unit_segment_pairs(plan, name)
+        unused = np.ones(global_slots.size, dtype=bool)
+        unused[segment] = False
+        units += [unit, np.full(int(unused.sum()), -1, dtype=np.int64)]
+        slots += [global_slots[segment], global_slots[unused]]
+    unit_of = np.concatenate(units) if units else np.zeros(0, dtype=np.int64)
+    order = np.argsort(unit_of, kind="stable")
+    ordered_units, ordered_slots = unit_of[order], np.concatenate(slots)[order].tolist()
+    bounds = np.flatnonzero(np.r_[True, ordered_units[1:] != ordered_units[:-1], True])
+    firsts = bounds[:-1].tolist()
+    return {
+        unit: tuple(ordered_slots[a:b])
+        for unit, a, b in zip(
+            ordered_units[firsts].tolist(), firsts, bounds[1:].tolist(), strict=True
+        )
+    }
 
 
 class _Backing:
@@ -229,6 +244,7 @@ class _Backing:
         self.array: np.ndarray | None = None
         self.given_back: list[int] = []
         self.unused_from = 0
+        self.holders = [0] * slots  # the unit leases holding each slot
 
     @property
     def free(self) -> int:
@@ -278,13 +294,15 @@ class BlockSlots:
             for layout in self._layouts.values()
         )
         self._samples = capacity_bytes // max(1, sample_bytes)
-        # Re-entrant: a token is given back wherever the garbage collector frees it, which
+        # Re-entrant: a lease is given back wherever the garbage collector frees it, which
         # may be at an allocation inside this lock, in the thread holding it (a block's
         # memory in a reference cycle). Nothing here lets that in halfway through a change:
         # every allocation under the lock comes between whole updates.
         self._lock = threading.RLock()
-        self._generation = 0
+        self._variables = {name: i for i, name in enumerate(self._layouts)}
         self._backings = self._fresh()
+        self._held = list(self._backings.values())  # by variable index, as leases hold them
+        self._stride = max((b.slots for b in self._held), default=1)
         self.leased_bytes = 0
         self.peak_leased_bytes = 0
         self.blocks_outside = 0  # blocks the free slots could not hold
@@ -333,21 +351,22 @@ class BlockSlots:
             self.leased_bytes += nbytes
             self.peak_leased_bytes = max(self.peak_leased_bytes, self.leased_bytes)
             arrays = {name: backings[name].array_once() for name in taken}
-            generation = self._generation
+            held = self._held
         shifts = {
             name: np.asarray(slots, dtype=np.int64) * backings[name].slot_rows
             - plan.segment_starts[name]
             for name, slots in taken.items()
         }
-        tokens: dict[str, list[_SlotToken]] = {}
-        for name, slots in taken.items():
-            size = backings[name].slot_nbytes
-            tokens[name] = [_SlotToken(self, generation, name, slot, size) for slot in slots]
+        by_unit = _unit_slots(plan, taken, self._variables, self._stride)
+        stride = self._stride
+        for slots in by_unit.values():  # no other thread holds these slots yet
+            for slot in slots:
+                held[slot // stride].holders[slot % stride] += 1
         return BlockMemory(
             arrays,
             {name: plan.segment_starts[name] for name in taken},
             shifts,
-            _unit_groups(plan, tokens),
+            {unit: _UnitLease(self, held, slots) for unit, slots in by_unit.items()},
         )
 
     @property
@@ -357,17 +376,25 @@ class BlockSlots:
         with self._lock:
             return sum(b.array.nbytes for b in self._backings.values() if b.array is not None)
 
-    def _give_back(self, generation: int, name: str, slot: int, nbytes: int) -> None:
+    def _give_back(self, backings: list[_Backing], slots: tuple[int, ...]) -> None:
+        """A unit lease's slots lose a holder; those left with none go back (to the free
+        slots if `backings` are still the current ones: after `clear` they go with
+        their arrays)."""
+        stride = self._stride
         with self._lock:
-            self.leased_bytes -= nbytes
-            if generation != self._generation:
-                return  # its backing arrays were let go: they go when their blocks do
-            heapq.heappush(self._backings[name].given_back, slot)
+            current = backings is self._held
+            for held in slots:
+                backing, slot = backings[held // stride], held % stride
+                backing.holders[slot] -= 1
+                if backing.holders[slot] == 0:
+                    self.leased_bytes -= backing.slot_nbytes
+                    if current:
+                        heapq.heappush(backing.given_back, slot)
 
     def clear(self) -> None:
         """Let the backing arrays go (they are freed once the blocks still leasing them
         are); the next lease starts new ones. The fetch node calls it on `close()`, not at
         an epoch's end: the next epoch reuses the pages already faulted in."""
         with self._lock:
-            self._generation += 1
             self._backings = self._fresh()
+            self._held = list(self._backings.values())
