@@ -3,7 +3,7 @@ that live through two young collections reach the garbage collector's oldest gen
 and every quarter of it that arrives so brings a full collection (over every object of
 the process, a model's included), which holds the GIL wherever it lands. At one time step
 per chunk the block memory's slot tokens and the plans' chunk records were such objects,
-about 1.8 a chunk; what remains must stay well under one a chunk."""
+1.4-1.8 a chunk; what remains must stay well under one a chunk."""
 
 from __future__ import annotations
 
