@@ -275,3 +275,15 @@ def test_each_units_segments_are_the_distinct_pairs_of_its_rows(
     got_units, got_segments = unit_segment_pairs(plan, name)
     got = list(zip(got_units.tolist(), got_segments.tolist(), strict=True))
     assert got == sorted(want)
+
+
+def test_a_block_of_no_units_leases_nothing() -> None:
+    layouts = {"v": VariableLayout((10, 3), (2, 3), "float32")}
+    geometry = SampleGeometry.from_layouts(layouts)
+    assignment = assign_epoch(
+        geometry, np.arange(geometry.num_units), seed=0, epoch=0, rank=0, world_size=1
+    )
+    plan = plan_block(geometry, np.zeros(0, np.int64), assignment=assignment, block_index=0)
+    slots = BlockSlots(layouts, capacity_bytes=1000)
+    memory = slots.lease(plan)
+    assert memory.leases == {} and slots.leased_bytes == 0

@@ -219,6 +219,8 @@ def _unit_slots(
         units += [unit, np.full(int(unused.sum()), -1, dtype=np.int64)]
         slots += [global_slots[segment], global_slots[unused]]
     unit_of = np.concatenate(units) if units else np.zeros(0, dtype=np.int64)
+    if not unit_of.size:  # a plan that reads nothing
+        return {}
     order = np.argsort(unit_of, kind="stable")
     ordered_units, ordered_slots = unit_of[order], np.concatenate(slots)[order].tolist()
     bounds = np.flatnonzero(np.r_[True, ordered_units[1:] != ordered_units[:-1], True])
