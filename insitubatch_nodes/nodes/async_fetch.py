@@ -306,7 +306,7 @@ class AsyncFetchNode(BaseNode[FetchedBlock]):
         self._read_ahead()
         if not self._pending:
             self._stop()  # that was the last block: no IO left to do
-        return block.read()  # its chunk reads are done: let them go young
+        return block.without_chunk_reads()  # its chunk reads are done: let them go young
 
     def stage_counters(self) -> dict[str, Any]:
         """This epoch's reads so far, by `core.stage_report.EpochActivity`'s names (what

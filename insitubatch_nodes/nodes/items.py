@@ -80,7 +80,7 @@ class FetchedBlock:
             return array
         return array[self.rows(variable, np.arange(self.plan.buffer_rows[variable]))]
 
-    def read(self) -> FetchedBlock:
+    def without_chunk_reads(self) -> FetchedBlock:
         """This block once read: its plan without its chunk reads (each variable's
         `reads` empty; every other field as planned), which nothing needs after the
         fetch. A pool holds a block for many batches, and the plan's records, about one
