@@ -76,7 +76,7 @@ def plan_split(
     time = time_selection(opened, spec, stride=stride, frequency=frequency, max_gap=max_gap)
     units = stride_units(grid.unit_length, time.steps, revisits)
     if units.unit_steps != grid.unit_length:
-        grid = SampleGeometry(grid.variables, units.unit_steps)
+        grid = grid.with_unit_length(units.unit_steps)
     anchors = split_anchors(opened, split, time.spec, patches, time.allowed, grid)
     return SplitPlan(grid, time, anchors, units)
 

@@ -64,8 +64,9 @@ class AnchorSet:
             patches: the patch spec, or None for whole samples.
         """
         ranges = np.asarray(units_to_ranges(split_units), dtype=np.int64).reshape(-1, 2)
-        steps = np.minimum(ranges * geometry.unit_length, geometry.num_samples)
-        return cls.for_steps(geometry, steps, spec, patches)
+        starts, _ = geometry.unit_bounds(ranges[:, 0])
+        _, stops = geometry.unit_bounds(ranges[:, 1] - 1)
+        return cls.for_steps(geometry, np.stack([starts, stops], axis=1), spec, patches)
 
     @classmethod
     def for_steps(
@@ -137,9 +138,9 @@ class AnchorSet:
 
     def _bounds(self, units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Where each unit's anchors start and stop in `anchors` (equal when it has none)."""
-        starts = np.asarray(units, dtype=np.int64) * self.geometry.unit_length
+        starts, stops = self.geometry.unit_bounds(units)
         first = np.searchsorted(self.anchors, starts, side="left")
-        last = np.searchsorted(self.anchors, starts + self.geometry.unit_length, side="left")
+        last = np.searchsorted(self.anchors, stops, side="left")
         return first, last
 
     def unit_sizes(self, units: np.ndarray) -> np.ndarray:
@@ -163,7 +164,7 @@ class AnchorSet:
     @property
     def units(self) -> np.ndarray:
         """Sorted units holding at least one anchor: what an epoch permutes."""
-        return np.unique(self.anchors // self.geometry.unit_length)
+        return np.unique(self.geometry.unit_of(self.anchors))
 
     def block_rows_bound(self, block_chunks: int) -> int:
         """Most buffer rows a block of `block_chunks` units holds: its steps plus, with a
@@ -171,11 +172,12 @@ class AnchorSet:
         do not align with (`core.unit_grid`), the most slot rows any variable's pieces of
         a unit take."""
         lo, hi = self.spec.span if self.spec is not None else (0, 0)
-        layouts = self.geometry.variables.values()
-        if not is_aligned(layouts, self.geometry.unit_length):
+        grid = self.geometry
+        layouts = grid.variables.values()
+        if not is_aligned(layouts, grid.unit_length, grid.phase):
             return block_chunks * max(
                 unit_rows_bound(
-                    layout.sample_chunk, self.geometry.unit_length, -lo, hi, layout.origin
+                    layout.sample_chunk, grid.unit_length, -lo, hi, layout.origin + grid.phase
                 )
                 for layout in layouts
             )
@@ -196,7 +198,7 @@ def _full_unit(geometry: SampleGeometry, allowed: np.ndarray) -> int:
     that the unit length divides); at least 1."""
     length = geometry.unit_length
     padded = np.zeros(geometry.num_units * length, dtype=bool)
-    padded[: allowed.size] = allowed
+    padded[geometry.lead : geometry.lead + allowed.size] = allowed
     return max(1, int(padded.reshape(-1, length).sum(axis=1).max(initial=0)))
 
 

@@ -124,12 +124,10 @@ def make_date_manifest(
     steps = {name: _steps_of(axis, name, dates) for name, dates in ranges.items()}
     unit = date_unit(axis.dates)
     held = {name: axis.text(axis.dates[[a, b - 1]], unit) for name, (a, b) in steps.items()}
-    units = {
-        name: units_to_ranges(
-            np.arange(a // geometry.unit_length, -(-b // geometry.unit_length), dtype=np.int64)
-        )
-        for name, (a, b) in steps.items()
-    }
+    units = {}
+    for name, (a, b) in steps.items():  # the units the split's steps touch
+        first, last = geometry.unit_of(np.array([a, b - 1], dtype=np.int64)).tolist()
+        units[name] = units_to_ranges(np.arange(first, last + 1, dtype=np.int64))
     return SplitManifest(
         num_samples=geometry.num_samples,
         unit_length=geometry.unit_length,
@@ -138,6 +136,7 @@ def make_date_manifest(
         steps={name: [[a, b]] for name, (a, b) in steps.items()},
         dates=held,
         time=time_record(axis),
+        phase=geometry.phase,
         rule={
             "dates": {name: [r.first, r.last] for name, r in ranges.items()},
             "date_rule": DATE_RULE,

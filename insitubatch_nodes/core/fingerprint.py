@@ -60,6 +60,7 @@ def source_fingerprint(
     anchors: np.ndarray | None = None,
     decodings: Mapping[str, Mapping[str, Any]] | None = None,
     statics: Mapping[str, VariableLayout] | None = None,
+    phase: int = 0,
 ) -> dict[str, Any]:
     """The fingerprint of a loader over `layouts` and split `split`, as plain data.
 
@@ -77,6 +78,10 @@ def source_fingerprint(
             batches are cast to), or None to record none; static fields' too.
         statics: the static fields' layouts, by name (recorded under `STATICS_KEY` when
             there are any; their codecs and fill values are in `codecs`, `fill_values`).
+        phase: where the unit grid's first full unit starts (`SampleGeometry.phase`),
+            recorded in the split's entry only when it is not 0 (the units of one store,
+            and of a join whose chunks start on the joined axis' first step, keep the
+            fingerprint they always had).
     """
     units = np.sort(np.asarray(split_units, dtype=np.int64))
     split: dict[str, Any] = {
@@ -84,6 +89,8 @@ def source_fingerprint(
         "units": int(units.size),
         "digest": digest(units.astype("<i8").tobytes()),
     }
+    if phase:
+        split["phase"] = int(phase)
     if anchors is not None:
         steps = np.sort(np.asarray(anchors, dtype=np.int64))
         split["anchors"] = int(steps.size)
@@ -208,6 +215,14 @@ def _split_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> 
             f"{current.get('name')!r}"
         ]
     name = current.get("name")
+    if saved.get("phase", 0) != current.get("phase", 0):
+        return [
+            f"split {name!r} was cut into units from step {saved.get('phase', 0)} of the "
+            f"joined axis when the state was saved, now from step {current.get('phase', 0)} "
+            f"(the unit grid's phase, chosen so a store's chunks start on unit boundaries: "
+            f"another release, or other stores); start a new run, or resume with the "
+            f"release the state was saved with"
+        ]
     if saved.get("units") != current.get("units"):
         return [f"split {name!r} had {saved.get('units')} units, now {current.get('units')}"]
     if saved.get("digest") != current.get("digest"):

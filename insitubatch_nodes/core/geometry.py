@@ -10,6 +10,10 @@ the splits and ranks; units then fall back to the *fine grid*, the shortest chun
 (`core.unit_grid`). A chunk that straddles two units is then read for each, keeping only
 the rows that unit needs (`core.read_plan`). Revisits cut units finer still
 (`SampleGeometry.visits`).
+
+On a join of stores the units start at a *phase* (`core.unit_phase`): unit 0 is the
+short run before it, so that a store whose chunks start elsewhere than the joined axis'
+first step still has its chunk boundaries on unit boundaries.
 """
 
 from __future__ import annotations
@@ -22,6 +26,14 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
+
+from insitubatch_nodes.core.unit_phase import (
+    lead_steps,
+    unit_bounds,
+    unit_count,
+    unit_phase,
+    units_of,
+)
 
 
 @dataclass(frozen=True)
@@ -299,10 +311,26 @@ class UnitSamples(Protocol):
 
 @dataclass(frozen=True)
 class SampleGeometry:
-    """The variables a loader reads, aligned on axis 0, and the unit grid over that axis."""
+    """The variables a loader reads, aligned on axis 0, and the unit grid over that axis.
+
+    Args:
+        variables: the variables' layouts, by name.
+        unit_length: steps per full unit.
+        phase: the step where the first full unit starts (0 <= phase < unit_length); unit
+            0 is then the short run of steps before it (`core.unit_phase`). 0 but on a
+            join whose stores' chunks start elsewhere than the joined axis' first step.
+    """
 
     variables: Mapping[str, VariableLayout]
     unit_length: int
+    phase: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.phase < self.unit_length:
+            raise ValueError(
+                f"a unit grid's phase must lie in 0..{self.unit_length - 1} (the step where "
+                f"its first full unit of {self.unit_length} starts), got {self.phase}"
+            )
 
     @classmethod
     def from_layouts(
@@ -311,6 +339,7 @@ class SampleGeometry:
         unit_length: int | None = None,
         *,
         finest: int | None = None,
+        phase: int | None = None,
     ) -> SampleGeometry:
         """Check the variables line up on the sample axis and pick the unit length.
 
@@ -321,6 +350,9 @@ class SampleGeometry:
             finest: the fine grid's unit length, when it was cut for more variables than
                 these (a manifest's: `SplitManifest.geometry_for`); None for the shortest
                 chunk length of `variables`.
+            phase: where the first full unit starts, when it was chosen for more
+                variables than these (a manifest's); None for the phase that puts the
+                costliest chunkings' boundaries on unit boundaries (`core.unit_phase`).
         """
         if not variables:
             raise ValueError("no variables selected: name at least one array to load")
@@ -342,7 +374,15 @@ class SampleGeometry:
                 f"chunk length (their least common multiple is {lcm}), nor the fine grid of "
                 f"the shortest chunk length ({finest})"
             )
-        return cls(dict(variables), unit_length)
+        if phase is None:
+            phase = unit_phase(
+                (
+                    (layout.sample_chunk, layout.origin, _chunk_bytes(layout))
+                    for layout in variables.values()
+                ),
+                unit_length,
+            )
+        return cls(dict(variables), unit_length, phase)
 
     def visits(self, revisits: int) -> SampleGeometry:
         """The grid of `revisits` visits per unit: each unit cut into `revisits` equal runs
@@ -359,31 +399,75 @@ class SampleGeometry:
                 f"revisits={revisits} must divide the unit length of {self.unit_length} steps "
                 f"(each visit keeps an equal run of a unit's steps); use one of {divisors}"
             )
-        return SampleGeometry(self.variables, self.unit_length // revisits)
+        visit = self.unit_length // revisits
+        return SampleGeometry(self.variables, visit, self.phase % visit)
+
+    def with_unit_length(self, unit_length: int) -> SampleGeometry:
+        """This grid's units lengthened to `unit_length` steps (a multiple of its own: a
+        stride's units, `core.stride_units`), starting at the same phase, so that every
+        boundary of the new grid is one of this grid's.
+
+        Args:
+            unit_length: steps per unit, a multiple of `self.unit_length`.
+        """
+        if unit_length % self.unit_length:
+            raise ValueError(
+                f"units of {unit_length} steps are not whole units of {self.unit_length}"
+            )
+        return SampleGeometry(self.variables, unit_length, self.phase)
 
     @property
     def num_samples(self) -> int:
         return next(iter(self.variables.values())).sample_length
 
     @property
+    def lead(self) -> int:
+        """The steps unit 0 lacks before step 0: a unit u starts at `u * unit_length -
+        lead` (cut at 0), so `(step + lead) // unit_length` is a step's unit."""
+        return lead_steps(self.unit_length, self.phase)
+
+    @property
     def num_units(self) -> int:
-        return math.ceil(self.num_samples / self.unit_length)
+        return unit_count(self.num_samples, self.unit_length, self.phase)
+
+    def unit_of(self, steps: np.ndarray) -> np.ndarray:
+        """The unit each step lies in.
+
+        Args:
+            steps: steps of the sample axis (int64).
+        """
+        return units_of(steps, self.unit_length, self.phase)
+
+    def unit_bounds(self, units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each unit's first step and the step after its last (cut at the axis' ends).
+
+        Args:
+            units: unit ids (int64), in any order.
+        """
+        return unit_bounds(units, self.unit_length, self.phase, self.num_samples)
 
     def unit_range(self, unit: int) -> tuple[int, int]:
-        start = unit * self.unit_length
-        return start, min(start + self.unit_length, self.num_samples)
+        start, stop = self.unit_bounds(np.array([unit], dtype=np.int64))
+        return int(start[0]), int(stop[0])
 
     def unit_sizes(self, units: np.ndarray) -> np.ndarray:
-        """Samples in each unit (all full but the array's last, which may be ragged)."""
-        starts = np.asarray(units, dtype=np.int64) * self.unit_length
-        return np.minimum(starts + self.unit_length, self.num_samples) - starts
+        """Samples in each unit (all full but the first, before the phase, and the array's
+        last, which may be short)."""
+        starts, stops = self.unit_bounds(units)
+        return stops - starts
 
     def unit_samples(self, units: np.ndarray) -> np.ndarray:
         """Global sample indices of `units`, concatenated in the given unit order."""
-        units = np.asarray(units, dtype=np.int64)
-        sizes = self.unit_sizes(units)
-        starts = np.repeat(units * self.unit_length, sizes)
+        first, stops = self.unit_bounds(units)
+        sizes = stops - first
+        starts = np.repeat(first, sizes)
         offsets = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(
             np.cumsum(sizes) - sizes, sizes
         )
         return starts + offsets
+
+
+def _chunk_bytes(layout: VariableLayout) -> int:
+    """Bytes of one sample-axis chunk of every inner position: what reading one of its
+    chunks decodes (`core.unit_phase` aligns the costliest)."""
+    return layout.sample_chunk * math.prod(layout.shape[1:]) * np.dtype(layout.dtype).itemsize

@@ -5,6 +5,10 @@ so that neighbouring time steps (which are strongly correlated) do not leak from
 validation. The manifest remembers the layout it was cut for, so a manifest reused on a
 different or since-rewritten store is refused instead of silently mis-splitting it.
 
+On a join whose units start at a phase (`core.unit_phase`) the manifest records it
+(`phase`): its units are counted from the short unit 0 before it. Manifests of one store
+never hold the field.
+
 A manifest cut by dates (`core.date_manifest`) also holds `steps`: each split's [start,
 stop) steps, which may end inside a unit. A unit at a date boundary is then listed by both
 splits (each reads the chunk, and uses only its own steps as anchors), and the steps, not
@@ -29,6 +33,7 @@ from insitubatch_nodes.core.manifest_checks import (
     REQUIRED_FIELDS,
     check_disjoint,
     checked_layout,
+    checked_phase,
     checked_ranges,
     fine_grid,
     is_int,
@@ -39,11 +44,12 @@ from insitubatch_nodes.core.manifest_checks import (
     shown,
 )
 from insitubatch_nodes.core.seeding import rng_for
+from insitubatch_nodes.core.unit_phase import unit_bounds, unit_count, units_of
 
 MANIFEST_FORMAT = 1
 DEFAULT_FRACTIONS: Mapping[str, float] = {"train": 0.8, "val": 0.1, "test": 0.1}
 ALL_SPLIT = "all"
-OPTIONAL_FIELDS = ("steps", "dates", "time")  # a manifest cut by dates has them
+OPTIONAL_FIELDS = ("steps", "dates", "time", "phase")  # cut by dates; units at a phase
 ANCHOR_RULE = (
     "a sample anchored at time t whose offsets span [lo, hi] (0 included) belongs to a split "
     "only if every step t+lo .. t+hi lies in one contiguous run of that split's units; "
@@ -74,7 +80,8 @@ def _ranges_to_units(ranges: Sequence[Sequence[int]]) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SplitManifest:
-    """Unit ranges per split plus the store layout they were computed for.
+    """Unit ranges per split plus the store layout they were computed for; `phase` is the
+    step where the first full unit starts (`SampleGeometry.phase`, 0 but on some joins).
 
     Every way of making one (`make_manifest`, `from_json`, `loads`, the constructor) is
     checked here, because a wrong manifest does not fail later: it silently feeds the model
@@ -90,12 +97,14 @@ class SplitManifest:
     steps: Mapping[str, list[list[int]]] | None = None
     dates: Mapping[str, Any] | None = None
     time: Mapping[str, Any] | None = None
+    phase: int = 0
 
     def __post_init__(self) -> None:
         num_samples = positive_int(self.num_samples, "num_samples")
         unit_length = positive_int(self.unit_length, "unit_length")
         object.__setattr__(self, "num_samples", num_samples)
         object.__setattr__(self, "unit_length", unit_length)
+        object.__setattr__(self, "phase", checked_phase(self.phase, unit_length))
         if not isinstance(self.layouts, Mapping):
             raise ValueError(
                 f"manifest field 'layouts' must map variable names to layouts, got "
@@ -160,7 +169,8 @@ class SplitManifest:
         }
         check_disjoint(steps, kind="step")
         for name, ranges in steps.items():
-            touched = units_to_ranges(np.unique(_ranges_to_units(ranges) // self.unit_length))
+            held = units_of(_ranges_to_units(ranges), self.unit_length, self.phase)
+            touched = units_to_ranges(np.unique(held))
             if touched != units_to_ranges(_ranges_to_units(splits[name])):
                 raise ValueError(
                     f"manifest split {name!r} lists units {splits[name]}, but its steps "
@@ -171,7 +181,7 @@ class SplitManifest:
 
     @property
     def num_units(self) -> int:
-        return math.ceil(self.num_samples / self.unit_length)
+        return unit_count(self.num_samples, self.unit_length, self.phase)
 
     def step_ranges(self, split: str) -> np.ndarray:
         """`split`'s [start, stop) ranges of steps, (R, 2): its own steps when the manifest
@@ -186,7 +196,10 @@ class SplitManifest:
         if self.steps is not None:
             return np.asarray(sorted(self.steps[split]), dtype=np.int64).reshape(-1, 2)
         ranges = np.asarray(units_to_ranges(units), dtype=np.int64).reshape(-1, 2)
-        return np.minimum(ranges * self.unit_length, self.num_samples)
+        grid = (self.unit_length, self.phase, self.num_samples)
+        starts, _ = unit_bounds(ranges[:, 0], *grid)
+        _, stops = unit_bounds(ranges[:, 1] - 1, *grid)
+        return np.stack([starts, stops], axis=1)
 
     def split_names(self) -> list[str]:
         return [*self.splits, ALL_SPLIT]
@@ -227,6 +240,7 @@ class SplitManifest:
                 )
                 if value is not None
             },
+            **({"phase": self.phase} if self.phase else {}),
         }
 
     def dumps(self) -> str:
@@ -280,6 +294,7 @@ class SplitManifest:
             steps=data.get("steps"),
             dates=data.get("dates"),
             time=data.get("time"),
+            phase=data.get("phase", 0),
         )
 
     @classmethod
@@ -346,7 +361,9 @@ class SplitManifest:
             )
         # The fine grid of the manifest's variables, which a subset of them (its shortest
         # chunk longer) still reads: pieces of any unit length read right (`read_plan`).
-        return SampleGeometry.from_layouts(layouts, unit_length=self.unit_length, finest=finest)
+        return SampleGeometry.from_layouts(
+            layouts, unit_length=self.unit_length, finest=finest, phase=self.phase
+        )
 
 
 def make_manifest(
@@ -399,6 +416,7 @@ def make_manifest(
         unit_length=geometry.unit_length,
         layouts=dict(geometry.variables),
         splits=splits,
+        phase=geometry.phase,
         rule={
             "fractions": dict(fractions),
             "shuffle": shuffle,

@@ -31,6 +31,7 @@ FIELDS = (
     "steps",
     "dates",
     "time",
+    "phase",
 )
 REQUIRED_FIELDS = ("format", "num_samples", "unit_length", "layouts", "splits")
 
@@ -67,11 +68,11 @@ def positive_int(value: object, name: str) -> int:
         value: the field's value.
         name: the field's name, for the message.
     """
-    if not is_int(value) or int(value) < 1:  # type: ignore[call-overload]
+    if not is_int(value) or int(value) < 1:
         raise ValueError(
             f"manifest field {name!r} must be a positive int, got {shown(value)}{FIX_HINT}"
         )
-    return int(value)  # type: ignore[call-overload]
+    return int(value)
 
 
 def plain_data(value: object, where: str) -> Any:
@@ -87,7 +88,7 @@ def plain_data(value: object, where: str) -> Any:
     if isinstance(value, np.bool_):
         return bool(value)
     if is_int(value):
-        return int(value)  # type: ignore[call-overload]
+        return int(value)
     if isinstance(value, numbers.Real):
         return float(value)
     if isinstance(value, np.ndarray):
@@ -121,6 +122,21 @@ def fine_grid(layouts: Iterable[object]) -> int:
         if isinstance(layout, VariableLayout) and is_int(layout.chunks[0])
     ]
     return min(lengths, default=0)
+
+
+def checked_phase(phase: object, unit_length: int) -> int:
+    """`phase` as an int, after checking it is a step inside the first unit's length.
+
+    Args:
+        phase: the manifest's recorded phase (`SampleGeometry.phase`).
+        unit_length: the manifest's unit length.
+    """
+    if not is_int(phase) or not 0 <= int(phase) < unit_length:
+        raise ValueError(
+            f"manifest field 'phase' must be an int in 0..{unit_length - 1} (the step where "
+            f"its first full unit starts), got {shown(phase)}{FIX_HINT}"
+        )
+    return int(phase)
 
 
 def checked_layout(

@@ -312,7 +312,7 @@ def plan_block(
     rows: dict[str, np.ndarray] = {}
     buffer_rows: dict[str, int] = {}
     segment_starts: dict[str, np.ndarray] = {}
-    aligned = is_aligned(geometry.variables.values(), geometry.unit_length)
+    aligned = is_aligned(geometry.variables.values(), geometry.unit_length, geometry.phase)
     for name, offsets in wanted.items():
         layout = geometry.variables[name]
         c, stored_steps = layout.sample_chunk, layout.shape[0]
@@ -324,7 +324,7 @@ def plan_block(
             stop = np.minimum((chunk_ids + 1) * c, stored_steps)
             kept: list[tuple[int, int] | None] = [None] * chunk_ids.size
         else:
-            cells = steps.reshape(-1) // geometry.unit_length
+            cells = geometry.unit_of(steps.reshape(-1))
             chunk_ids, position, first, stop = _pieces(stored, cells, c, geometry.num_units)
             kept = _kept_rows(chunk_ids, first, stop, c, stored_steps)
         lengths = stop - first

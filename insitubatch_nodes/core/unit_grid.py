@@ -27,17 +27,20 @@ from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.manifest import SplitManifest
 
 
-def is_aligned(layouts: Iterable[VariableLayout], unit_length: int) -> bool:
+def is_aligned(layouts: Iterable[VariableLayout], unit_length: int, phase: int = 0) -> bool:
     """Whether every unit boundary is a chunk boundary of every variable (the unit length
-    a multiple of every sample-axis chunk length, and on a join every store's origin
-    too): then each chunk is read whole, once.
+    a multiple of every sample-axis chunk length, and on a join the first full unit's
+    stored step, its store's origin plus the phase, too): then each chunk is read whole,
+    once.
 
     Args:
         layouts: the variables' layouts.
         unit_length: steps per unit.
+        phase: the step where the first full unit starts (`SampleGeometry.phase`).
     """
     return all(
-        unit_length % layout.sample_chunk == 0 and layout.origin % layout.sample_chunk == 0
+        unit_length % layout.sample_chunk == 0
+        and (layout.origin + phase) % layout.sample_chunk == 0
         for layout in layouts
     )
 
@@ -51,20 +54,20 @@ def finest_chunk(layouts: Iterable[VariableLayout]) -> int:
     return min(layout.sample_chunk for layout in layouts)
 
 
-def own_units(step_ranges: np.ndarray, unit_length: int, num_samples: int) -> int:
-    """Units lying wholly inside a split's steps (the array's ragged last unit counts when
-    the split reaches the end): the units no other split shares.
+def own_units(step_ranges: np.ndarray, unit_length: int, num_samples: int, lead: int = 0) -> int:
+    """Units lying wholly inside a split's steps (the array's short first and last units
+    count when the split reaches the axis' end): the units no other split shares.
 
     Args:
         step_ranges: the split's (R, 2) [start, stop) step ranges.
         unit_length: steps per unit.
         num_samples: steps along the sample axis.
+        lead: the steps unit 0 lacks before step 0 (`SampleGeometry.lead`).
     """
     ranges = np.asarray(step_ranges, dtype=np.int64).reshape(-1, 2)
-    first = -(-ranges[:, 0] // unit_length)
-    stop = np.where(
-        ranges[:, 1] == num_samples, -(-ranges[:, 1] // unit_length), ranges[:, 1] // unit_length
-    )
+    begin, end = ranges[:, 0] + lead, ranges[:, 1] + lead
+    first = np.where(ranges[:, 0] == 0, 0, -(-begin // unit_length))
+    stop = np.where(ranges[:, 1] == num_samples, -(-end // unit_length), end // unit_length)
     return int(np.maximum(stop - first, 0).sum())
 
 
@@ -102,6 +105,7 @@ def grid_manifest(
             manifest.step_ranges(name) if ranges else np.zeros((0, 2), dtype=np.int64),
             coarse.unit_length,
             coarse.num_samples,
+            coarse.lead,
         )
         for name, ranges in manifest.splits.items()
     }
@@ -147,8 +151,9 @@ def unit_rows_bound(chunk: int, unit_length: int, before: int, after: int, origi
         unit_length: steps per unit.
         before: steps before a unit its samples need (a window's length less one).
         after: steps after a unit its samples need (the furthest lead).
-        origin: the stored step of the sample axis' step 0 (a joined store's,
-            `VariableLayout.origin`): the cells' phase against the chunks.
+        origin: the stored step where a full unit cell starts (a joined store's
+            `VariableLayout.origin` plus the grid's phase): the cells' phase against the
+            chunks.
     """
     pieces = _most_cell_pieces(unit_length, chunk, origin)
     for reach in (before, after):

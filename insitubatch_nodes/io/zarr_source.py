@@ -362,6 +362,7 @@ class ZarrSource:
             anchors,
             self.decoding_records(cast),
             statics=self.statics,
+            phase=self.geometry.phase,
         )
         if self.area is not None:
             fingerprint[AREA_KEY] = self.area.record()
