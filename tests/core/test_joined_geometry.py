@@ -74,7 +74,7 @@ def test_plans_read_each_variable_at_its_own_stored_steps(
         name: np.arange(np.prod(layout.shape), dtype=np.int64).reshape(layout.shape)
         for name, layout in geometry.variables.items()
     }
-    aligned = is_aligned(geometry.variables.values(), geometry.unit_length)
+    aligned = is_aligned(geometry.variables.values(), geometry.unit_length, geometry.phase)
     for j, start in enumerate(range(0, assignment.units.size, block_chunks)):
         units = assignment.units[start : start + block_chunks]
         plan = plan_block(anchors, units, assignment=assignment, block_index=j)
