@@ -9,12 +9,13 @@ each variable chunked as in the join.
 Three sources, the same fields (`t`, `z` on 3 levels; `t2m`, `msl`), 6-hourly, on a 32 x 64
 grid: `one store` (every variable in one store), `join, exact` (the same dates in a
 pressure-level and a surface store) and `join, inner +8` (the pressure-level store starts
-8 steps, a third of a chunk, before the surface store: its chunks straddle the joined
-axis' units, so each is read once per unit it touches, `chunk_amplification` about 2 for
-its variables). Locally, or each store behind `benchmarks.latency_store`'s delay per get.
-Each repeat runs every source once, one after another (`benchmarks.setting_cost`): a fresh
-loader, one warm-up epoch, then `--epochs` timed epochs (batch 32, CPU batches, a consumer
-that does nothing); the median and range over repeats, and each join's ratio to the one
+8 steps, a third of a chunk, before the surface store: the units start at the phase where
+its chunks start, `core.unit_phase`, so each is read once an epoch and
+`chunk_amplification` is 1; units at step 0 would read each about twice). Locally, or
+each store behind `benchmarks.latency_store`'s delay per get. Each repeat runs every
+source once, one after another (`benchmarks.setting_cost`): a fresh loader, one warm-up
+epoch, then `--epochs` timed epochs (batch 32, CPU batches, a consumer that does
+nothing); the median and range over repeats, and each join's ratio to the one
 store, are reported. `--steps-per-chunk` is not used: the chunkings are the join's.
 """
 

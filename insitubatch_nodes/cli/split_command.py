@@ -68,7 +68,8 @@ def split_text(manifest: SplitManifest) -> str:
     calendar = f" ({time['calendar']} calendar)" if "calendar" in time else ""
     lines = [
         f"time coordinate {time['coordinate']!r}{calendar}: {time['first']} .. {time['last']}, "
-        f"{time['steps']} steps; units of {manifest.unit_length} step(s)",
+        f"{time['steps']} steps; units of {manifest.unit_length} step(s)"
+        + (f", the first full one from step {manifest.phase}" if manifest.phase else ""),
     ]
     header = ("split", "dates asked", "first step", "last step", "steps", "units")
     rows = []

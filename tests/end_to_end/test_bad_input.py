@@ -790,6 +790,20 @@ def _a_joined_store_without_dates(ctx: Context) -> None:
     build_loader([pl, step], ["t", "t2m"])
 
 
+def _state_of_a_join_cut_at_another_phase(ctx: Context) -> None:
+    """A state of a misaligned inner join (the pressure store 8 steps early) as a release
+    that cut its units from step 0 saved it: no phase in its fingerprint."""
+    pl = write(pressure_levels(dates(0, 200)), ctx.tmp_path / "pl.zarr", 24, 3)
+    sfc = write(surface(dates(8, 192)), ctx.tmp_path / "sfc.zarr", 1, 3)
+    loader = build_loader([pl, sfc], join="inner", split="all")
+    state = json.loads(json.dumps(loader.state_dict()))
+    permute = find_node_state(state, ChunkPermuteNode.STATE_NAME)
+    assert permute is not None
+    del permute["fingerprint"]["split"]["phase"]
+    loader.load_state_dict(with_digest({k: v for k, v in state.items() if k != "digest"}))
+    next(iter(loader))
+
+
 CASES = {
     "a URL with a scheme we do not read": _unsupported_scheme,
     "a local path that does not exist": _missing_local_path,
@@ -876,6 +890,7 @@ CASES = {
     "a variable in two joined Datasets": _a_variable_in_two_joined_datasets,
     "one store's Datasets with other storage_options": _datasets_of_one_store_with_other_options,
     "a joined store without dates": _a_joined_store_without_dates,
+    "a state of a join whose units started elsewhere": _state_of_a_join_cut_at_another_phase,
 }
 
 

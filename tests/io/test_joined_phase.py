@@ -17,6 +17,7 @@ import pytest
 import xarray as xr
 
 from insitubatch_nodes import SampleSpec, build_loader, open_source
+from insitubatch_nodes.cli.split_command import split_manifest, split_text
 from insitubatch_nodes.core.sample_spec import leads, window
 from insitubatch_nodes.loader.rank_states import RANK_STATES_KEY
 from tests.helpers.batches import as_numpy, batch_key, torch_roundtrip
@@ -154,3 +155,18 @@ def test_elastic_resume_on_a_phased_join_sees_every_sample_once(tmp_path: Path) 
     seen = check_against(before + after, reference)
     assert set(seen) == set(range(STEPS))
     assert len(seen) - STEPS <= 2 * 24  # the two ranks pad at most a unit each
+
+
+def test_a_date_manifest_of_the_join_keeps_its_phase_and_says_where_units_start(
+    tmp_path: Path,
+) -> None:
+    """`insitubatch split`'s manifest of a phased join records the phase, its text says
+    where the first full unit starts, and a loader given that manifest reads its units."""
+    urls = misaligned(tmp_path)
+    splits = {"train": ("2020-01-03", "2020-02-05T12"), "val": ("2020-02-06", "2020-02-16")}
+    manifest = split_manifest(urls, splits, join="inner")
+    assert manifest.phase == 16 and manifest.to_json()["phase"] == 16
+    assert "units of 24 step(s), the first full one from step 16" in split_text(manifest)
+    reference = merged(urls, "inner")
+    seen = check_against(list(loader(urls, manifest=manifest, split="val")), reference)
+    assert sorted(seen) == list(range(136, 180))
