@@ -8,8 +8,9 @@ starts 8 steps before the surface store has them at joined steps 16, 40, 64, ...
 units at 0, 24, 48, ... each of its chunks would straddle two units and be read twice
 an epoch (once per unit, keeping that unit's rows).
 
-So the units are laid at a *phase* p: unit 0 is the short run [0, p), unit k >= 1 the
-steps [p + (k - 1) L, p + k L) (L the unit length), the last one cut at the axis' end.
+So the units are laid at a *phase* p: for p > 0, unit 0 is the short run [0, p) and
+unit k >= 1 the steps [p + (k - 1) L, p + k L) (L the unit length); for p = 0, unit k is
+[k L, (k + 1) L) as always; the last one is cut at the axis' end.
 A store of chunk length c and origin o has a chunk boundary at joined step t when
 t + o is a multiple of c; the boundaries the units and its chunks can share are those of
 g = gcd(c, L), and all of them are shared when p = -o (mod g). Then a chunk holds whole
