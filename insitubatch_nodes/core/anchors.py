@@ -22,6 +22,7 @@ from insitubatch_nodes.core.geometry import SampleGeometry
 from insitubatch_nodes.core.manifest import units_to_ranges
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.sample_spec import SampleSpec
+from insitubatch_nodes.core.step_runs import most_run_starts
 from insitubatch_nodes.core.unit_grid import is_aligned, unit_rows_bound
 
 
@@ -177,7 +178,12 @@ class AnchorSet:
         if not is_aligned(layouts, grid.unit_length, grid.phase):
             return block_chunks * max(
                 unit_rows_bound(
-                    layout.sample_chunk, grid.unit_length, -lo, hi, layout.origin + grid.phase
+                    layout.sample_chunk,
+                    grid.unit_length,
+                    -lo,
+                    hi,
+                    layout.origin + grid.phase,
+                    most_run_starts(layout.runs, grid.unit_length + hi - lo),
                 )
                 for layout in layouts
             )

@@ -27,6 +27,7 @@ from typing import Protocol
 
 import numpy as np
 
+from insitubatch_nodes.core.step_runs import Runs, check_runs, stored_steps
 from insitubatch_nodes.core.unit_phase import (
     lead_steps,
     unit_bounds,
@@ -127,6 +128,10 @@ class VariableLayout:
             fall anywhere on the joined axis.
         length: steps of the loader's sample axis this array covers from `origin`, or
             None for the rest of the array (`shape[0] - origin`).
+        runs: where the map from the sample axis to stored steps jumps over steps an
+            inner join left out (a date inside the shared period another store lacks):
+            per later run, (its first step of the sample axis, its stored step); empty
+            for one run from `origin` (`core.step_runs`). Needs `length`.
     """
 
     shape: tuple[int, ...]
@@ -135,6 +140,7 @@ class VariableLayout:
     picks: tuple[AxisPick, ...] = ()
     origin: int = 0
     length: int | None = None
+    runs: Runs = ()
 
     def __post_init__(self) -> None:
         if len(self.shape) < 1:
@@ -153,6 +159,12 @@ class VariableLayout:
             )
         for pick in self.picks:
             self._check_pick(pick)
+        if self.runs:
+            if self.length is None:
+                raise ValueError("a map of runs (runs=) needs the sample axis' length")
+            runs = check_runs(self.runs, self.origin, self.length, self.shape[0])
+            object.__setattr__(self, "runs", runs)
+            return
         end = self.origin + self.sample_length
         if self.origin < 0 or self.sample_length < 0 or end > self.shape[0]:
             raise ValueError(
@@ -169,8 +181,17 @@ class VariableLayout:
 
     @property
     def shifted(self) -> bool:
-        """Whether the loader's steps are not the array's own (a join: `origin`, `length`)."""
+        """Whether the loader's steps are not the array's own (a join: `origin`, `length`,
+        `runs`)."""
         return self.origin != 0 or self.length is not None
+
+    def stored_steps(self, steps: np.ndarray) -> np.ndarray:
+        """The stored step of each step of the loader's sample axis.
+
+        Args:
+            steps: steps of the sample axis (int64).
+        """
+        return stored_steps(steps, self.origin, self.runs)
 
     def _check_pick(self, pick: AxisPick) -> None:
         if not 1 <= pick.axis < len(self.shape):
@@ -276,6 +297,8 @@ class VariableLayout:
         }
         if self.shifted:
             found.update(origin=self.origin, length=self.sample_length)
+        if self.runs:
+            found.update(runs=[list(run) for run in self.runs])
         return found
 
     @classmethod
@@ -283,14 +306,16 @@ class VariableLayout:
         shape = data["shape"]
         chunks = data["chunks"]
         assert isinstance(shape, list) and isinstance(chunks, list)
-        origin, length = data.get("origin", 0), data.get("length")
+        origin, length, runs = data.get("origin", 0), data.get("length"), data.get("runs", [])
         assert isinstance(origin, int) and (length is None or isinstance(length, int))
+        assert isinstance(runs, list) and all(isinstance(r, list) and len(r) == 2 for r in runs)
         return cls(
             tuple(int(s) for s in shape),
             tuple(int(c) for c in chunks),
             str(data["dtype"]),
             origin=int(origin),
             length=None if length is None else int(length),
+            runs=tuple((int(j), int(s)) for j, s in runs),
         )
 
 

@@ -176,6 +176,7 @@ def checked_layout(
         str(layout.dtype),
         origin=layout.origin,
         length=layout.length,
+        runs=layout.runs,
     )
     if plain.sample_length != num_samples:
         raise ValueError(

@@ -32,6 +32,7 @@ from insitubatch_nodes.core.geometry import AxisPick, SampleGeometry, VariableLa
 from insitubatch_nodes.core.partition import EpochAssignment
 from insitubatch_nodes.core.patches import PatchSpec, touched_chunks
 from insitubatch_nodes.core.sample_spec import SampleSpec
+from insitubatch_nodes.core.step_runs import run_index
 from insitubatch_nodes.core.unit_grid import is_aligned
 
 
@@ -250,13 +251,14 @@ def _pieces(
     stored: np.ndarray, cells: np.ndarray, chunk: int, num_cells: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The pieces steps lie in, on a grid the chunks do not align with: a piece is the
-    needed steps of one (chunk, unit cell), from the first to the last (so never longer
-    than the chunk or the unit: `core.unit_grid.slot_rows`). Distinct pieces in the
-    order the steps first need them, each step's piece, and each piece's chunk, first
-    stored step and stop. Vectorised: one sort over the steps.
+    needed steps of one (chunk, unit cell, run of the store's map), from the first to
+    the last (so never longer than the chunk or the unit: `core.unit_grid.slot_rows`).
+    Distinct pieces in the order the steps first need them, each step's piece, and each
+    piece's chunk, first stored step and stop. Vectorised: one sort over the steps.
 
     `stored` are the steps as the array stores them, `cells` each one's unit cell on the
-    loader's axis (they differ by a joined store's origin).
+    loader's axis, or (cell, run) numbered as one (they differ by a joined store's
+    origin, and where the store's map jumps over left-out steps: `core.step_runs`).
     """
     span = num_cells + 1
     keys, position = _first_seen_order((stored // chunk) * span + cells)
@@ -313,19 +315,22 @@ def plan_block(
     buffer_rows: dict[str, int] = {}
     segment_starts: dict[str, np.ndarray] = {}
     aligned = is_aligned(geometry.variables.values(), geometry.unit_length, geometry.phase)
+    runs = 1 + max(len(layout.runs) for layout in geometry.variables.values())
     for name, offsets in wanted.items():
         layout = geometry.variables[name]
         c, stored_steps = layout.sample_chunk, layout.shape[0]
         steps = sample_index[:, None] + np.asarray(offsets, dtype=np.int64)[None, :]
-        stored = steps.reshape(-1) + layout.origin  # a joined store's own steps
+        stored = layout.stored_steps(steps.reshape(-1))  # a joined store's own steps
         if aligned:
             chunk_ids, position = _first_seen_order(stored // c)
             first = chunk_ids * c
             stop = np.minimum((chunk_ids + 1) * c, stored_steps)
             kept: list[tuple[int, int] | None] = [None] * chunk_ids.size
         else:
-            cells = geometry.unit_of(steps.reshape(-1))
-            chunk_ids, position, first, stop = _pieces(stored, cells, c, geometry.num_units)
+            cells = geometry.unit_of(steps.reshape(-1)) * runs
+            if layout.runs:
+                cells += run_index(steps.reshape(-1), layout.runs)
+            chunk_ids, position, first, stop = _pieces(stored, cells, c, geometry.num_units * runs)
             kept = _kept_rows(chunk_ids, first, stop, c, stored_steps)
         lengths = stop - first
         dest = np.cumsum(lengths) - lengths

@@ -5,11 +5,13 @@ what the join decides is which of them the loader's sample axis holds. `"exact"`
 default, as `xr.merge(..., join="exact")`) takes the stores only when every store with a
 time axis has the same dates; `"inner"` keeps the dates every such store holds.
 
-On the joined axis each store's kept steps are one contiguous run of its own steps from
-an *origin* (`core.geometry.VariableLayout.origin`): the common case of stores that cover
-different date ranges. A store holding a date inside the run that another store lacks
-would need a map with holes, which the read plan does not take yet: it is refused by
-name. Stores without a time axis (static fields) join by grid alone.
+On the joined axis each store's kept steps start at an *origin*
+(`core.geometry.VariableLayout.origin`) and run on as its own consecutive steps: the
+common case of stores that cover different date ranges. A store holding a date inside the
+shared period that another store lacks (a hole in the other) loses that date, as
+`xr.merge(join="inner")` drops it, and its map jumps over it: its kept steps are runs
+(`core.step_runs`, `VariableLayout.runs`). Stores without a time axis (static fields)
+join by grid alone.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from insitubatch_nodes.core.date_ranges import TimeAxis
+from insitubatch_nodes.core.step_runs import Runs
 
 JOIN_POLICIES = ("exact", "inner")
 
@@ -34,11 +37,14 @@ class JoinedTime:
         origins: per store, its stored step of the joined axis' first step; None for a
             store without a time axis.
         lost: per store, how many of its steps the join left out (0 without a time axis).
+        runs: per store, where its map from the joined axis jumps over steps the join
+            left out (`core.step_runs`): empty for one run, and without a time axis.
     """
 
     axis: TimeAxis
     origins: tuple[int | None, ...]
     lost: tuple[int, ...]
+    runs: tuple[Runs, ...] = ()
 
 
 def check_join_policy(join: object) -> str:
@@ -89,7 +95,7 @@ def join_times(axes: Sequence[TimeAxis | None], stores: Sequence[str], join: str
         for i, axis in timed[1:]:
             _check_same_dates(first, axis, stores[first_at], stores[i])
         origins = tuple(None if axis is None else 0 for axis in axes)
-        return JoinedTime(first, origins, tuple(0 for _ in axes))
+        return JoinedTime(first, origins, tuple(0 for _ in axes), tuple(() for _ in axes))
     common = first.dates
     for _, axis in timed[1:]:
         common = np.intersect1d(common, axis.dates)
@@ -103,21 +109,20 @@ def join_times(axes: Sequence[TimeAxis | None], stores: Sequence[str], join: str
         )
     origins_found: list[int | None] = []
     lost = []
-    for i, axis in enumerate(axes):
+    runs: list[Runs] = []
+    for axis in axes:
         if axis is None:
             origins_found.append(None)
             lost.append(0)
+            runs.append(())
             continue
-        start = int(np.searchsorted(axis.dates, common[0]))
-        stop = int(np.searchsorted(axis.dates, common[-1])) + 1
-        if stop - start != common.size:
-            _refuse_hole(axis, common, start, stores[i], [stores[j] for j, _ in timed if j != i])
-        origins_found.append(start)
+        kept = np.searchsorted(axis.dates, common)  # common dates are the axis' own
+        jumps = np.flatnonzero(np.diff(kept) != 1) + 1
+        origins_found.append(int(kept[0]))
         lost.append(int(axis.dates.size - common.size))
-    start = origins_found[first_at]
-    assert start is not None
-    joined = TimeAxis(first.name, first.dates[start : start + common.size], first.calendar)
-    return JoinedTime(joined, tuple(origins_found), tuple(lost))
+        runs.append(tuple((int(j), int(kept[j])) for j in jumps))
+    joined = TimeAxis(first.name, first.dates[np.searchsorted(first.dates, common)], first.calendar)
+    return JoinedTime(joined, tuple(origins_found), tuple(lost), tuple(runs))
 
 
 def _text(axis: TimeAxis, dates: np.ndarray) -> str:
@@ -139,20 +144,4 @@ def _check_same_dates(first: TimeAxis, other: TimeAxis, first_store: str, other_
         f"{first_store} but {there} in {other_store} ({first.dates.size} and "
         f"{other.dates.size} steps); pass join='inner' to keep the dates both hold, or "
         f"join stores of the same dates"
-    )
-
-
-def _refuse_hole(
-    axis: TimeAxis, common: np.ndarray, start: int, store: str, others: Sequence[str]
-) -> None:
-    """Refuse a store whose steps between the first and last shared date hold one that
-    some other store lacks (a hole in the others' runs), naming the first such date."""
-    run = axis.dates[start : start + common.size + 1]
-    extra = np.flatnonzero(run[: common.size] != common)
-    missing = run[int(extra[0]) : int(extra[0]) + 1] if extra.size else run[-1:]
-    raise ValueError(
-        f"join='inner' keeps one unbroken run of each store's steps, and {store} holds "
-        f"{_text(axis, missing)} between the dates the stores share, which "
-        f"{' or '.join(others)} lacks; join stores whose steps match inside the shared "
-        f"period (fill the missing steps, or select a period without them)"
     )

@@ -30,8 +30,8 @@ from insitubatch_nodes.core.manifest import SplitManifest
 def is_aligned(layouts: Iterable[VariableLayout], unit_length: int, phase: int = 0) -> bool:
     """Whether every unit boundary is a chunk boundary of every variable (the unit length
     a multiple of every sample-axis chunk length, and on a join the first full unit's
-    stored step, its store's origin plus the phase, too): then each chunk is read whole,
-    once.
+    stored step, its store's origin plus the phase, too, with no steps left out inside
+    the store's run, `VariableLayout.runs`): then each chunk is read whole, once.
 
     Args:
         layouts: the variables' layouts.
@@ -41,6 +41,7 @@ def is_aligned(layouts: Iterable[VariableLayout], unit_length: int, phase: int =
     return all(
         unit_length % layout.sample_chunk == 0
         and (layout.origin + phase) % layout.sample_chunk == 0
+        and not layout.runs
         for layout in layouts
     )
 
@@ -140,7 +141,9 @@ def _most_cell_pieces(unit_length: int, chunk: int, origin: int) -> int:
     return 1 + max((start + unit_length - 1) // chunk - start // chunk for start in starts)
 
 
-def unit_rows_bound(chunk: int, unit_length: int, before: int, after: int, origin: int = 0) -> int:
+def unit_rows_bound(
+    chunk: int, unit_length: int, before: int, after: int, origin: int = 0, jumps: int = 0
+) -> int:
     """Most block-memory rows (whole slots) one unit's samples take in a variable chunked
     `chunk` along the sample axis, on a grid the chunks do not align with: the pieces of
     its own cell, and of the `before` steps before it and `after` steps after it that its
@@ -154,8 +157,15 @@ def unit_rows_bound(chunk: int, unit_length: int, before: int, after: int, origi
         origin: the stored step where a full unit cell starts (a joined store's
             `VariableLayout.origin` plus the grid's phase): the cells' phase against the
             chunks.
+        jumps: the most places a unit's steps, with their halo, jump over stored steps
+            an inner join left out (`core.step_runs.most_run_starts`). Past a jump the
+            cells meet the chunks at any phase, and each jump cuts a run in two, whose
+            parts may each cross one chunk boundary more: two pieces more a jump.
     """
-    pieces = _most_cell_pieces(unit_length, chunk, origin)
+    if jumps:
+        pieces = 1 + _most_inner_boundaries(unit_length, chunk) + 2 * jumps
+    else:
+        pieces = _most_cell_pieces(unit_length, chunk, origin)
     for reach in (before, after):
         if reach > 0:
             pieces += (

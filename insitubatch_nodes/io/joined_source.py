@@ -243,11 +243,12 @@ def open_joined(
     _check_grids([stores[i] for i in used], [held[i] for i in used], spatial_dims)
     length = joined.axis.dates.size
     origin_of = dict(zip(used, joined.origins, strict=True))
+    runs_of = dict(zip(used, joined.runs, strict=True))
     layouts: dict[str, VariableLayout] = {}
     for name, layout in fields.items():
         start = origin_of[owner[name]]
         assert start is not None
-        layouts[name] = replace(layout, origin=start, length=length)
+        layouts[name] = replace(layout, origin=start, length=length, runs=runs_of[owner[name]])
     where = _joined_where([stores[i] for i in used])
     split_manifest, geometry = fit_manifest(
         layouts, manifest, splits, lambda _: joined.axis, "these stores"
@@ -280,6 +281,7 @@ def open_joined(
             None if axis is None else int(axis.dates.size),
             snapshot_id_of(stores[i].store),
             tuple(stores[i].secrets),
+            runs_of[i],
         )
         for i, axis in zip(used, axes, strict=True)
     )

@@ -7,6 +7,8 @@ from typing import Any
 
 from zarr.abc.store import Store
 
+from insitubatch_nodes.core.step_runs import Runs
+
 
 @dataclass(frozen=True)
 class StorePart:
@@ -21,6 +23,8 @@ class StorePart:
         steps: its steps along time; None without a time axis.
         snapshot_id: the Icechunk snapshot it reads, or None for other stores.
         secrets: values known to be secret in its URL and options (never shown).
+        runs: where its map from the joined axis jumps over steps an inner join left
+            out (`core.step_runs`); empty for one run.
     """
 
     store: Store = field(repr=False)
@@ -31,6 +35,7 @@ class StorePart:
     steps: int | None
     snapshot_id: str | None = None
     secrets: tuple[str, ...] = field(default=(), repr=False)
+    runs: Runs = ()
 
     def record(self) -> dict[str, Any]:
         """What a loader's fingerprint keeps of this store (`core.fingerprint.join_record`)."""
@@ -39,4 +44,5 @@ class StorePart:
             "origin": self.origin,
             "steps": self.steps,
             "snapshot_id": self.snapshot_id,
+            **({"runs": [list(run) for run in self.runs]} if self.runs else {}),
         }

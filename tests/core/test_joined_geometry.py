@@ -23,20 +23,27 @@ from tests.helpers.strategies import stored_chunk
 @st.composite
 def joined_geometries(draw: st.DrawFn) -> SampleGeometry:
     """Up to three variables (stores) on one joined axis of n steps, each with its own
-    sample-axis chunking, origin and steps after the joined ones; on the least common
-    multiple grid, the fine grid, or revisits of either."""
+    sample-axis chunking, origin, steps after the joined ones and, sometimes, steps the
+    join left out inside its run (a hole in another store: its map jumps over them); on
+    the least common multiple grid, the fine grid, or revisits of either."""
     n = draw(st.integers(1, 90))
     variables = {}
     for i in range(draw(st.integers(1, 3))):
         origin = draw(st.integers(0, 30))
         tail = draw(st.integers(0, 10))
         inner = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
+        jumps = sorted(draw(st.sets(st.integers(1, max(1, n - 1)), max_size=3))) if n > 1 else []
+        runs, skipped = [], 0
+        for j in jumps:
+            skipped += draw(st.integers(1, 5))
+            runs.append((j, origin + j + skipped))
         variables[f"v{i}"] = VariableLayout(
-            (origin + n + tail, *inner),
+            (origin + n + skipped + tail, *inner),
             (draw(st.integers(1, 9)), *(1 for _ in inner)),
             "float32",
             origin=origin,
             length=n,
+            runs=tuple(runs),
         )
     geometry = SampleGeometry.from_layouts(variables)
     if draw(st.booleans()):
@@ -63,8 +70,9 @@ def test_plans_read_each_variable_at_its_own_stored_steps(
     geometry: SampleGeometry, block_chunks: int, data: st.DataObject
 ) -> None:
     """Each block's reads, placed from each variable's padded stored chunks, give every
-    (anchor, offset) the stored row `origin + step`; every buffer row is written once; no
-    segment is longer than a slot; the slots stay within `block_rows_bound`."""
+    (anchor, offset) its stored row (`origin + step`, past a jump its run's); every
+    buffer row is written once; no segment is longer than a slot; the slots stay within
+    `block_rows_bound`."""
     spec = data.draw(specs(sorted(geometry.variables)))
     anchors = AnchorSet.for_steps(geometry, np.array([[0, geometry.num_samples]]), spec)
     if anchors.units.size == 0:
@@ -90,7 +98,8 @@ def test_plans_read_each_variable_at_its_own_stored_steps(
                 writes[target] += 1
             assert (writes == 1).all()
             steps = plan.sample_index[:, None] + np.asarray(plan.offsets[name])[None, :]
-            assert np.array_equal(buffer[plan.rows[name]], sources[name][steps + layout.origin])
+            stored = layout.stored_steps(steps)
+            assert np.array_equal(buffer[plan.rows[name]], sources[name][stored])
             segments = np.diff(plan.segment_starts[name], append=plan.buffer_rows[name])
             if aligned:
                 assert segments.max() <= layout.sample_chunk

@@ -1,6 +1,7 @@
 """Stores joined on time by value (`core.time_join`), against `xr.merge`'s alignment:
-the joined dates are xarray's, each store's origin is where they start in it, and a hole
-inside one store's run or dates that differ under join='exact' are refused by name."""
+the joined dates are xarray's, each store's map (its origin and its runs) points every
+joined step at that date in the store, holes in any store included, and dates that differ
+under join='exact' are refused by name."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from insitubatch_nodes.core.date_ranges import TimeAxis
+from insitubatch_nodes.core.step_runs import stored_steps
 from insitubatch_nodes.core.time_join import check_join_policy, join_times
 
 START = np.datetime64("2020-01-01T00", "ns")
@@ -47,33 +49,29 @@ def store_steps(draw: st.DrawFn) -> list[np.ndarray]:
 
 @settings(max_examples=200, deadline=None)
 @given(store_steps())
-def test_an_inner_join_keeps_xarray_dates_or_names_the_hole(stores: list[np.ndarray]) -> None:
-    """Where every store holds the common dates as one unbroken run, the joined axis is
-    `xr.merge(join="inner")`'s and each store's origin points at its first date; else
-    the refusal names a store and a date of its run another store lacks."""
+def test_an_inner_join_keeps_xarray_dates_and_maps_each_store_onto_them(
+    stores: list[np.ndarray],
+) -> None:
+    """The joined axis is `xr.merge(join="inner")`'s, holes in any store included, and
+    each store's map (origin, runs) gives at every joined step the store's step of that
+    date: one run unless the store holds a date inside the shared period another lacks,
+    each later run jumping over such dates."""
     axes = [axis(steps) for steps in stores]
     names = [f"store{i}" for i in range(len(stores))]
     expected = merged_time(axes, "inner")
-    runs = []
-    for steps in stores:
-        where = np.flatnonzero(np.isin(steps, (expected - START) // STEP))
-        runs.append(where.size == 0 or bool(np.all(np.diff(where) == 1)))
     if expected.size == 0:
         with pytest.raises(ValueError, match="share no date"):
             join_times(axes, names, "inner")
         return
-    if not all(runs):
-        with pytest.raises(ValueError, match="keeps one unbroken run") as refused:
-            join_times(axes, names, "inner")
-        store = next(i for i, run in enumerate(runs) if not run)
-        assert f"store{store}" in str(refused.value)
-        return
     joined = join_times(axes, names, "inner")
     assert np.array_equal(joined.axis.dates, expected)
-    for a, origin, lost in zip(axes, joined.origins, joined.lost, strict=True):
+    everywhere = np.arange(expected.size)
+    for a, origin, lost, runs in zip(axes, joined.origins, joined.lost, joined.runs, strict=True):
         assert origin is not None
-        assert np.array_equal(a.dates[origin : origin + expected.size], expected)
+        assert np.array_equal(a.dates[stored_steps(everywhere, origin, runs)], expected)
         assert lost == a.dates.size - expected.size
+        kept = np.flatnonzero(np.isin(a.dates, expected))
+        assert len(runs) == int(np.count_nonzero(np.diff(kept) != 1))
 
 
 @settings(max_examples=100, deadline=None)
@@ -101,11 +99,15 @@ def test_refusals_name_the_stores_and_dates() -> None:
     text = str(refused.value)
     assert "step 0 is 2020-01-01T00:00 in pl.zarr but 2020-01-01T12:00 in sfc.zarr" in text
     assert "join='inner'" in text
-    holed = axis(np.delete(np.arange(0, 8), 4))
-    with pytest.raises(ValueError) as refused:
-        join_times([pressure, holed], ["pl.zarr", "sfc.zarr"], "inner")
-    assert "pl.zarr holds 2020-01-02" in str(refused.value)
-    assert "sfc.zarr lacks" in str(refused.value)
+
+
+def test_a_hole_in_one_store_is_a_jump_in_the_other() -> None:
+    """The surface store lacks step 4: the pressure store's map jumps from its step 3
+    to its step 5 at joined step 4; the surface store keeps one run."""
+    pressure, holed = axis(np.arange(0, 8)), axis(np.delete(np.arange(0, 8), 4))
+    joined = join_times([pressure, holed], ["pl.zarr", "sfc.zarr"], "inner")
+    assert joined.origins == (0, 0) and joined.lost == (1, 0)
+    assert joined.runs == (((4, 5),), ())
 
 
 def test_a_static_store_joins_by_grid_alone() -> None:
