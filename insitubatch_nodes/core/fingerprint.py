@@ -249,7 +249,8 @@ def join_record(join: str, stores: list[dict[str, Any]]) -> dict[str, Any]:
     Args:
         join: the policy (`core.time_join.JOIN_POLICIES`).
         stores: per store, `{"arrays": [...], "origin": int | None, "steps": int | None,
-            "snapshot_id": str | None}`.
+            "snapshot_id": str | None}`, and `"runs"` where its map jumps over steps the
+            join left out (`core.step_runs`).
     """
     return {"policy": join, "stores": stores}
 
@@ -260,6 +261,10 @@ def _stores_text(record: Any) -> str:
     stores = record.get("stores", [])
     shown = "; ".join(
         f"{entry.get('arrays')} from step {entry.get('origin')}"
+        + "".join(
+            f", jumping at joined step {run[0]} to its step {run[1]}"
+            for run in entry.get("runs", [])
+        )
         for entry in stores
         if isinstance(entry, Mapping)
     )

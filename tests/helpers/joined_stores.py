@@ -83,12 +83,18 @@ def era5_join(
     pressure_chunk: int = 24,
     surface_chunk: int = 1,
     surface_drop: tuple[int, ...] = (),
+    pressure_drop: tuple[int, ...] = (),
 ) -> list[str]:
     """URLs of a pressure-level store (`t`, `z` on levels), a surface store (`t2m`,
     `msl`) and a static store (`lsm`): each time-varying one from its (first step,
-    steps) and chunked as given."""
+    steps), less the positions of its `*_drop`, and chunked as given."""
     return [
-        write(pressure_levels(dates(*pressure)), folder / "pl.zarr", pressure_chunk, zarr_format),
+        write(
+            pressure_levels(dates(*pressure, drop=pressure_drop)),
+            folder / "pl.zarr",
+            pressure_chunk,
+            zarr_format,
+        ),
         write(
             surface(dates(*surface_steps, drop=surface_drop)),
             folder / "sfc.zarr",
