@@ -402,8 +402,9 @@ class SampleGeometry:
         if phase is None:
             phase = unit_phase(
                 (
-                    (layout.sample_chunk, layout.origin, _chunk_bytes(layout))
+                    (layout.sample_chunk, offset, _chunk_bytes(layout) * steps)
                     for layout in variables.values()
+                    for offset, steps in _run_offsets(layout)
                 ),
                 unit_length,
             )
@@ -493,6 +494,14 @@ class SampleGeometry:
 
 
 def _chunk_bytes(layout: VariableLayout) -> int:
-    """Bytes of one sample-axis chunk of every inner position: what reading one of its
-    chunks decodes (`core.unit_phase` aligns the costliest)."""
+    """Bytes of one sample-axis chunk of every inner position: what a chunk straddling a
+    unit boundary decodes once more (`core.unit_phase` aligns the costliest)."""
     return layout.sample_chunk * math.prod(layout.shape[1:]) * np.dtype(layout.dtype).itemsize
+
+
+def _run_offsets(layout: VariableLayout) -> list[tuple[int, int]]:
+    """Per run of the layout's map, its stored step less its joined step, and its steps."""
+    starts = [0, *(j for j, _ in layout.runs)]
+    offsets = [layout.origin, *(s - j for j, s in layout.runs)]
+    stops = [*starts[1:], layout.sample_length]
+    return [(o, b - a) for o, a, b in zip(offsets, starts, stops, strict=True)]

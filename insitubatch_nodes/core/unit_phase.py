@@ -19,12 +19,16 @@ is read once per visit of it, as on one store. A store chunked 1 step (g = 1) fi
 phase.
 
 THE RULE: the stores' conditions are met one by one, the costliest first (the bytes of
-one sample-axis chunk of every variable that shares the condition, all its inner chunks),
-each kept only when it agrees with those already met (two chunkings whose boundaries
-cannot both be unit boundaries: the one decoding more bytes per chunk is read once); p
-is the least step that meets them. It is a pure function of the layouts and the unit
-length, never of the host, so every rank cuts the same units. A single store, and a
-join whose stores start at chunk boundaries, get p = 0: the grid they always had.
+one sample-axis chunk, all its inner chunks, of every variable that shares the
+condition: what a chunk straddling a unit boundary decodes once more), each kept only
+when it agrees with those already met (two chunkings whose boundaries cannot both be
+unit boundaries: the one decoding more bytes per chunk is read once); p is the least
+step that meets them. A store whose map jumps over another store's hole (`core.step_runs`) has,
+past each jump, its chunk boundaries at another offset: each run is a condition of its
+own, weighed by its steps, so the longest runs of the costliest chunks are read once.
+It is a pure function of the layouts and the unit length, never of the host, so every
+rank cuts the same units. A single store, and a join whose stores start at chunk
+boundaries, get p = 0: the grid they always had.
 
 The functions after `unit_phase` are the one place steps and units are turned into each
 other on such a grid (`SampleGeometry` and `SplitManifest` ask them).
@@ -43,19 +47,20 @@ def unit_phase(chunkings: Iterable[tuple[int, int, int]], unit_length: int) -> i
     are unit boundaries (see THE RULE above).
 
     Args:
-        chunkings: per variable, `(chunk, origin, chunk_bytes)`: its sample-axis chunk
-            length, the stored step where the sample axis starts, and the bytes one
-            sample-axis chunk of it holds (all its inner chunks).
+        chunkings: per variable, or per run of a variable's map, `(chunk, offset,
+            cost)`: its sample-axis chunk length, its stored step less its joined step
+            (the origin, for a map of one run), and its cost: the bytes of one of its
+            sample-axis chunks (all its inner chunks) times the joined steps it covers.
         unit_length: steps per unit.
     """
     if unit_length < 1:
         raise ValueError(f"unit_length must be >= 1, got {unit_length}")
     costs: dict[tuple[int, int], int] = {}
-    for chunk, origin, chunk_bytes in chunkings:
+    for chunk, offset, cost in chunkings:
         shared = math.gcd(chunk, unit_length)
         if shared > 1:
-            key = (shared, -origin % shared)
-            costs[key] = costs.get(key, 0) + chunk_bytes
+            key = (shared, -offset % shared)
+            costs[key] = costs.get(key, 0) + cost
     residue, modulus = 0, 1
     for (shared, wanted), _ in sorted(costs.items(), key=lambda item: (-item[1], item[0])):
         met = _both(residue, modulus, wanted, shared)

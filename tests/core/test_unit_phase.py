@@ -245,3 +245,24 @@ def test_the_short_first_unit_is_dealt_like_any_short_unit(
     assert sorted(steps.tolist()) == list(range(geometry.num_samples))
     counts = [int(anchors.unit_sizes(share.units).sum()) for share in shares]
     assert max(counts) - min(counts) <= geometry.unit_length
+
+
+def test_past_a_jump_the_longest_run_of_the_costliest_store_is_aligned() -> None:
+    """The pressure store (24 steps a chunk, 8 steps early) jumps over 4 steps at joined
+    step 10 (the surface store's missing day): the phase fits its run of 190 steps, not
+    its first 10, and each chunk wholly inside that run is read once an epoch."""
+    pressure = VariableLayout(
+        (8 + 200 + 4, 3), (24, 3), "float32", origin=8, length=200, runs=((10, 22),)
+    )
+    geometry = SampleGeometry.from_layouts(
+        {"t": pressure, "t2m": VariableLayout((200, 2), (1, 2), "float32")}
+    )
+    assert geometry.phase == 12  # joined step 12 is stored step 24
+    anchors = AnchorSet.everything(geometry)
+    assignment = assign_epoch(anchors, anchors.units, seed=0, epoch=0, rank=0, world_size=1)
+    reads: Counter[int] = Counter()
+    for j, start in enumerate(range(0, assignment.units.size, 2)):
+        units = assignment.units[start : start + 2]
+        plan = plan_block(anchors, units, assignment=assignment, block_index=j)
+        reads.update(read.coords[0] for read in plan.reads["t"])
+    assert all(reads[chunk] == 1 for chunk in range(1, 212 // 24))
