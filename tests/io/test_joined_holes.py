@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import xarray as xr
 
 from insitubatch_nodes import SampleSpec, build_loader, open_source
 from insitubatch_nodes.core.sample_spec import leads, window
@@ -103,3 +104,19 @@ def test_resume_mid_epoch_across_holes_and_another_hole_pattern_is_refused(
         match=r"joined step 59 to its step 69.*this loader reads.*joined step 60 to its step 70",
     ):
         next(iter(other))
+
+
+def test_joined_datasets_with_a_hole_are_their_merge(tmp_path: Path) -> None:
+    """A list of Datasets opened with `xr.open_zarr`, one lacking a date the other holds,
+    yields what `xr.merge(datasets, join="inner")` holds."""
+    urls = era5_join(tmp_path, pressure=(0, 60), surface_steps=(4, 50), surface_drop=(17,))
+    datasets = [xr.open_zarr(urls[0])[["t"]], xr.open_zarr(urls[1])[["t2m"]]]
+    reference = xr.merge(datasets, join="inner")
+    seen = []
+    for batch in loader(datasets):
+        steps = as_numpy(batch["sample_index"])
+        for name in ("t", "t2m"):
+            expected = reference[name].isel(time=steps).values
+            np.testing.assert_array_equal(as_numpy(batch[name]), expected, err_msg=name)
+        seen += steps.tolist()
+    assert sorted(seen) == list(range(reference.sizes["time"])) and len(seen) == 49
