@@ -290,8 +290,9 @@ def build_loader(
             `loader.area` holds the batch's latitudes and longitudes. In the state.
         join: how the stores of a list are aligned on time, by value: `"exact"` (every
             store with a time axis has the same dates, else refused naming the first
-            that differ) or `"inner"` (the dates every such store holds; each store must
-            hold them as one unbroken run of its steps). A store of static fields only
+            that differ) or `"inner"` (the dates every such store holds, as
+            `xr.merge(join="inner")` keeps them: a date one store lacks is left out of
+            every store, the others read on both sides of it). A store of static fields only
             joins by grid alone; grids must agree within 1e-6 degrees. Ignored for one
             store.
         host: the host's available memory, cores and ranks the defaults follow (default
