@@ -248,7 +248,7 @@ def build_loader(
             torch.distributed (every rank must call it at once), so that the checkpoint
             Lightning or accelerate writes (rank 0's) resumes every rank.
         canonical_partitions: C, the partitions a training epoch's units are dealt to
-            before the ranks take them (`core.partition`); default the largest multiple
+            before the ranks take them (`core.canonical_partitions`); default the largest multiple
             of 48 not above the split's units (one per unit below 48), so that the common
             GPU counts divide it. Recorded in the state; a run keeps it when resumed on
             another number of ranks.

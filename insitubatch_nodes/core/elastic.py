@@ -39,12 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from insitubatch_nodes.core.geometry import UnitSamples
-from insitubatch_nodes.core.partition import (
-    DEAL_VERSION,
-    assign_epoch,
-    chunk_permutation,
-    samples_per_rank,
-)
+from insitubatch_nodes.core.partition import assign_epoch, chunk_permutation, samples_per_rank
+from insitubatch_nodes.core.short_unit_deal import DEAL_VERSION
 
 RESIZE_VERSION = 1
 
@@ -327,7 +323,7 @@ def redeal(
         cuts: every old rank's cut.
         world_size: W', the new number of ranks.
         deal: the version of the deal the old ranks' epoch was dealt by
-            (`core.partition.DEAL_VERSION`, or the older one their states say).
+            (`core.short_unit_deal.DEAL_VERSION`, or the older one their states say).
     """
     permutation = full_permutation(geometry, split_units, seed, epoch)
     rest: list[tuple[int, int]] = []

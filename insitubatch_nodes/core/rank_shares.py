@@ -2,9 +2,10 @@
 rank a batch.
 
 Both are known before anything is read, from the split's units and the ranks alone
-(`core.partition` deals them), so a loader that cannot give a full batch is refused when
-it is planned, not when its first block arrives; `ChunkPermuteNode` asks the same
-functions again when it takes a process group's rank and world size later.
+(`core.short_unit_deal` and `core.evaluation_shares` deal them), so a loader that cannot
+give a full batch is refused when it is planned, not when its first block arrives;
+`ChunkPermuteNode` asks the same functions again when it takes a process group's rank and
+world size later.
 """
 
 from __future__ import annotations
@@ -13,16 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from insitubatch_nodes.core.canonical_partitions import default_partition_count
+from insitubatch_nodes.core.evaluation_shares import evaluation_shares
 from insitubatch_nodes.core.geometry import UnitSamples
-from insitubatch_nodes.core.partition import (
-    DEAL_VERSION,
-    check_rank,
-    default_partition_count,
-    epoch_samples,
-    evaluation_shares,
-    rank_sample_counts,
-)
+from insitubatch_nodes.core.partition import check_rank, epoch_samples
 from insitubatch_nodes.core.settings import as_bool, as_int
+from insitubatch_nodes.core.short_unit_deal import DEAL_VERSION, rank_sample_counts
 
 EVALUATION_DROP_LAST = (
     "drop_last=True drops samples, and an evaluation loader yields every sample of the split "
@@ -40,7 +37,7 @@ class RankShares:
         min_rank_samples: the smallest rank's share.
         max_rank_samples: the largest rank's share.
         partitions: C, the canonical partitions a training epoch's units are dealt to
-            (`core.partition`); recorded for evaluation too, which does not deal by them.
+            (`core.canonical_partitions`); recorded for evaluation too, which does not deal by them.
         evaluation: whether the shares are evaluation shares (each sample once, no
             padding), not a training deal.
     """
@@ -89,7 +86,7 @@ def rank_shares(
         partitions: C, or None for `default_partition_count` of the split's units.
         evaluation: contiguous evaluation shares (`evaluation_shares`) rather than the
             training deal.
-        deal: the version of the training deal's short units (`core.partition.DEAL_VERSION`;
+        deal: the version of the training deal's short units (`core.short_unit_deal.DEAL_VERSION`;
             an older one for a state saved under it).
     """
     check_rank(rank, world_size)

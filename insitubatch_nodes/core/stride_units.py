@@ -10,7 +10,7 @@ anchors a unit holds are equal everywhere only when the two fit:
   left out of the epoch, as units without anchors always are;
 - k < u and k does not divide u (a stride of 3 on chunks of 4): units would hold
   floor(u / k) or ceil(u / k) anchors, so nearly every unit would be short, and short
-  units are dealt in a fixed order (`core.partition`), never shuffled. The units are then
+  units are dealt in a fixed order (`core.short_unit_deal`), never shuffled. The units are then
   lcm(k, u) steps long: a whole number of both, so each holds lcm / k anchors and the
   grid stays aligned with the chunks wherever u's was (every chunk read once an epoch).
 

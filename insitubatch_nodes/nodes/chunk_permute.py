@@ -10,24 +10,19 @@ import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
+from insitubatch_nodes.core.canonical_partitions import default_partition_count
 from insitubatch_nodes.core.elastic import (
     RestShare,
     full_permutation,
     share_samples,
     share_units,
 )
+from insitubatch_nodes.core.evaluation_shares import assign_evaluation
 from insitubatch_nodes.core.geometry import UnitSamples
-from insitubatch_nodes.core.partition import (
-    DEAL_VERSION,
-    EpochAssignment,
-    assign_epoch,
-    assign_evaluation,
-    check_rank,
-    deals_like_version_1,
-    default_partition_count,
-)
+from insitubatch_nodes.core.partition import EpochAssignment, assign_epoch, check_rank
 from insitubatch_nodes.core.rank_shares import RankShares, check_full_batch, rank_shares
 from insitubatch_nodes.core.settings import as_bool, as_int
+from insitubatch_nodes.core.short_unit_deal import DEAL_VERSION, deals_like_version_1
 from insitubatch_nodes.nodes import state_names
 from insitubatch_nodes.nodes.chunk_permute_state import (
     POSITION_KEY,
@@ -51,12 +46,12 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
     `reset(None)` after iteration began moves to the next epoch, so a `Loader` sees a fresh
     order every `iter()`. State is (epoch, position) plus the settings it is only valid for,
     and, given `fingerprint`, the data it was counted on (`nodes.chunk_permute_state`).
-    A training node deals short units by `core.partition.DEAL_VERSION` until it takes up a
+    A training node deals short units by `core.short_unit_deal.DEAL_VERSION` until it takes up a
     state made under another version, and by that one from then on (`deal`), so a run
     resumed from an older state yields the batches it would have.
 
     With `evaluation=True` the rank's share is a fixed contiguous run of the split's units
-    in increasing order (`core.partition.assign_evaluation`), the same every epoch: with
+    in increasing order (`core.evaluation_shares.assign_evaluation`), the same every epoch: with
     `ShuffleBlockNode` after it, every sample of the split is yielded once across the ranks,
     in order, without padding.
 
@@ -87,7 +82,7 @@ class ChunkPermuteNode(BaseNode[UnitTicket]):
             `{"unit_steps", "revisits"}`), kept in the state's config so that a state made
             on another grid is refused by name; None records nothing.
         canonical_partitions: C, the canonical partitions a training epoch's units are
-            dealt to before ranks take them (`core.partition`), in [world_size, the
+            dealt to before ranks take them (`core.canonical_partitions`), in [world_size, the
             split's units]; None takes `default_partition_count`. Recorded in the state.
     """
 

@@ -13,7 +13,7 @@ and the position in the rank's units, beside them the config, the fingerprint of
 and the rest's share. The position is checked by the node, against the units of the
 epoch it deals once the rest is known.
 
-The deal version (`core.partition.DEAL_VERSION`) is recorded only where it matters: where
+The deal version (`core.short_unit_deal.DEAL_VERSION`) is recorded only where it matters: where
 the split's short units go to other ranks than version 1 sent them. A state without it
 was dealt as version 1 deals, so a node takes it up under version 1 and keeps dealing so
 for the rest of the run; where the versions deal alike that changes nothing, and such
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from insitubatch_nodes.core.elastic import RestShare
-from insitubatch_nodes.core.partition import check_deal
+from insitubatch_nodes.core.short_unit_deal import check_deal
 from insitubatch_nodes.nodes.state_checks import (
     CONFIG_KEY,
     FINGERPRINT_KEY,

@@ -14,9 +14,10 @@ from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.draw_order import rank_epoch_order
 from insitubatch_nodes.core.geometry import SampleGeometry
 from insitubatch_nodes.core.manifest import make_manifest
-from insitubatch_nodes.core.partition import assign_epoch, rank_sample_counts
+from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.read_plan import plan_block
 from insitubatch_nodes.core.sample_spec import SampleSpec, leads, window
+from insitubatch_nodes.core.short_unit_deal import rank_sample_counts
 from tests.helpers.strategies import geometries
 
 

@@ -9,13 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from insitubatch_nodes.core.canonical_partitions import default_partition_count
 from insitubatch_nodes.core.draw_order import rank_epoch_order
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
-from insitubatch_nodes.core.partition import (
-    assign_epoch,
-    chunk_permutation,
-    default_partition_count,
-)
+from insitubatch_nodes.core.partition import assign_epoch, chunk_permutation
 from tests.helpers.strategies import geometries
 
 

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from insitubatch_nodes.core.evaluation_shares import assign_evaluation
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
-from insitubatch_nodes.core.partition import assign_epoch, assign_evaluation
+from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.rank_shares import (
     EVALUATION_DROP_LAST,
     RankShares,

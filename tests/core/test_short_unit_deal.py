@@ -1,4 +1,4 @@
-"""How a training epoch deals its short units (`core.partition`, `DEAL_VERSION`): the ranks'
+"""How a training epoch deals its short units (`core.short_unit_deal`, `DEAL_VERSION`): the ranks'
 shares differ by at most one unit's samples, so no rank pads by more than one unit, with
 any number of short units; and the deal of version 1, which states saved without a deal
 version were made with, is still the one it was."""
@@ -15,14 +15,13 @@ from hypothesis import strategies as st
 from insitubatch_nodes.core.anchors import AnchorSet
 from insitubatch_nodes.core.draw_order import rank_epoch_order
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
-from insitubatch_nodes.core.partition import (
+from insitubatch_nodes.core.partition import assign_epoch, chunk_permutation
+from insitubatch_nodes.core.seeding import rng_for
+from insitubatch_nodes.core.short_unit_deal import (
     DEAL_VERSION,
-    assign_epoch,
-    chunk_permutation,
     deals_like_version_1,
     rank_sample_counts,
 )
-from insitubatch_nodes.core.seeding import rng_for
 
 
 def stride_2_test_split() -> AnchorSet:

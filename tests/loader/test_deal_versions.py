@@ -19,7 +19,7 @@ import pytest
 
 from insitubatch_nodes import SampleSpec, build_loader, leads, window
 from insitubatch_nodes.core.batch_fields import SAMPLE_INDEX_KEY
-from insitubatch_nodes.core.partition import DEAL_VERSION
+from insitubatch_nodes.core.short_unit_deal import DEAL_VERSION
 from insitubatch_nodes.loader.elastic_resume import find_node_state
 from insitubatch_nodes.loader.rank_states import RANK_STATES_KEY
 from insitubatch_nodes.nodes.chunk_permute import ChunkPermuteNode

@@ -26,8 +26,8 @@ from insitubatch_nodes import (
     window,
 )
 from insitubatch_nodes.core.draw_order import rank_epoch_order
+from insitubatch_nodes.core.evaluation_shares import assign_evaluation, evaluation_shares
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
-from insitubatch_nodes.core.partition import assign_evaluation, evaluation_shares
 from tests.helpers.batches import as_numpy, torch_roundtrip
 from tests.helpers.loader_settings import (
     dealt_anchors,
