@@ -25,7 +25,7 @@ from insitubatch_nodes.io.cache.chunk_cache import CacheSpec
 from insitubatch_nodes.io.host.host_resources import HostResources
 from insitubatch_nodes.io.metadata.levels import LevelsLike
 from insitubatch_nodes.io.reads.retry import RetryPolicy
-from insitubatch_nodes.io.zarr_source import ManifestLike
+from insitubatch_nodes.io.source_manifest import ManifestLike
 from insitubatch_nodes.loader.loader import Loader
 from insitubatch_nodes.nodes.channel_stats import StatsLike
 

@@ -46,9 +46,9 @@ from insitubatch_nodes.io.joined_source import source_list
 from insitubatch_nodes.io.metadata.levels import LevelsLike
 from insitubatch_nodes.io.metadata.zarr_compat import resolve_pipeline
 from insitubatch_nodes.io.reads.retry import RetryPolicy
+from insitubatch_nodes.io.source_manifest import ManifestLike
 from insitubatch_nodes.io.xarray_join import holds_datasets, joined_dataset_request
 from insitubatch_nodes.io.xarray_source import dataset_request, is_dataset
-from insitubatch_nodes.io.zarr_source import ManifestLike
 from insitubatch_nodes.nodes.channel_stats import StatsLike
 
 SHUFFLES = ("pool", "block")

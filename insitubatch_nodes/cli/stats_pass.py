@@ -21,7 +21,7 @@ from insitubatch_nodes.core.moments import RunningMoments
 from insitubatch_nodes.core.settings import as_int
 from insitubatch_nodes.io.joined_source import open_source
 from insitubatch_nodes.io.metadata.levels import LevelsLike
-from insitubatch_nodes.io.zarr_source import ManifestLike
+from insitubatch_nodes.io.source_manifest import ManifestLike
 from insitubatch_nodes.nodes.channel_stats import ChannelStats
 
 
@@ -59,7 +59,8 @@ def compute_stats(
             them, joined as `build_loader` joins them (statistics of the joined steps).
         variables: the arrays (default: every array of 2 or more dimensions).
         split: the split to compute over.
-        manifest: the split manifest (`load_manifest`'s forms), or None for the default.
+        manifest: the split manifest (`io.source_manifest.load_manifest`'s forms), or None
+            for the default.
         spatial_dims: the trailing grid axes (the axes before them are channels).
         storage_options: object-store client options (obstore's).
         batch_size: samples per batch of the pass.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -14,14 +14,11 @@ from insitubatch_nodes.core.area import Area, AreaSelection
 from insitubatch_nodes.core.batch_fields import SAMPLE_INDEX_KEY
 from insitubatch_nodes.core.cf_decoding import YIELDS_KEY, CFDecoding, decode_values
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
-from insitubatch_nodes.core.date_manifest import make_date_manifest, time_differences
 from insitubatch_nodes.core.date_ranges import RangeLike, TimeAxis
 from insitubatch_nodes.core.fingerprint import AREA_KEY, JOIN_KEY, join_record, source_fingerprint
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
-from insitubatch_nodes.core.manifest import SplitManifest, make_manifest
-from insitubatch_nodes.core.unit_grid import grid_manifest
-from insitubatch_nodes.io.metadata.array_metadata import codec_summary, fill_value_text
-from insitubatch_nodes.io.metadata.cf_attributes import read_cf_decoding, zero_fill_warning
+from insitubatch_nodes.core.manifest import SplitManifest
+from insitubatch_nodes.io.metadata.array_records import describe_arrays
 from insitubatch_nodes.io.metadata.grid_coordinates import (
     GridCoordinates,
     area_selection,
@@ -33,62 +30,11 @@ from insitubatch_nodes.io.metadata.zarr_layout import arrays_of, open_root_group
 from insitubatch_nodes.io.reads.block_reader import ReadContext
 from insitubatch_nodes.io.reads.retry import RetryPolicy
 from insitubatch_nodes.io.reads.static_reads import read_whole_arrays
+from insitubatch_nodes.io.source_manifest import ManifestLike, fit_manifest
 from insitubatch_nodes.io.store_part import StorePart
 from insitubatch_nodes.io.stores.icechunk_store import snapshot_id_of
 from insitubatch_nodes.io.stores.open_store import describe, open_store
 from insitubatch_nodes.io.stores.redact import secrets_in
-
-ManifestLike = SplitManifest | Mapping[str, Any] | str | Path
-
-
-def load_manifest(manifest: ManifestLike) -> SplitManifest:
-    """A split manifest from any of the forms a user has one in, checked.
-
-    Every form ends in `SplitManifest`'s checks, so a hand-edited or foreign manifest is
-    refused before it can mis-split the store. A str is JSON text when its first non-blank
-    character is "{" (no file name starts that way in practice) and a path otherwise.
-
-    Args:
-        manifest: a `SplitManifest`; its JSON form as a dict (`SplitManifest.to_json()`);
-            its JSON text (`SplitManifest.dumps()`); or the path (str or `pathlib.Path`)
-            of a file holding that text.
-    """
-    if isinstance(manifest, SplitManifest):
-        return manifest
-    if isinstance(manifest, Mapping):
-        return SplitManifest.from_json(manifest)
-    if isinstance(manifest, str) and manifest.lstrip().startswith("{"):
-        return SplitManifest.loads(manifest)
-    if isinstance(manifest, str | Path):
-        if not str(manifest).strip():
-            raise ValueError(
-                "manifest is an empty string; give a SplitManifest, its dict, its JSON text or "
-                "the path of its JSON file"
-            )
-        path = Path(manifest)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise FileNotFoundError(
-                f"manifest file {str(path)!r} does not exist; check the path (a manifest file "
-                f"is what SplitManifest.dumps() writes)"
-            ) from None
-        except IsADirectoryError:
-            raise ValueError(
-                f"manifest path {str(path)!r} is a directory; give the path of the manifest's "
-                f"JSON file"
-            ) from None
-        except UnicodeDecodeError as err:
-            raise ValueError(
-                f"manifest file {str(path)!r} is not UTF-8 text ({err.reason} at byte "
-                f"{err.start}): is it a manifest? A manifest file is what SplitManifest.dumps() "
-                f"writes"
-            ) from None
-        return SplitManifest.loads(text, source=f"manifest file {str(path)!r}")
-    raise TypeError(
-        f"manifest must be a SplitManifest, its JSON dict, its JSON text, or the path (str or "
-        f"pathlib.Path) of its JSON file; got {type(manifest).__name__}"
-    )
 
 
 @dataclass(frozen=True)
@@ -151,7 +97,7 @@ class ZarrSource:
             source: the Zarr group: a URL or path, or an open zarr `Store`.
             variables: the arrays to load (default: every array of 2 or more dimensions
                 with the time dimension); those without it are static fields (`statics`).
-            manifest: the split manifest (`load_manifest` takes its forms).
+            manifest: the split manifest (`io.source_manifest.load_manifest` takes its forms).
             storage_options: object-store client options (obstore's).
             splits: split name -> an inclusive range of dates (`make_date_manifest`), cut
                 on the store's time coordinate; instead of `manifest`.
@@ -397,79 +343,6 @@ class ZarrSource:
                 record[YIELDS_KEY] = cast
             records[name] = record
         return records
-
-
-def fit_manifest(
-    layouts: Mapping[str, VariableLayout],
-    manifest: ManifestLike | None,
-    splits: Mapping[str, RangeLike] | None,
-    time_axis: Callable[[int], TimeAxis],
-    what: str,
-) -> tuple[SplitManifest, SampleGeometry]:
-    """The split manifest of `layouts` (cut by `splits`' dates, the default fractions, or
-    `manifest` checked against them) and the loader's geometry on it. Either is cut on
-    the fine grid when the chunks' least common multiple leaves a split no unit of its
-    own (`core.unit_grid.grid_manifest`).
-
-    Args:
-        layouts: the selected time-varying variables, by name.
-        manifest: a manifest to check (`load_manifest` takes its forms), or None.
-        splits: split name -> an inclusive range of dates, or None.
-        time_axis: reads the decoded time coordinate of the given length, when dates are
-            needed (a join's is the joined axis).
-        what: the data as messages name it ("this store").
-    """
-    if splits is not None:
-        length = SampleGeometry.from_layouts(layouts).num_samples
-        axis = time_axis(length)
-        split_manifest = grid_manifest(layouts, lambda grid: make_date_manifest(grid, axis, splits))
-        return split_manifest, split_manifest.geometry_for(layouts)
-    if manifest is None:
-        split_manifest = grid_manifest(layouts, lambda grid: make_manifest(grid, allow_empty=True))
-        return split_manifest, split_manifest.geometry_for(layouts)
-    split_manifest = load_manifest(manifest)
-    geometry = split_manifest.geometry_for(layouts)
-    if split_manifest.time is not None:
-        changed = time_differences(split_manifest.time, time_axis(geometry.num_samples))
-        if changed is not None:
-            raise ValueError(
-                f"the manifest does not match {what}: {changed}. Cut a new manifest for "
-                f"{what} (insitubatch split, or splits=)"
-            )
-    return split_manifest, geometry
-
-
-def describe_arrays(
-    arrays: Mapping[str, Any],
-    kept: Sequence[str],
-    decode_cf: bool,
-    use_zarr_fill_value_as_mask: bool | None,
-) -> tuple[dict[str, str], dict[str, str], dict[str, CFDecoding], tuple[str, ...]]:
-    """What a loader records of the arrays `kept` of one store: each one's codecs, fill
-    value as text, and decoding, and the warnings the decodings call for.
-
-    Args:
-        arrays: the store's arrays by name.
-        kept: the selected arrays (fields and static fields).
-        decode_cf: whether values are decoded as `xr.open_zarr` decodes them.
-        use_zarr_fill_value_as_mask: as `xr.open_zarr` takes it; None picks by format.
-    """
-    codecs = {name: codec_summary(arrays[name]) for name in kept}
-    fills = {name: fill_value_text(arrays[name]) for name in kept}
-    decodings = {
-        name: read_cf_decoding(
-            name,
-            arrays[name],
-            decode_cf=decode_cf,
-            use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
-        )
-        for name in kept
-    }
-    warnings = (
-        zero_fill_warning(name, arrays[name], decodings[name], use_zarr_fill_value_as_mask)
-        for name in kept
-    )
-    return codecs, fills, decodings, tuple(w for w in warnings if w is not None)
 
 
 def _cropped(values: np.ndarray, area: AreaSelection, lat_axis: int, lon_axis: int) -> np.ndarray:

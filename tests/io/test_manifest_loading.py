@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from insitubatch_nodes import SplitManifest, ZarrSource, build_loader, make_manifest
-from insitubatch_nodes.io.zarr_source import load_manifest
+from insitubatch_nodes.io.source_manifest import load_manifest
 
 
 def _val_indices(url: str, manifest: Any) -> list[list[int]]:
