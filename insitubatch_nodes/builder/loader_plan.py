@@ -14,13 +14,18 @@ decides are made once, here.
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-import numpy as np
-
+from insitubatch_nodes.builder.batch_layouts import (
+    batch_channel_order,
+    decoded_layouts,
+    field_decodings,
+    kept_static_layouts,
+    stacked_channels,
+)
+from insitubatch_nodes.builder.forcing_memory import with_forcings
 from insitubatch_nodes.builder.forcing_plan import plan_forcings
 from insitubatch_nodes.builder.loader_choices import LoaderChoices, choose_loader_settings
 from insitubatch_nodes.builder.loader_settings import LoaderSettings
@@ -28,14 +33,11 @@ from insitubatch_nodes.builder.placement import Placement
 from insitubatch_nodes.builder.split_anchors import SplitPlan, plan_split
 from insitubatch_nodes.builder.static_plan import StaticPlan, plan_statics
 from insitubatch_nodes.core.cf_decoding import CFDecoding, promoted_dtype, stored_values
-from insitubatch_nodes.core.channels import batch_channels, stacked_groups
+from insitubatch_nodes.core.channels import stacked_groups
 from insitubatch_nodes.core.fingerprint import CHANNELS_KEY, FORCINGS_KEY
-from insitubatch_nodes.core.forcing_names import ForcingChoice
-from insitubatch_nodes.core.forcings import IDLE_BATCHES, ForcingPlan
+from insitubatch_nodes.core.forcings import ForcingPlan
 from insitubatch_nodes.core.geometry import VariableLayout
-from insitubatch_nodes.core.memory_bound import StaticCost
 from insitubatch_nodes.core.rank_shares import RankShares, check_full_batch, rank_shares
-from insitubatch_nodes.core.sample_spec import SampleSpec
 from insitubatch_nodes.core.static_fields import fields_spec
 from insitubatch_nodes.io.cache.chunk_cache import CacheSpec
 from insitubatch_nodes.io.host.host_resources import HostResources
@@ -223,17 +225,20 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         channels = stacked_channels(
             opened, spec, statics, settings.spatial_dims, forcings=stacked_forcings
         )
+    # each batch array's channel names, for the state and for `normalise`
+    channel_names = partial(
+        batch_channel_order,
+        opened,
+        spec,
+        statics,
+        stacked=settings.stack,
+        spatial_dims=settings.spatial_dims,
+        forcings=stacked_forcings,
+    )
     levels = any(pick.labels for layout in opened.layouts.values() for pick in layout.picks)
     if settings.stack or levels:
         # the order of the channels, which neither the arrays nor the picks record
-        fingerprint[CHANNELS_KEY] = batch_channel_order(
-            opened,
-            spec,
-            statics,
-            stacked=settings.stack,
-            spatial_dims=settings.spatial_dims,
-            forcings=stacked_forcings,
-        )
+        fingerprint[CHANNELS_KEY] = channel_names()
     shares = rank_shares(
         anchors,
         anchors.units,
@@ -275,14 +280,7 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
     channel_order = None
     if settings.normalise is not None:
         _check_stats_decoding(settings.normalise, opened)
-        channel_order = batch_channel_order(
-            opened,
-            spec,
-            statics,
-            stacked=settings.stack,
-            spatial_dims=settings.spatial_dims,
-            forcings=stacked_forcings,
-        )
+        channel_order = channel_names()
     return LoaderPlan(
         settings=settings,
         source=opened,
@@ -300,148 +298,6 @@ def plan_loader(settings: LoaderSettings, host: HostResources | None = None) -> 
         channels=channels,
         forcings=forcings,
     )
-
-
-def batch_channel_order(
-    opened: ZarrSource,
-    spec: SampleSpec | None,
-    statics: StaticPlan,
-    *,
-    stacked: bool,
-    spatial_dims: int,
-    forcings: ForcingChoice = (),
-) -> dict[str, list[str]]:
-    """Each batch array's channel names (`core.channels.batch_channels`), statics
-    included: what `Loader.channels` gives when stacked, and `insitubatch inspect` prints.
-
-    Args:
-        opened: the opened source.
-        spec: the spec of its time-varying variables (in stored steps), or None.
-        statics: its statics' plan (`builder.static_plan.plan_statics`).
-        stacked: whether a group's arrays are stacked into one tensor.
-        spatial_dims: the trailing grid axes.
-        forcings: the forcings stacked as channels (`core.forcing_names.check_forcings`).
-    """
-    return batch_channels(
-        decoded_layouts(opened),
-        spec,
-        stacked=stacked,
-        spatial_dims=spatial_dims,
-        statics=statics.placements,
-        static_layouts=kept_static_layouts(opened, statics),
-        forcings=forcings,
-    )
-
-
-def stacked_channels(
-    opened: ZarrSource,
-    spec: SampleSpec | None,
-    statics: StaticPlan,
-    spatial_dims: int,
-    *,
-    forcings: ForcingChoice = (),
-) -> dict[str, list[str]]:
-    """Each stacked tensor's channel names in order: what `Loader.channels` gives and
-    `insitubatch inspect --stack` prints (a static that no group of a spec names is a
-    batch key of its own, not among them).
-
-    Args:
-        opened: the opened source.
-        spec: the spec of its time-varying variables (in stored steps), or None.
-        statics: its statics' plan (`builder.static_plan.plan_statics`).
-        spatial_dims: the trailing grid axes.
-        forcings: the forcings stacked as channels (`core.forcing_names.check_forcings`).
-    """
-    order = batch_channel_order(
-        opened, spec, statics, stacked=True, spatial_dims=spatial_dims, forcings=forcings
-    )
-    return {key: order[key] for key in stacked_groups(opened.layouts, spec)}
-
-
-def with_forcings(
-    cost: StaticCost,
-    forcings: ForcingPlan | None,
-    opened: ZarrSource,
-    on_host: bool,
-    *,
-    stacked: bool,
-    batch_size: int,
-) -> StaticCost:
-    """What the statics and the forcings hold of the budget (`core.memory_bound.StaticCost`):
-    the forcings' time and coordinates, kept, and, where batches are made on the host,
-    each sample's forcings and their copies in a stack (in the stack's widest dtype), and
-    the memory of `IDLE_BATCHES` dropped batches' forcings, kept for reuse.
-
-    Args:
-        cost: what the static fields hold (`builder.static_plan.StaticPlan.cost`).
-        forcings: the forcings' plan (`builder.forcing_plan.plan_forcings`), or None.
-        opened: the opened source.
-        on_host: whether batches are made on the host (the forcings computed there).
-        stacked: whether the forcings are stacked as channels there.
-        batch_size: samples per batch.
-    """
-    if forcings is None:
-        return cost
-    sample = idle = 0
-    if on_host:
-        sample = forcings.sample_nbytes()
-        idle = IDLE_BATCHES * batch_size * sample
-        if stacked:
-            widest = max(
-                [4, *(np.dtype(d.decoded_dtype).itemsize for d in opened.decodings.values())]
-            )
-            sample += widest * math.prod(forcings.output_grid) * forcings.stacked_steps()
-    return StaticCost(
-        resident_bytes=cost.resident_bytes,
-        sample_bytes=cost.sample_bytes + sample,
-        forcing_bytes=cost.forcing_bytes + forcings.resident_nbytes() + idle,
-    )
-
-
-def kept_static_layouts(source: ZarrSource, statics: StaticPlan) -> dict[str, VariableLayout]:
-    """`source`'s static fields' layouts as batches hold them: with the dtype their values
-    are kept in, and with an area, the box's grid (`ZarrSource.static_shapes`).
-
-    Args:
-        source: the opened source.
-        statics: its statics' plan (`builder.static_plan.plan_statics`).
-    """
-    shapes = source.static_shapes()
-    return {
-        name: replace(
-            layout,
-            shape=shapes[name],
-            chunks=tuple(min(c, s) for c, s in zip(layout.chunks, shapes[name], strict=True)),
-            dtype=statics.dtypes[name],
-        )
-        for name, layout in source.statics.items()
-    }
-
-
-def decoded_layouts(source: ZarrSource) -> dict[str, VariableLayout]:
-    """`source`'s layouts with the dtype of their decoded values.
-
-    Args:
-        source: the opened source.
-    """
-    return {
-        name: replace(layout, dtype=source.decodings[name].decoded_dtype)
-        for name, layout in source.layouts.items()
-    }
-
-
-def field_decodings(
-    decodings: Mapping[str, CFDecoding], spec: SampleSpec | None
-) -> dict[str, CFDecoding]:
-    """Each gathered batch key's decoding: a variable's, under every key it fills.
-
-    Args:
-        decodings: variable -> its decoding.
-        spec: the sample spec (keys `group/variable`), or None (keys are the variables).
-    """
-    if spec is None:
-        return dict(decodings)
-    return {key: decodings[variable] for key, _, variable, _ in spec.fields()}
 
 
 def _check_stats_decoding(stats: StatsLike, opened: ZarrSource) -> None:

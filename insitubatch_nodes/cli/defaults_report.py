@@ -18,11 +18,12 @@ from typing import Any
 
 import torch
 
+from insitubatch_nodes.builder.batch_layouts import stacked_channels
 from insitubatch_nodes.builder.fitting_budget import budget_that_fits, defaults_fit
+from insitubatch_nodes.builder.forcing_memory import with_forcings
 from insitubatch_nodes.builder.forcing_plan import plan_forcings
 from insitubatch_nodes.builder.host_too_small import HostTooSmallError
 from insitubatch_nodes.builder.loader_choices import LoaderChoices, choose_loader_settings
-from insitubatch_nodes.builder.loader_plan import stacked_channels, with_forcings
 from insitubatch_nodes.builder.placement import default_device_type, prefetch_for
 from insitubatch_nodes.builder.split_anchors import plan_split
 from insitubatch_nodes.builder.static_plan import plan_statics
