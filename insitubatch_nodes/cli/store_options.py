@@ -3,10 +3,10 @@
 `inspect`, `bench`, `split`, `cache` and `stats` reach the same stores the same way: obstore
 client options given as JSON text or a JSON file (`--storage-options`), and `--anonymous`
 for public buckets. They live here, declared once and read once, so that the commands
-cannot drift apart in what they accept or in how they refuse a typo; `cli.main` only wires
-them in. Each takes one URL or several, joined as one source: `--storage-options` once for
-every store or once per store in the URLs' order, and `--join`, as
-`build_loader(source=[...], storage_options=..., join=...)` takes them.
+cannot drift apart in what they accept or in how they refuse a typo; `cli.parser` and
+`cli.main` only wire them in. Each takes one URL or several, joined as one source:
+`--storage-options` once for every store or once per store in the URLs' order, and
+`--join`, as `build_loader(source=[...], storage_options=..., join=...)` takes them.
 """
 
 from __future__ import annotations
