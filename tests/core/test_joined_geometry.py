@@ -14,10 +14,9 @@ from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.manifest import SplitManifest, make_manifest
 from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.read_plan import chunk_regions, plan_block
-from insitubatch_nodes.core.sample_spec import SampleSpec, leads, window
 from insitubatch_nodes.core.unit_grid import finest_chunk, is_aligned, slot_rows, unit_rows_bound
 from tests.helpers.profiles import examples
-from tests.helpers.strategies import stored_chunk
+from tests.helpers.strategies import stored_chunk, window_and_lead_specs
 
 
 @st.composite
@@ -53,17 +52,6 @@ def joined_geometries(draw: st.DrawFn) -> SampleGeometry:
     return geometry.visits(draw(st.sampled_from(divisors)))
 
 
-@st.composite
-def specs(draw: st.DrawFn, names: list[str]) -> SampleSpec | None:
-    if draw(st.booleans()):
-        return None
-    groups = {"x": window(names, steps=draw(st.integers(1, 4)))}
-    ahead = draw(st.lists(st.integers(1, 3), max_size=2, unique=True))
-    if ahead:
-        groups["y"] = leads(names[:1], sorted(ahead))
-    return SampleSpec(groups)
-
-
 @settings(max_examples=examples(200), deadline=None)
 @given(joined_geometries(), st.integers(1, 4), st.data())
 def test_plans_read_each_variable_at_its_own_stored_steps(
@@ -73,7 +61,7 @@ def test_plans_read_each_variable_at_its_own_stored_steps(
     (anchor, offset) its stored row (`origin + step`, past a jump its run's); every
     buffer row is written once; no segment is longer than a slot; the slots stay within
     `block_rows_bound`."""
-    spec = data.draw(specs(sorted(geometry.variables)))
+    spec = data.draw(window_and_lead_specs(sorted(geometry.variables)))
     anchors = AnchorSet.for_steps(geometry, np.array([[0, geometry.num_samples]]), spec)
     if anchors.units.size == 0:
         return

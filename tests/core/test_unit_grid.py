@@ -18,7 +18,6 @@ from insitubatch_nodes.core.manifest import make_manifest
 from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.pool_order import pool_epoch_order
 from insitubatch_nodes.core.read_plan import chunk_regions, plan_block
-from insitubatch_nodes.core.sample_spec import SampleSpec, leads, window
 from insitubatch_nodes.core.unit_grid import (
     finest_chunk,
     needs_fine_grid,
@@ -27,7 +26,7 @@ from insitubatch_nodes.core.unit_grid import (
     unit_rows_bound,
 )
 from tests.helpers.profiles import examples
-from tests.helpers.strategies import geometries, stored_chunk
+from tests.helpers.strategies import geometries, stored_chunk, window_and_lead_specs
 
 
 @st.composite
@@ -47,18 +46,6 @@ def grids(max_samples: int = 150) -> st.SearchStrategy[SampleGeometry]:
     return manifest_grids(max_samples).map(lambda pair: pair[0].visits(pair[1]))
 
 
-@st.composite
-def specs(draw: st.DrawFn, names: list[str]) -> SampleSpec | None:
-    if draw(st.booleans()):
-        return None
-    steps = draw(st.integers(1, 4))
-    ahead = draw(st.lists(st.integers(1, 3), max_size=2, unique=True))
-    groups = {"x": window(names, steps=steps)}
-    if ahead:
-        groups["y"] = leads(names[:1], sorted(ahead))
-    return SampleSpec(groups)
-
-
 @settings(max_examples=examples(150), deadline=None)
 @given(grids(), st.integers(1, 4), st.data())
 def test_pieces_assemble_every_sample_within_the_memory_bound(
@@ -67,7 +54,7 @@ def test_pieces_assemble_every_sample_within_the_memory_bound(
     """On any grid, each block's reads placed from the padded stored chunks give every
     (anchor, offset) its source row, every buffer row is written once, no segment is
     longer than a slot, and the slots a block leases stay within `block_rows_bound`."""
-    spec = data.draw(specs(sorted(geometry.variables)))
+    spec = data.draw(window_and_lead_specs(sorted(geometry.variables)))
     anchors = AnchorSet.for_steps(geometry, np.array([[0, geometry.num_samples]]), spec)
     if anchors.units.size == 0:
         return
@@ -127,7 +114,7 @@ def test_every_sample_is_in_one_split_and_one_rank_once_per_epoch(
     base, revisits = grid
     manifest = make_manifest(base, {"train": 0.6, "val": 0.2, "test": 0.2}, allow_empty=True)
     geometry = base.visits(revisits)
-    spec = data.draw(specs(sorted(geometry.variables)))
+    spec = data.draw(window_and_lead_specs(sorted(geometry.variables)))
     seen: list[np.ndarray] = []
     for split in ("train", "val", "test"):
         if not manifest.splits[split]:

@@ -1,5 +1,5 @@
-"""Hypothesis strategies for geometries and loader configurations, and the stored form of
-the chunks they describe."""
+"""Hypothesis strategies for geometries, sample specs and loader configurations, and the
+stored form of the chunks they describe."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from insitubatch_nodes.core.geometry import AxisPick, SampleGeometry, VariableLayout
+from insitubatch_nodes.core.sample_spec import SampleSpec, leads, window
 
 
 @st.composite
@@ -35,6 +36,20 @@ def geometries(draw: st.DrawFn, max_samples: int = 150, picks: bool = False) -> 
     n = draw(st.integers(1, max_samples))
     count = draw(st.integers(1, 3))
     return SampleGeometry.from_layouts({f"v{i}": draw(layouts(n, picks)) for i in range(count)})
+
+
+@st.composite
+def window_and_lead_specs(draw: st.DrawFn, names: list[str]) -> SampleSpec | None:
+    """No spec, or a spec of inputs over a window of 1 to 4 steps of every variable
+    (group "x") and, at times, targets at up to two leads of 1 to 3 steps of the first
+    (group "y"): the halos and offsets a read plan must place on any grid."""
+    if draw(st.booleans()):
+        return None
+    groups = {"x": window(names, steps=draw(st.integers(1, 4)))}
+    ahead = draw(st.lists(st.integers(1, 3), max_size=2, unique=True))
+    if ahead:
+        groups["y"] = leads(names[:1], sorted(ahead))
+    return SampleSpec(groups)
 
 
 def stored_chunk(source: np.ndarray, layout: VariableLayout, coords: tuple[int, ...]) -> np.ndarray:
