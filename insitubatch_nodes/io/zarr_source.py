@@ -39,33 +39,58 @@ from insitubatch_nodes.io.stores.redact import secrets_in
 
 @dataclass(frozen=True)
 class ZarrSource:
-    store: Store = field(repr=False)  # `where` says which, without its credentials
+    """An opened store (or a join of several), what a loader reads of it, and the split
+    manifest that fits it: made by `ZarrSource.open` or `open_source`, read once when a
+    loader is built, so that every later decision (the plan, a state's fingerprint, the
+    reads) starts from the same description.
+
+    Args:
+        store: the read-only zarr store (`where` says which, without its credentials).
+        where: the store as messages name it, credentials redacted.
+        layouts: the selected time-varying variables' layouts, by name.
+        geometry: the loader's samples and units over those layouts.
+        manifest: the split manifest, checked against the store.
+        codecs: each variable's codecs, by name.
+        fill_values: each variable's fill value, as text.
+        snapshot_id: the Icechunk snapshot the store reads, or None.
+        decodings: each variable's way from stored values to xarray's
+            (`io.metadata.cf_attributes`).
+        decoding_warnings: what the decoding may surprise a user with (a v2 fill_value of
+            0 masking zeros).
+        statics: the static fields (no time dimension: `core.static_fields`), read whole
+            by `read_statics`.
+        statics_left_out: static fields the default choice of variables left out (name
+            them to read them).
+        area: the grid points `area=` keeps, in the batch's order, or None.
+        static_crops: with an area, each static field's latitude and longitude axes,
+            which `read_statics` crops.
+        area_axes: with an area, each variable's latitude and longitude axes, which
+            `grid_coordinates` crops the forcings' coordinates on.
+        secrets: values known to be secret (URL userinfo, signatures, options' keys): kept
+            out of the errors of later reads (the time coordinate), never in a repr or a
+            state.
+        parts: a join's stores (`io.joined_source`), in the order given; empty for one
+            store.
+        join: the policy that aligned a join's dates, or None.
+        joined_time: a join's time axis, or None.
+    """
+
+    store: Store = field(repr=False)
     where: str
     layouts: Mapping[str, VariableLayout]
     geometry: SampleGeometry
     manifest: SplitManifest
-    codecs: Mapping[str, str] = field(default_factory=dict)  # per variable, by name
-    fill_values: Mapping[str, str] = field(default_factory=dict)  # per variable, as text
-    snapshot_id: str | None = None  # the Icechunk snapshot the store reads
-    # per variable, how its stored values become xarray's (`io.metadata.cf_attributes`)
+    codecs: Mapping[str, str] = field(default_factory=dict)
+    fill_values: Mapping[str, str] = field(default_factory=dict)
+    snapshot_id: str | None = None
     decodings: Mapping[str, CFDecoding] = field(default_factory=dict)
-    # what the decoding may surprise a user with (a v2 fill_value of 0 masking zeros)
     decoding_warnings: tuple[str, ...] = ()
-    # static fields (no time dimension: `core.static_fields`), read whole by `read_statics`
     statics: Mapping[str, VariableLayout] = field(default_factory=dict)
-    # static fields the default choice of variables left out (name them to read them)
     statics_left_out: tuple[str, ...] = ()
-    area: AreaSelection | None = None  # the grid points area= keeps, in the batch's order
-    # with an area: each static field's latitude and longitude axes, which `read_statics` crops
+    area: AreaSelection | None = None
     static_crops: Mapping[str, tuple[int, int]] = field(default_factory=dict)
-    # with an area: each variable's latitude and longitude axes, which `grid_coordinates`
-    # crops the forcings' coordinates on
     area_axes: Mapping[str, tuple[int, int]] = field(default_factory=dict)
-    # values known to be secret (URL userinfo, signatures, options' keys): kept out of the
-    # errors of later reads (the time coordinate), never in a repr or a state
     secrets: tuple[str, ...] = field(default=(), repr=False)
-    # a join of several stores (`io.joined_source`): each store in the order given, the
-    # policy that aligned their dates, and the joined time axis; empty for one store
     parts: tuple[StorePart, ...] = ()
     join: str | None = None
     joined_time: TimeAxis | None = None
@@ -234,6 +259,11 @@ class ZarrSource:
         }
 
     def split_units(self, split: str) -> np.ndarray:
+        """`split`'s units (`SplitManifest.units`).
+
+        Args:
+            split: the split's name.
+        """
         return self.manifest.units(split)
 
     def step_ranges(self, split: str) -> np.ndarray:
