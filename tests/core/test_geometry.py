@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.read_plan import ChunkRead, chunk_regions, plan_block
-from tests.helpers.strategies import geometries, stored_chunk
+from tests.helpers.strategies import counting_arrays, geometries, stored_chunk
 
 
 @given(geometries())
@@ -83,10 +83,7 @@ def test_chunk_regions_assemble_each_block_from_stored_chunks(
     assignment = assign_epoch(
         geometry, np.arange(geometry.num_units), seed=0, epoch=0, rank=0, world_size=1
     )
-    sources = {
-        name: np.arange(np.prod(layout.shape), dtype=np.int64).reshape(layout.shape)
-        for name, layout in geometry.variables.items()
-    }
+    sources = counting_arrays(geometry)
     for j, start in enumerate(range(0, assignment.units.size, block_chunks)):
         units = assignment.units[start : start + block_chunks]
         plan = plan_block(geometry, units, assignment=assignment, block_index=j)

@@ -16,7 +16,7 @@ from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.read_plan import chunk_regions, plan_block
 from insitubatch_nodes.core.unit_grid import finest_chunk, is_aligned, slot_rows, unit_rows_bound
 from tests.helpers.profiles import examples
-from tests.helpers.strategies import stored_chunk, window_and_lead_specs
+from tests.helpers.strategies import counting_arrays, stored_chunk, window_and_lead_specs
 
 
 @st.composite
@@ -66,10 +66,7 @@ def test_plans_read_each_variable_at_its_own_stored_steps(
     if anchors.units.size == 0:
         return
     assignment = assign_epoch(anchors, anchors.units, seed=3, epoch=1, rank=0, world_size=1)
-    sources = {
-        name: np.arange(np.prod(layout.shape), dtype=np.int64).reshape(layout.shape)
-        for name, layout in geometry.variables.items()
-    }
+    sources = counting_arrays(geometry)
     aligned = is_aligned(geometry.variables.values(), geometry.unit_length, geometry.phase)
     for j, start in enumerate(range(0, assignment.units.size, block_chunks)):
         units = assignment.units[start : start + block_chunks]

@@ -26,7 +26,12 @@ from insitubatch_nodes.core.unit_grid import (
     unit_rows_bound,
 )
 from tests.helpers.profiles import examples
-from tests.helpers.strategies import geometries, stored_chunk, window_and_lead_specs
+from tests.helpers.strategies import (
+    counting_arrays,
+    geometries,
+    stored_chunk,
+    window_and_lead_specs,
+)
 
 
 @st.composite
@@ -59,10 +64,7 @@ def test_pieces_assemble_every_sample_within_the_memory_bound(
     if anchors.units.size == 0:
         return
     assignment = assign_epoch(anchors, anchors.units, seed=1, epoch=0, rank=0, world_size=1)
-    sources = {
-        name: np.arange(np.prod(layout.shape), dtype=np.int64).reshape(layout.shape)
-        for name, layout in geometry.variables.items()
-    }
+    sources = counting_arrays(geometry)
     for j, start in enumerate(range(0, assignment.units.size, block_chunks)):
         units = assignment.units[start : start + block_chunks]
         plan = plan_block(anchors, units, assignment=assignment, block_index=j)

@@ -52,6 +52,16 @@ def window_and_lead_specs(draw: st.DrawFn, names: list[str]) -> SampleSpec | Non
     return SampleSpec(groups)
 
 
+def counting_arrays(geometry: SampleGeometry) -> dict[str, np.ndarray]:
+    """Each variable's values as their flat positions in it: every element distinct and
+    >= 0, so a value found in a buffer says which stored element it came from, and the
+    padding `stored_chunk` adds (-1) is never taken for one."""
+    return {
+        name: np.arange(np.prod(layout.shape), dtype=np.int64).reshape(layout.shape)
+        for name, layout in geometry.variables.items()
+    }
+
+
 def stored_chunk(source: np.ndarray, layout: VariableLayout, coords: tuple[int, ...]) -> np.ndarray:
     """Chunk `coords` as a store holds it: always the full chunk shape, the part past the
     array's edge padded with a value no real element has (-1; the sources are >= 0)."""
