@@ -1,6 +1,7 @@
-"""Which rank holds each of a split's units in a training epoch, as counts the same every
-epoch: the full units by their positions in the permutation (`core.canonical_partitions`),
-the short ones by size.
+"""How a training epoch deals a split's units to the ranks: the full units by their
+positions in the epoch's permutation (`core.canonical_partitions`), the short ones by
+size, to the same ranks every epoch; so every rank's sample count is the same every
+epoch, and is counted here.
 
 Only full units are permuted. The short ones (the array's ragged end, a split's edges
 under windows or a stride) are dealt after them, the same way every epoch (`DEAL_VERSION`):
