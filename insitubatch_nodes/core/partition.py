@@ -18,6 +18,7 @@ their batch counts equal. An evaluation share (`core.evaluation_shares`) is an
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -63,14 +64,7 @@ class EpochAssignment:
             batch_size: samples per batch.
             drop_last: whether only full batches are yielded (training only).
         """
-        return epoch_samples(
-            self.rank_samples,
-            self.min_rank_samples,
-            self.max_rank_samples,
-            batch_size,
-            drop_last,
-            evaluation=self.evaluation,
-        )
+        return epoch_samples(self, batch_size, drop_last)
 
 
 def samples_per_rank(
@@ -95,32 +89,39 @@ def samples_per_rank(
     return max_rank_samples
 
 
-def epoch_samples(
-    rank_samples: int,
-    min_rank_samples: int,
-    max_rank_samples: int,
-    batch_size: int,
-    drop_last: bool,
-    *,
-    evaluation: bool,
-) -> int:
+class ShareCounts(Protocol):
+    """A rank's share of a split beside the smallest and the largest share, and whether it
+    is an evaluation share: what the samples it yields per epoch follow from
+    (`EpochAssignment`, and `core.rank_shares.RankShares` before any epoch is dealt)."""
+
+    @property
+    def rank_samples(self) -> int: ...
+
+    @property
+    def min_rank_samples(self) -> int: ...
+
+    @property
+    def max_rank_samples(self) -> int: ...
+
+    @property
+    def evaluation(self) -> bool: ...
+
+
+def epoch_samples(shares: ShareCounts, batch_size: int, drop_last: bool) -> int:
     """Samples one rank yields per epoch: in evaluation its own share, each sample once;
     in training the count every rank yields (`samples_per_rank`). The one rule both the
     shuffle node (when an epoch's first block arrives) and `len(loader)` (before anything is
     read) use.
 
     Args:
-        rank_samples: this rank's share of the split.
-        min_rank_samples: the smallest rank's share.
-        max_rank_samples: the largest rank's share.
+        shares: the rank's share, the smallest and the largest, and whether they are
+            evaluation shares (`core.evaluation_shares.assign_evaluation`).
         batch_size: samples per batch.
         drop_last: whether only full batches are yielded (training only).
-        evaluation: whether the share is an evaluation share
-            (`core.evaluation_shares.assign_evaluation`).
     """
-    if evaluation:
-        return rank_samples
-    return samples_per_rank(min_rank_samples, max_rank_samples, batch_size, drop_last)
+    if shares.evaluation:
+        return shares.rank_samples
+    return samples_per_rank(shares.min_rank_samples, shares.max_rank_samples, batch_size, drop_last)
 
 
 def _scatter_short_units(mine: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:

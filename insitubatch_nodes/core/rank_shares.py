@@ -55,14 +55,7 @@ class RankShares:
             batch_size: samples per batch.
             drop_last: whether only full batches are yielded.
         """
-        return epoch_samples(
-            self.rank_samples,
-            self.min_rank_samples,
-            self.max_rank_samples,
-            batch_size,
-            drop_last,
-            evaluation=self.evaluation,
-        )
+        return epoch_samples(self, batch_size, drop_last)
 
 
 def rank_shares(
