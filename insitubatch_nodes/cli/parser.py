@@ -21,7 +21,7 @@ from insitubatch_nodes.cli.store_options import add_store_options
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
 from insitubatch_nodes.io.reads.stored_sizes import DEFAULT_SAMPLED_CHUNKS
 
-VARIABLES_HELP = "default: the loader's"
+_VARIABLES_HELP = "default: the loader's"
 """What `--variables` says where a command reads the loader's variables by default."""
 
 
@@ -60,7 +60,7 @@ def _store_command(
     return command
 
 
-def _add_variables(command: argparse.ArgumentParser, help: str | None = VARIABLES_HELP) -> None:
+def _add_variables(command: argparse.ArgumentParser, help: str | None = _VARIABLES_HELP) -> None:
     """`--variables`: the arrays to read (default: the loader's choice).
 
     Args:
