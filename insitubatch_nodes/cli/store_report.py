@@ -56,7 +56,8 @@ from insitubatch_nodes.io.reads.stored_sizes import (
     StoredSizes,
     measure_stored_sizes,
 )
-from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource
+from insitubatch_nodes.io.source_manifest import ManifestLike
+from insitubatch_nodes.io.zarr_source import ZarrSource
 
 
 @dataclass(frozen=True)

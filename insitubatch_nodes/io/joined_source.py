@@ -38,15 +38,17 @@ from insitubatch_nodes.io.joined_picks import (
     merged_levels,
 )
 from insitubatch_nodes.io.joined_selection import select_joined
+from insitubatch_nodes.io.metadata.array_records import describe_arrays
 from insitubatch_nodes.io.metadata.grid_coordinates import GridCoordinates, read_grid_coordinates
 from insitubatch_nodes.io.metadata.levels import LevelsLike
 from insitubatch_nodes.io.metadata.time_axis import read_time_axis
 from insitubatch_nodes.io.metadata.zarr_layout import arrays_of, open_root_group
+from insitubatch_nodes.io.source_manifest import ManifestLike, fit_manifest
 from insitubatch_nodes.io.store_part import StorePart
 from insitubatch_nodes.io.stores.icechunk_store import snapshot_id_of
 from insitubatch_nodes.io.stores.open_store import describe, open_store
 from insitubatch_nodes.io.stores.redact import secrets_in
-from insitubatch_nodes.io.zarr_source import ManifestLike, ZarrSource, describe_arrays, fit_manifest
+from insitubatch_nodes.io.zarr_source import ZarrSource
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +137,7 @@ def open_source(
         source: a URL, path or zarr `Store`, or a list of them to join.
         variables: the arrays to load, looked up by name in every store (default: each
             store's own default choice).
-        manifest: the split manifest (`load_manifest` takes its forms).
+        manifest: the split manifest (`io.source_manifest.load_manifest` takes its forms).
         storage_options: object-store client options: one dict for every store, or a
             list with one dict (or None) per store.
         splits: split name -> an inclusive range of dates, cut on the (joined) time axis.
