@@ -25,7 +25,7 @@ how much of the thread that waits for batches it takes.
 Beside the loaders, the floors of a batch's decoding on this host, in CPU time of the
 thread per sample (a batch of 32 samples, fresh output arrays as the loader makes them,
 the 8 MiB of other traffic between batches that a loader's reads and gathers make): the
-decoding alone (`core.cf_decoding.decode_values`; 1% of the values masked, as in the
+decoding alone (`core.decoded_values.decode_values`; 1% of the values masked, as in the
 stores, and none, as in most ERA5 fields), each numpy pass of the float64 decoding alone
 over a warm batch ("pass: ..."), and writing the output's bytes once
 (`np.empty(...).fill`, and a copy between warm float64 buffers); --floors-only times only
@@ -145,7 +145,8 @@ def _floors(repeats: int = 7, batches: int = 40) -> dict[str, float]:
     """Thread CPU µs per sample of one batch's decoding (1% of its values masked, or
     none), of each of the float64 kernel's passes over a warm batch alone, and of writing
     its output once."""
-    from insitubatch_nodes.core.cf_decoding import cf_decoding, decode_values
+    from insitubatch_nodes.core.cf_decoding import cf_decoding
+    from insitubatch_nodes.core.decoded_values import decode_values
 
     rng = np.random.default_rng(0)
     shape = (BATCH, *GRID)

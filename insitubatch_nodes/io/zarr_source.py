@@ -12,9 +12,10 @@ from zarr.abc.store import Store
 
 from insitubatch_nodes.core.area import Area, AreaSelection
 from insitubatch_nodes.core.batch_fields import SAMPLE_INDEX_KEY
-from insitubatch_nodes.core.cf_decoding import YIELDS_KEY, CFDecoding, decode_values
+from insitubatch_nodes.core.cf_decoding import YIELDS_KEY, CFDecoding
 from insitubatch_nodes.core.channels import DEFAULT_SPATIAL_DIMS
 from insitubatch_nodes.core.date_ranges import RangeLike, TimeAxis
+from insitubatch_nodes.core.decoded_values import decode_values
 from insitubatch_nodes.core.fingerprint import AREA_KEY, JOIN_KEY, join_record, source_fingerprint
 from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.manifest import SplitManifest

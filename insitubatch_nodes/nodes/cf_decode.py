@@ -11,7 +11,7 @@ cannot share one tensor before they are decoded), before `NormaliseNode` always.
 It takes either a host `Batch` of numpy arrays (before stacking: it gives one back, of
 numpy arrays), a `Batch` of device tensors (`decode="gpu"`), or the device node's dict of
 tensors, and replaces each field by its decoded values: with numpy where the values are
-on the host (`core.cf_decoding.decode_values`; torch's CPU ops wake a thread pool per
+on the host (`core.decoded_values.decode_values`; torch's CPU ops wake a thread pool per
 step, which costs ten times the arithmetic on a busy host, and on one thread still took
 2.4 times numpy's time), with torch on a device (in place, one tensor per field).
 
@@ -37,7 +37,8 @@ from typing import Any
 import torch
 from torchdata.nodes import BaseNode
 
-from insitubatch_nodes.core.cf_decoding import CFDecoding, decode_values
+from insitubatch_nodes.core.cf_decoding import CFDecoding
+from insitubatch_nodes.core.decoded_values import decode_values
 from insitubatch_nodes.nodes.items import Batch
 from insitubatch_nodes.nodes.state_views import state_reader
 
@@ -134,7 +135,7 @@ class CFDecodeNode(BaseNode[Any]):
         return batch
 
     def _decoded_on_host(self, stored: Any, decoding: CFDecoding, as_tensor: bool = False) -> Any:
-        """`stored` (numpy) decoded by `core.cf_decoding.decode_values`; a tensor when
+        """`stored` (numpy) decoded by `core.decoded_values.decode_values`; a tensor when
         asked for or when cast to a dtype numpy has none of (`bfloat16`)."""
         numpy_cast = None if self.dtype == NO_NUMPY_DTYPE else self.dtype
         decoded = decode_values(stored, decoding, numpy_cast)

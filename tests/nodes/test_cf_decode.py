@@ -16,7 +16,8 @@ import zarr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from insitubatch_nodes.core.cf_decoding import cf_decoding, check_cast_dtype, decode_values
+from insitubatch_nodes.core.cf_decoding import cf_decoding, check_cast_dtype
+from insitubatch_nodes.core.decoded_values import decode_values
 from insitubatch_nodes.io.metadata.cf_attributes import read_cf_decoding, zero_fill_warning
 from insitubatch_nodes.nodes.cf_decode import CFDecodeNode, decode_tensor
 from insitubatch_nodes.nodes.items import Batch

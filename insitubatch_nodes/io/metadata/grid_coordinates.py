@@ -28,7 +28,7 @@ import numpy as np
 import zarr
 
 from insitubatch_nodes.core.area import Area, AreaSelection, select_area
-from insitubatch_nodes.core.cf_decoding import decode_values
+from insitubatch_nodes.core.decoded_values import decode_values
 from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.io.metadata.cf_attributes import read_cf_decoding
 from insitubatch_nodes.io.metadata.dimensions import coordinate, coordinate_values, dimension_names
