@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from insitubatch_nodes.core.geometry import AxisPick
+from insitubatch_nodes.core.axis_pick import AxisPick
 
 EDGE_TOLERANCE = 1e-6  # degrees: a grid point this close outside an edge is inside
 FULL_CIRCLE = 360.0

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from insitubatch_nodes.core.geometry import AxisPick
+from insitubatch_nodes.core.axis_pick import AxisPick
 from insitubatch_nodes.core.read_plan import ReadPlan
 
 SAMPLE_INDEX_KEY = "sample_index"

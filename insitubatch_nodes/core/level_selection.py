@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from insitubatch_nodes.core.geometry import AxisPick
+from insitubatch_nodes.core.axis_pick import AxisPick
 
 
 def value_text(value: object) -> str:

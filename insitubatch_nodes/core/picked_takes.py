@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from insitubatch_nodes.core.geometry import AxisPick
+from insitubatch_nodes.core.axis_pick import AxisPick
 
 MAX_COLUMN_RUNS = 4  # this many runs or more of a reordered last axis: one fancy index instead
 

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from insitubatch_nodes.core.anchors import AnchorSet
-from insitubatch_nodes.core.geometry import AxisPick, SampleGeometry, VariableLayout
+from insitubatch_nodes.core.axis_pick import AxisPick
+from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.partition import EpochAssignment
 from insitubatch_nodes.core.patches import PatchSpec, touched_chunks
 from insitubatch_nodes.core.sample_spec import SampleSpec

@@ -13,7 +13,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from insitubatch_nodes.core.area import EDGE_TOLERANCE, Area, select_area
-from insitubatch_nodes.core.geometry import AxisPick, VariableLayout
+from insitubatch_nodes.core.axis_pick import AxisPick
+from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.picked_takes import PickedTake, take_picked
 
 degrees = st.floats(-720, 720, allow_nan=False).map(lambda x: round(x, 1))

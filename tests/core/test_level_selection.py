@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from insitubatch_nodes.core.axis_pick import AxisPick
 from insitubatch_nodes.core.batch_fields import batch_shape, crop_index
 from insitubatch_nodes.core.channels import channel_names
-from insitubatch_nodes.core.geometry import AxisPick, VariableLayout
+from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.level_selection import pick_levels
 from insitubatch_nodes.core.memory_bound import plan_memory
 from insitubatch_nodes.core.picked_takes import PickedTake, take_picked

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from insitubatch_nodes.core.geometry import AxisPick, SampleGeometry, VariableLayout
+from insitubatch_nodes.core.axis_pick import AxisPick
+from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.sample_spec import SampleSpec, leads, window
 
 

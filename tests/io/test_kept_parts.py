@@ -21,7 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from insitubatch_nodes.core.anchors import AnchorSet
-from insitubatch_nodes.core.geometry import AxisPick, SampleGeometry, VariableLayout
+from insitubatch_nodes.core.axis_pick import AxisPick
+from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.read_plan import ChunkRead, ReadPlan, chunk_regions, plan_block

@@ -19,8 +19,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from insitubatch_nodes.core.anchors import AnchorSet
+from insitubatch_nodes.core.axis_pick import AxisPick
 from insitubatch_nodes.core.batch_fields import PATCH_ORIGIN_KEY, SAMPLE_INDEX_KEY
-from insitubatch_nodes.core.geometry import AxisPick, SampleGeometry, VariableLayout
+from insitubatch_nodes.core.geometry import SampleGeometry, VariableLayout
 from insitubatch_nodes.core.partition import assign_epoch
 from insitubatch_nodes.core.patches import PatchSpec
 from insitubatch_nodes.core.read_plan import plan_block

@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import zarr
 
-from insitubatch_nodes.core.geometry import AxisPick, VariableLayout
+from insitubatch_nodes.core.axis_pick import AxisPick
+from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.level_selection import pick_levels
 from insitubatch_nodes.io.metadata.dimensions import coordinate, coordinate_values, dimension_names
 
