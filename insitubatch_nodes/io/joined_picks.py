@@ -24,7 +24,12 @@ from insitubatch_nodes.core.geometry import VariableLayout
 from insitubatch_nodes.core.level_join import join_levels
 from insitubatch_nodes.io.metadata.dimensions import coordinate, coordinate_values, dimension_names
 from insitubatch_nodes.io.metadata.grid_coordinates import area_selection
-from insitubatch_nodes.io.metadata.levels import LevelsLike, level_axis, level_picks
+from insitubatch_nodes.io.metadata.levels import (
+    LevelsLike,
+    check_level_names,
+    level_axis,
+    level_picks,
+)
 
 
 class StoreArrays(Protocol):
@@ -61,12 +66,7 @@ def joined_level_picks(
     if levels is None:
         return layouts
     if isinstance(levels, Mapping):
-        unknown = [name for name in levels if name not in layouts]
-        if unknown:
-            raise ValueError(
-                f"levels= names variable(s) {unknown} that are not selected; the loader "
-                f"has {sorted(layouts)}"
-            )
+        check_level_names(levels, layouts)
     picks: dict[str, Any] = {}
     for i in sorted({owner[n] for n in layouts}):
         store = stores[i]

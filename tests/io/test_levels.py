@@ -359,3 +359,20 @@ def test_levels_of_a_subset_read_through_a_fine_grid_manifest(tmp_path: Path) ->
     np.testing.assert_array_equal(steps, np.arange(first, stop))
     got = np.concatenate([as_numpy(b["z"]) for b in batches])
     np.testing.assert_array_equal(got, ds.z.sel(level=[500, 1000]).values[steps])
+
+
+def test_levels_by_variable_naming_one_not_loaded_is_refused(
+    stores: dict[str, str], tmp_path: Path
+) -> None:
+    """A typo in `levels={...}` would keep every level of the variable meant: refused,
+    naming it and what the loader has, for one store and for a join of two."""
+    url = stores["xarray-v3"]
+    unknown = r"levels= names variable\(s\) \['zz'\] that are not selected"
+    with pytest.raises(ValueError, match=unknown):
+        ib.build_loader(url, variables=["z"], levels={"zz": [500]})
+    surface = xr.open_zarr(url)[["t2m"]].rename(t2m="u10").load()
+    surface.to_zarr(str(tmp_path / "surface.zarr"), mode="w", consolidated=False)
+    with pytest.raises(ValueError, match=unknown):
+        ib.build_loader(
+            [url, str(tmp_path / "surface.zarr")], variables=["z", "u10"], levels={"zz": [500]}
+        )

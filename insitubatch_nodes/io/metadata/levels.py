@@ -52,6 +52,22 @@ def level_axis(
     return found[0]
 
 
+def check_level_names(levels: Mapping[str, object], selected: Iterable[str]) -> None:
+    """Refuse `levels=` given by variable when it names one the loader does not load: a
+    typo would otherwise keep every level of the variable meant.
+
+    Args:
+        levels: variable -> level values, as the user gave them.
+        selected: the selected time-varying variables' names.
+    """
+    names = sorted(selected)
+    unknown = [name for name in levels if name not in names]
+    if unknown:
+        raise ValueError(
+            f"levels= names variable(s) {unknown} that are not selected; the loader has {names}"
+        )
+
+
 def level_picks(
     arrays: Mapping[str, zarr.Array],
     layouts: Mapping[str, VariableLayout],
@@ -72,12 +88,7 @@ def level_picks(
         secrets: values known to be secret, kept out of a failed read's error.
     """
     if isinstance(levels, Mapping):
-        unknown = [name for name in levels if name not in layouts]
-        if unknown:
-            raise ValueError(
-                f"levels= names variable(s) {unknown} that are not selected; the loader has "
-                f"{sorted(layouts)}"
-            )
+        check_level_names(levels, layouts)
         wanted = dict(levels)
         for name in wanted:
             if level_axis(arrays, name, spatial_dims) is None:
